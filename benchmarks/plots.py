@@ -1,0 +1,68 @@
+"""Time per Monitor frame with 12 series x 1 h of 10 Hz points (goal: <= 5 ms).
+
+    QT_QPA_PLATFORM=offscreen python benchmarks/plots.py
+
+Fills the store with 36,000 points, then times `refresh()` (setData of every curve, peak
+downsampling, clip to view) plus the repaint, for each window (1 min, 10 min, 1 h), while new
+points keep arriving.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from gui.monitor import MonitorPanel  # noqa: E402
+
+
+def event(t: float, rng: np.random.Generator) -> dict:
+    v = rng.random(12)
+    return {"event": "metrics", "t": t, "host_cpu_pct": 100 * v[0],
+            "host_ram_used_bytes": 2**30 * (8 + v[1]), "server_rss_bytes": 2**30 * 2,
+            "kv_blocks_used": 500 * v[2], "kv_blocks_total": 512, "kv_usage_pct": 100 * v[2],
+            "running": 10 * v[3], "waiting": 5 * v[4], "ttft_p50_ms": 50 * v[5],
+            "ttft_p99_ms": 90 * v[6], "itl_p50_ms": 5 * v[7], "itl_p99_ms": 9 * v[8],
+            "e2e_p50_ms": 500 * v[9], "e2e_p99_ms": 900 * v[10],
+            "prompt_tokens_per_s": 1000 * v[11], "generation_tokens_per_s": 800 * v[0],
+            "preemptions_per_s": 0.0, "gpus": []}
+
+
+def main() -> None:
+    app = QApplication.instance() or QApplication([])
+    m = MonitorPanel(fps=1)  # we drive refresh() ourselves
+    m.timer.stop()
+    m.resize(1600, 1000)
+    m.show()
+    rng = np.random.default_rng(0)
+    t0 = 1.7e9
+    n = 36000
+    t_fill = time.perf_counter()
+    for i in range(n):
+        m.add_event(event(t0 + i / 10, rng))
+    fill = time.perf_counter() - t_fill
+    series = sum(1 for c in m.curves)
+    print(f"filled {n} points x {series} series in {fill:.2f} s "
+          f"({fill / n * 1e6:.1f} us per event)")
+    i = n
+    for label in ("1 min", "10 min", "1 h"):
+        m.window_box.setCurrentText(label)
+        times = []
+        for _ in range(40):
+            m.add_event(event(t0 + i / 10, rng))
+            i += 1
+            t = time.perf_counter()
+            m.refresh()
+            m.graphics.repaint()
+            app.processEvents()
+            times.append((time.perf_counter() - t) * 1000)
+        print(f"window {label:>6}: median {statistics.median(times):.2f} ms, "
+              f"p90 {sorted(times)[int(0.9 * len(times))]:.2f} ms per frame (goal <= 5 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Process start to first shown window of `quantdeck` (goal: <= 1.0 s).
+
+    python benchmarks/startup.py [-n 5]
+
+Each run spawns a fresh `python -m core.cli gui --exit-after-show`-equivalent process with an
+existing demo model, and reports the wall time from spawn to the window's first paint.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = r"""
+import os, sys, time
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+app = QApplication(sys.argv[:1])
+from gui.app import build_window
+win = build_window()
+win.show()
+def shown():
+    print(f"SHOWN {time.time()}", flush=True)
+    app.quit()
+QTimer.singleShot(0, shown)
+app.exec()
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=5)
+    a = ap.parse_args()
+    from core.demo_model import ensure_demo_model
+
+    demo = ensure_demo_model()
+    data = Path(tempfile.mkdtemp()) / "data"
+    (data / "models").mkdir(parents=True)
+    os.symlink(demo, data / "models" / demo.name)
+    env = dict(os.environ, QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"),
+               QUANTDECK_DATA_DIR=str(data), QUANTDECK_CONFIG_DIR=str(data / "cfg"),
+               PYTHONPATH=str(ROOT))
+    times = []
+    for _ in range(a.n):
+        t0 = time.time()
+        r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                           text=True, timeout=60)
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("SHOWN")]
+        if not line:
+            raise SystemExit(r.stderr[-2000:])
+        times.append(float(line[0].split()[1]) - t0)
+    print(f"start to first shown window: median {statistics.median(times):.3f} s, "
+          f"max {max(times):.3f} s over {a.n} runs (goal <= 1.0 s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,464 @@
+"""``quantdeck``: the headless command line over the same core as the GUI.
+
+With no command it opens the desktop panel. Errors a user can cause print one line on stderr
+and exit with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from core import knobs, profiles
+from core.config import LaunchConfig
+from core.device import DeviceFacts, cpu_device, cuda_device, detect_device
+from core.errors import ConfigError, QuantdeckError
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.2f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+# -- shared option groups -------------------------------------------------------------------
+
+def _add_model_and_knobs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", nargs="?", help="model folder (default: the profile's model, else "
+                   "the built-in demo model)")
+    p.add_argument("--profile", metavar="FILE|NAME", help="start from a saved profile (a "
+                   "profile name or a YAML file as `vllm serve --config` reads)")
+    knobs.add_cli_options(p)
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("device")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="plan for this machine's GPU (auto), its CPU, or a GPU described below")
+    g.add_argument("--gpu-memory-gib", type=float, metavar="GIB",
+                   help="memory of each GPU, for planning a GPU that is not here")
+    g.add_argument("--num-gpus", type=int, default=1, metavar="N")
+    g.add_argument("--compute-capability", default="9.0", metavar="X.Y")
+    g.add_argument("--gpu-name", default="GPU")
+
+
+def _device_from(ns: argparse.Namespace) -> DeviceFacts:
+    if ns.device == "cpu":
+        return cpu_device()
+    if ns.gpu_memory_gib is not None:
+        try:
+            major, minor = (int(x) for x in ns.compute_capability.split("."))
+        except ValueError:
+            raise ConfigError(f"--compute-capability: '{ns.compute_capability}' is not X.Y") \
+                from None
+        if ns.gpu_memory_gib <= 0 or ns.num_gpus < 1:
+            raise ConfigError("--gpu-memory-gib and --num-gpus must be positive")
+        return cuda_device(ns.gpu_memory_gib, name=ns.gpu_name, count=ns.num_gpus,
+                           compute_capability=(major, minor))
+    dev = detect_device()
+    if ns.device == "cuda" and not dev.is_cuda:
+        raise ConfigError("--device cuda: no NVIDIA GPU found here; give --gpu-memory-gib to "
+                          "plan for one")
+    return dev
+
+
+def _config_from(ns: argparse.Namespace) -> LaunchConfig:
+    cfg = LaunchConfig()
+    if ns.profile:
+        p = Path(ns.profile)
+        cfg = profiles.load_file(p) if p.suffix in (".yaml", ".yml") or p.exists() \
+            else profiles.load_profile(ns.profile)
+    cfg = knobs.apply_cli_options(cfg, ns)
+    if ns.path:
+        cfg.model.model = ns.path
+    if not cfg.model.model:
+        from core.demo_model import default_demo_dir, is_complete
+
+        demo = default_demo_dir()
+        if not is_complete(demo):
+            raise ConfigError("no model given and the demo model is not built yet: run "
+                              "`quantdeck demo-model` or pass a model folder")
+        cfg.model.model = str(demo)
+    return cfg.validate()
+
+
+# -- commands -------------------------------------------------------------------------------
+
+def cmd_inspect(ns: argparse.Namespace) -> int:
+    from core.model_info import inspect_model
+
+    info = inspect_model(ns.path)
+    if ns.json:
+        _print_json(info.to_json())
+        return 0
+    q = info.quantization
+    rows = [
+        ("path", info.path), ("architecture", info.architecture),
+        ("format", info.badge + (f" ({q.method}, {q.scheme}, group {q.group_size})" if q else "")),
+        ("parameters", f"{info.num_parameters:,}"),
+        ("weights", _human_bytes(info.weights_bytes)),
+        ("layers / hidden", f"{info.num_layers} / {info.hidden_size}"),
+        ("heads / kv heads / head dim",
+         f"{info.num_attention_heads} / {info.num_kv_heads} / {info.head_dim}"),
+        ("vocab", f"{info.vocab_size:,}"),
+        ("max positions", str(info.max_position_embeddings)),
+        ("KV per token", _human_bytes(info.kv_bytes_per_token())),
+    ]
+    for k, v in rows:
+        print(f"{k:>28}: {v}")
+    return 0
+
+
+def cmd_models(ns: argparse.Namespace) -> int:
+    from core.library import scan_library
+
+    entries = scan_library(ns.folders, hf_cache=not ns.no_hf_cache)
+    if ns.json:
+        _print_json([e.to_json() for e in entries])
+        return 0
+    for e in entries:
+        if e.info:
+            print(f"{e.info.badge:>8}  {e.info.num_parameters / 1e9:8.3f}B  {e.source:8}  "
+                  f"{e.name}  {e.path}")
+        else:
+            print(f"{'?':>8}  {'':9}  {e.source:8}  {e.name}  ({e.error})")
+    return 0
+
+
+def _plan_and_advise(ns: argparse.Namespace) -> tuple[LaunchConfig, Any, Any, list[Any]]:
+    from core.advisor import advise
+    from core.model_info import inspect_model
+    from core.planner import plan
+
+    cfg = _config_from(ns)
+    info = inspect_model(cfg.model.model)
+    dev = _device_from(ns)
+    kv = plan(cfg, info, dev)
+    return cfg, info, kv, advise(cfg, info, dev, kv)
+
+
+def cmd_plan(ns: argparse.Namespace) -> int:
+    cfg, info, kv, findings = _plan_and_advise(ns)
+    out = kv.to_json()
+    out["model"] = info.path
+    out["errors"] = [f.message for f in findings if f.level == "error"]
+    out["warnings"] = [f.message for f in findings if f.level == "warning"]
+    out["fits"] = kv.fits and not out["errors"]
+    if ns.json:
+        _print_json(out)
+        return 0
+    print(f"device        {kv.device}")
+    print(f"model         {info.path} ({info.badge})")
+    for label, key in (("budget", "budget_bytes"), ("weights", "weights_bytes"),
+                       ("activations", "activation_bytes"), ("CUDA graphs", "cudagraph_bytes"),
+                       ("non-torch", "non_torch_bytes"), ("KV cache", "kv_cache_bytes")):
+        print(f"{label:<13} {_human_bytes(out[key])}")
+    print(f"KV cache      {kv.kv_cache_tokens:,} tokens in {kv.num_blocks:,} blocks of "
+          f"{kv.block_size} ({_human_bytes(kv.kv_bytes_per_token)} per token)")
+    print(f"concurrency   {kv.max_concurrency}x at max_model_len {kv.max_model_len}")
+    print(f"fits          {'yes' if out['fits'] else 'no'}")
+    for m in out["errors"]:
+        print(f"error: {m}")
+    for m in out["warnings"]:
+        print(f"warning: {m}")
+    return 0
+
+
+def cmd_command(ns: argparse.Namespace) -> int:
+    cfg = _config_from(ns)
+    if ns.yaml:
+        sys.stdout.write(knobs.to_yaml(cfg))
+    else:
+        import shlex
+
+        print(shlex.join(knobs.serve_command(cfg)))
+    return 0
+
+
+def cmd_profile(ns: argparse.Namespace) -> int:
+    if ns.action == "list":
+        for name in profiles.list_profiles():
+            print(name)
+    elif ns.action == "show":
+        sys.stdout.write(knobs.to_yaml(profiles.load_profile(ns.name)))
+    elif ns.action == "delete":
+        profiles.delete_profile(ns.name)
+    elif ns.action == "save":
+        path = profiles.save_profile(ns.name, _config_from(ns))
+        print(path)
+    return 0
+
+
+def cmd_demo_model(ns: argparse.Namespace) -> int:
+    from core.demo_model import default_demo_dir, ensure_demo_model
+
+    target = Path(ns.dir) if ns.dir else default_demo_dir()
+
+    def progress(ev: dict[str, Any]) -> None:
+        if ns.json_events:
+            print(json.dumps(ev), flush=True)
+        elif ev.get("event") == "progress":
+            print(f"\r{ev.get('stage', ''):>10} {ev.get('pct', 0):5.1f}%", end="",
+                  file=sys.stderr, flush=True)
+
+    path = ensure_demo_model(target, on_progress=progress, force=ns.force)
+    if not ns.json_events:
+        print(file=sys.stderr)
+        print(path)
+    return 0
+
+
+class _EventPrinter:
+    """Prints events as JSON lines (--json-events) or as short human lines; records them."""
+
+    def __init__(self, json_events: bool, recorder: Any = None, logs: bool = False) -> None:
+        self.json_events, self.recorder, self.logs = json_events, recorder, logs
+        self._lock = __import__("threading").Lock()
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev.get("event") == "log":
+            if self.logs:
+                with self._lock:
+                    print(json.dumps(ev) if self.json_events else ev["line"], flush=True)
+            return
+        if self.recorder is not None:
+            self.recorder.write(ev)
+        with self._lock:
+            if self.json_events:
+                print(json.dumps(ev, default=str), flush=True)
+            else:
+                print(_human_event(ev), flush=True)
+
+
+def _human_event(ev: dict[str, Any]) -> str:
+    kind = ev.get("event")
+    if kind == "state":
+        extra = ev.get("reason") or ev.get("url") or ""
+        return f"[{kind}] {ev['state']} {extra}".rstrip()
+    if kind == "fact":
+        return f"[fact] {ev['name']} = {ev['value']}"
+    if kind == "progress":
+        return f"[progress] {ev['stage']} {ev['pct']:.0f}%"
+    if kind == "advice":
+        return f"[{ev['level']}] {ev['message']}"
+    if kind == "metrics":
+        def f(v: Any, fmt: str = ".1f") -> str:
+            return "-" if v is None else format(v, fmt)
+        return (f"[metrics] kv {f(ev.get('kv_usage_pct'))}% ({ev.get('kv_blocks_used')}/"
+                f"{ev.get('kv_blocks_total')} blocks) run {ev.get('running')} wait "
+                f"{ev.get('waiting')} gen {f(ev.get('generation_tokens_per_s'))} tok/s "
+                f"ttft p99 {f(ev.get('ttft_p99_ms'))} ms cpu {f(ev.get('host_cpu_pct'))}%")
+    return json.dumps(ev, default=str)
+
+
+def _until_signal(stop: Any) -> None:
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    import threading
+
+    from core.engine import EngineEnv
+    from core.metrics import MetricsScraper
+    from core.recording import Recorder
+    from core.server import ServerProcess, warm_up
+    from core.telemetry import ProcessWatch, Sampler
+
+    cfg = _config_from(ns)
+    engine = EngineEnv(ns.engine_python) if ns.engine_python else EngineEnv()
+    server = ServerProcess(cfg, engine=engine)
+    recorder = None
+    if ns.record:
+        recorder = Recorder(ns.record, {"source": "serve", "config": knobs.to_dict(cfg),
+                                        "model": cfg.model.model})
+    out = _EventPrinter(ns.json_events, recorder, ns.logs)
+    server.subscribe(out)
+    stop = threading.Event()
+    _until_signal(stop)
+    server.subscribe(lambda ev: stop.set() if ev.get("state") == "crashed" else None)
+    sampler = None
+    try:
+        server.start()
+        while not stop.is_set() and not server.wait_ready(0.5):
+            if server.state in ("crashed", "stopped"):
+                break
+        if server.state == "ready" and not stop.is_set():
+            if ns.warmup:
+                warm_up(server, ns.warmup)
+            scraper = MetricsScraper(server.url, api_key=cfg.server.api_key, window_s=ns.window)
+            sampler = Sampler(hz=ns.hz, scraper=scraper, watch=ProcessWatch(server.pid))
+            sampler.subscribe(lambda s: out(s.to_event()))
+            sampler.start()
+            stop.wait()
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        crashed = server.state == "crashed"
+        if server.running:
+            server.stop()
+        if recorder is not None:
+            recorder.close()
+    return 3 if crashed else 0
+
+
+def cmd_monitor(ns: argparse.Namespace) -> int:
+    import threading
+    import time
+
+    from core.metrics import MetricsScraper
+    from core.recording import Recorder
+    from core.server import AttachedServer
+    from core.telemetry import Sampler
+
+    att = AttachedServer(ns.url, api_key=ns.api_key)
+    models = att.check()
+    recorder = Recorder(ns.record, {"source": "monitor", "url": att.url, "models": models}) \
+        if ns.record else None
+    out = _EventPrinter(ns.json_events, recorder)
+    out({"event": "state", "state": "attached", "url": att.url, "models": models,
+         "t": time.time()})
+    stop = threading.Event()
+    _until_signal(stop)
+    sampler = Sampler(hz=ns.hz, scraper=MetricsScraper(att.url, api_key=ns.api_key,
+                                                       window_s=ns.window))
+    sampler.subscribe(lambda s: out(s.to_event()))
+    sampler.start()
+    try:
+        stop.wait(ns.duration)
+    finally:
+        sampler.stop()
+        if recorder is not None:
+            recorder.close()
+    return 0
+
+
+def cmd_screenshots(ns: argparse.Namespace) -> int:
+    mod = importlib.import_module("gui.screenshots")
+    return int(mod.main([ns.outdir]) or 0)
+
+
+def cmd_gui(ns: argparse.Namespace) -> int:
+    # Loaded by name: core never depends on the Qt front end, the front end depends on core.
+    app = importlib.import_module("gui.app")
+    return int(app.main([]) or 0)
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="quantdeck", description="Serve, quantize, benchmark and "
+                                "tune LLMs with vLLM. With no command: the desktop panel.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str
+            ) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_)
+        sp.set_defaults(func=fn)
+        commands[name] = fn
+        return sp
+
+    sp = add("gui", cmd_gui, "open the desktop panel")
+
+    sp = add("screenshots", cmd_screenshots, "drive every tab against a demo server and save "
+             "one PNG per tab")
+    sp.add_argument("outdir")
+
+    sp = add("demo-model", cmd_demo_model, "build the built-in tiny demo model")
+    sp.add_argument("dir", nargs="?", help="target folder (default: the user data dir)")
+    sp.add_argument("--force", action="store_true", help="rebuild even if it exists")
+    sp.add_argument("--json-events", action="store_true", help="print JSON progress lines")
+
+    sp = add("inspect", cmd_inspect, "facts about a model folder (no weights loaded)")
+    sp.add_argument("path")
+    sp.add_argument("--json", action="store_true")
+
+    sp = add("models", cmd_models, "models in folders and the Hugging Face cache")
+    sp.add_argument("folders", nargs="*")
+    sp.add_argument("--no-hf-cache", action="store_true")
+    sp.add_argument("--json", action="store_true")
+
+    sp = add("plan", cmd_plan, "predict memory split and KV cache of a launch, with advice")
+    _add_model_and_knobs(sp)
+    _add_device(sp)
+    sp.add_argument("--json", action="store_true")
+
+    sp = add("command", cmd_command, "print the `vllm serve` command (or its --config YAML)")
+    _add_model_and_knobs(sp)
+    sp.add_argument("--yaml", action="store_true", help="print the YAML instead")
+
+    sp = add("serve", cmd_serve, "start vLLM, watch it, print events until SIGINT/SIGTERM")
+    _add_model_and_knobs(sp)
+    sp.add_argument("--json-events", action="store_true", help="one JSON object per line")
+    sp.add_argument("--record", metavar="FILE", help="record the session (JSONL) for replay")
+    sp.add_argument("--hz", type=float, default=1.0, help="metrics events per second")
+    sp.add_argument("--window", type=float, default=60.0, metavar="S",
+                    help="sliding window of the latency percentiles")
+    sp.add_argument("--warmup", type=int, default=0, metavar="N",
+                    help="warm-up requests after ready (reports first-request latency)")
+    sp.add_argument("--engine-python", metavar="PY", help="the Python whose vLLM to run "
+                    "(default: this one)")
+    sp.add_argument("--logs", action="store_true", help="also print the server's log lines")
+
+    sp = add("monitor", cmd_monitor, "watch a running vLLM server at URL without owning it")
+    sp.add_argument("url")
+    sp.add_argument("--api-key")
+    sp.add_argument("--json-events", action="store_true")
+    sp.add_argument("--duration", type=float, default=None, metavar="S")
+    sp.add_argument("--record", metavar="FILE")
+    sp.add_argument("--hz", type=float, default=1.0)
+    sp.add_argument("--window", type=float, default=60.0, metavar="S")
+
+    sp = add("profile", cmd_profile, "save, show, list or delete launch profiles")
+    psub = sp.add_subparsers(dest="action", required=True, metavar="ACTION")
+    psub.add_parser("list", help="list saved profiles")
+    for action in ("show", "delete"):
+        pa = psub.add_parser(action, help=f"{action} a profile")
+        pa.add_argument("name")
+    pa = psub.add_parser("save", help="save a profile from a model and knobs")
+    pa.add_argument("name")
+    _add_model_and_knobs(pa)
+    return p
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command is None:
+        ns.func = cmd_gui
+    try:
+        return ns.func(ns)
+    except QuantdeckError as e:
+        print(f"quantdeck: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The Playground tab: chat or completion against the running server, streamed in a worker,
+with sampling parameters and per-reply TTFT and tokens/s."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+from superqt.utils import thread_worker
+
+from core.errors import QuantdeckError
+from core.playground import ReplyStats, stream
+
+
+class PlaygroundPanel(QWidget):
+    reply_finished = Signal(object)  # ReplyStats
+
+    def __init__(self, target: Callable[[], tuple[str | None, str | None, str | None]],
+                 parent: QWidget | None = None) -> None:
+        """``target()`` returns (url, model, api_key) of the current server, or Nones."""
+        super().__init__(parent)
+        self._target = target
+        self.history: list[dict[str, str]] = []
+        self.worker: Any = None
+        self.mode = QComboBox()
+        self.mode.addItems(["chat", "completion"])
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0, 2)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setValue(0.7)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(1.0)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 32768)
+        self.max_tokens.setValue(128)
+        self.transcript = QPlainTextEdit()
+        self.transcript.setReadOnly(True)
+        self.input = QPlainTextEdit()
+        self.input.setPlaceholderText("Write a message or a prompt…")
+        self.input.setMaximumHeight(90)
+        self.send_button = QPushButton("Send")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.clear_button = QPushButton("Clear")
+        self.stats = QLabel("—")
+        params = QFormLayout()
+        for label, w in (("Mode", self.mode), ("Temperature", self.temperature),
+                         ("Top-p", self.top_p), ("Max tokens", self.max_tokens)):
+            params.addRow(label, w)
+        side = QVBoxLayout()
+        side.addLayout(params)
+        side.addWidget(self.stats)
+        side.addStretch(1)
+        buttons = QHBoxLayout()
+        for b in (self.send_button, self.stop_button, self.clear_button):
+            buttons.addWidget(b)
+        main = QVBoxLayout()
+        main.addWidget(self.transcript, 1)
+        main.addWidget(self.input)
+        main.addLayout(buttons)
+        lay = QHBoxLayout(self)
+        lay.addLayout(main, 3)
+        lay.addLayout(side, 1)
+        self.send_button.clicked.connect(self._on_send_clicked)
+        self.stop_button.clicked.connect(self._on_stop_clicked)
+        self.clear_button.clicked.connect(self._on_clear_clicked)
+
+    def _write(self, text: str) -> None:
+        cur = self.transcript.textCursor()
+        cur.movePosition(QTextCursor.End)
+        cur.insertText(text)
+        self.transcript.setTextCursor(cur)
+
+    def _on_send_clicked(self) -> None:
+        url, model, key = self._target()
+        text = self.input.toPlainText().strip()
+        if not text:
+            return
+        if not url or not model:
+            self.stats.setText("no server: start or attach one first")
+            return
+        chat = self.mode.currentText() == "chat"
+        if chat:
+            self.history.append({"role": "user", "content": text})
+            self._write(f"\n▶ you: {text}\n◀ model: ")
+        else:
+            self._write(f"\n{text}")
+        self.input.clear()
+        kw = dict(api_key=key, max_tokens=self.max_tokens.value(),
+                  temperature=self.temperature.value(), top_p=self.top_p.value())
+
+        @thread_worker
+        def run() -> Any:
+            last = None
+            for delta, st in stream(url, model, messages=list(self.history) if chat else None,
+                                    prompt=None if chat else text, **kw):
+                last = st
+                if delta:
+                    yield delta
+            return last
+
+        self.worker = run()
+        self.worker.yielded.connect(self._write)
+        self.worker.returned.connect(lambda st: self._on_reply_done(st, chat))
+        self.worker.errored.connect(self._on_error)
+        self.worker.finished.connect(lambda: (self.send_button.setEnabled(True),
+                                              self.stop_button.setEnabled(False)))
+        self.send_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.stats.setText("waiting for the first token…")
+        self.worker.start()
+
+    def _on_reply_done(self, st: ReplyStats | None, chat: bool) -> None:
+        if st is None:
+            return
+        if chat:
+            self.history.append({"role": "assistant", "content": st.text})
+        tps = st.tokens_per_s
+        self.stats.setText(
+            f"TTFT {st.ttft_ms:.0f} ms · {st.completion_tokens} tokens · "
+            f"{tps:.1f} tok/s · {st.finish_reason}" if st.ttft_ms is not None and tps
+            else f"{st.completion_tokens} tokens · {st.finish_reason}")
+        self._write("\n")
+        self.reply_finished.emit(st)
+
+    def _on_error(self, e: Exception) -> None:
+        self.stats.setText(str(e) if isinstance(e, QuantdeckError) else f"error: {e}")
+
+    def _on_stop_clicked(self) -> None:
+        if self.worker is not None:
+            self.worker.quit()
+
+    def _on_clear_clicked(self) -> None:
+        self.history.clear()
+        self.transcript.clear()
+        self.stats.setText("—")

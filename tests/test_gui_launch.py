@@ -1,0 +1,77 @@
+"""The generated launch form and the live planner panel (pytest-qt, offscreen)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+from ckpt import LLAMA3_8B, write_checkpoint
+from core.config import LaunchConfig
+from core.device import H200
+from core.knobs import iter_knobs
+from gui.knob_form import KnobForm
+from gui.main_window import MainWindow
+
+
+def test_form_has_every_knob(qtbot) -> None:
+    form = KnobForm()
+    qtbot.addWidget(form)
+    assert set(form.editors) == {k.name for k in iter_knobs() if k.name != "model"}
+
+
+def test_config_to_form_and_back(qtbot) -> None:
+    form = KnobForm()
+    qtbot.addWidget(form)
+    cfg = LaunchConfig()
+    cfg.model.model = "/m"
+    cfg.cache.gpu_memory_utilization = 0.75
+    cfg.cache.kv_cache_memory_bytes = 128 * 2**20
+    cfg.cache.block_size = 32
+    cfg.cache.enable_prefix_caching = False
+    cfg.scheduler.max_num_seqs = 12
+    cfg.compilation.enforce_eager = True
+    cfg.compilation.cudagraph_capture_sizes = [1, 2, 4]
+    cfg.lora.enable_lora = True
+    cfg.lora.lora_modules = ["a=/x"]
+    cfg.server.api_key = "k"
+    form.set_config(cfg)
+    assert form.editors["max_num_seqs"].widget.value() == 12
+    assert form.editors["enforce_eager"].widget.isChecked()
+    assert form.config() == cfg
+
+
+def test_form_edits_reach_config(qtbot) -> None:
+    form = KnobForm()
+    qtbot.addWidget(form)
+    with qtbot.waitSignal(form.changed):
+        form.editors["enforce_eager"].widget.setChecked(True)
+    form.editors["max_num_seqs"].widget.setValue(64)
+    form.editors["kv_cache_memory_bytes"].widget.setText("256MiB")
+    combo = form.editors["kv_cache_dtype"].widget
+    combo.setCurrentText("fp8")
+    cfg = form.config()
+    assert cfg.compilation.enforce_eager and cfg.scheduler.max_num_seqs == 64
+    assert cfg.cache.kv_cache_memory_bytes == 256 * 2**20 and cfg.cache.kv_cache_dtype == "fp8"
+    form.editors["max_num_seqs"].widget.setValue(form.editors["max_num_seqs"].widget.minimum())
+    assert form.config().scheduler.max_num_seqs is None  # "auto"
+
+
+def test_planner_panel_follows_knobs(qtbot, tmp_path: Path) -> None:
+    root = write_checkpoint(tmp_path / "l8b", LLAMA3_8B, shards=2)
+    win = MainWindow(device=H200)
+    qtbot.addWidget(win)
+    win.add_model(root, select=True)
+    assert "BF16" in win.library.currentItem().text()
+    text = win.launch.planner.figures.text()
+    assert "fits" in text
+
+    def tokens() -> int:
+        text = win.launch.planner.figures.text()
+        return int(text.split("= ")[1].split(" tokens")[0].replace(",", ""))
+
+    before = tokens()
+    win.launch.form.editors["kv_cache_dtype"].widget.setCurrentText("fp8")
+    assert tokens() > 1.9 * before
+    win.launch.form.editors["enforce_eager"].widget.setChecked(True)
+    assert "eager mode costs 4x" in win.launch.planner.advice.text()
+    win.launch.form.editors["gpu_memory_utilization"].widget.setValue(0.1)
+    assert "does not fit" in win.launch.planner.figures.text()

