@@ -15,7 +15,7 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QTimer  # noqa: E402
+from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 
@@ -27,6 +27,7 @@ class Probe:
         self.by_phase: dict[str, list[float]] = {}
         self._last = time.perf_counter()
         self.timer = QTimer()
+        self.timer.setTimerType(Qt.PreciseTimer)
         self.timer.setInterval(period_ms)
         self.timer.timeout.connect(self._tick)
 

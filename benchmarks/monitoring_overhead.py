@@ -64,16 +64,28 @@ def main() -> None:
     try:
         load(url, model, a.concurrency, a.concurrency, 8)  # warm-up
         off, on = [], []
-        for r in range(a.rounds):
-            off.append(load(url, model, a.concurrency, a.requests, a.max_tokens))
+
+        def monitored() -> float:
             sampler = Sampler(hz=2.0, scraper=MetricsScraper(url), watch=ProcessWatch(pid))
             sampler.start()
-            on.append(load(url, model, a.concurrency, a.requests, a.max_tokens))
-            sampler.stop()
+            try:
+                return load(url, model, a.concurrency, a.requests, a.max_tokens)
+            finally:
+                sampler.stop()
+
+        for r in range(a.rounds):  # ABBA order: drifts of the machine cancel out
+            first_off = r % 2 == 0
+            for monitor in ((False, True) if first_off else (True, False)):
+                if monitor:
+                    on.append(monitored())
+                else:
+                    off.append(load(url, model, a.concurrency, a.requests, a.max_tokens))
             print(f"round {r + 1}: none {off[-1]:.1f} tok/s, 2 Hz monitoring {on[-1]:.1f} tok/s")
         ratio = statistics.mean(on) / statistics.mean(off)
+        spread = statistics.pstdev(off) / statistics.mean(off)
         print(f"mean: none {statistics.mean(off):.1f} tok/s, monitored "
-              f"{statistics.mean(on):.1f} tok/s, ratio {ratio:.3f} (goal >= 0.98)")
+              f"{statistics.mean(on):.1f} tok/s, ratio {ratio:.3f} (goal >= 0.98); run-to-run "
+              f"spread of the unmonitored runs {spread:.1%}")
     finally:
         if server is not None:
             server.stop()

@@ -3,8 +3,8 @@
     QT_QPA_PLATFORM=offscreen python benchmarks/plots.py
 
 Fills the store with 36,000 points, then times `refresh()` (setData of every curve, peak
-downsampling, clip to view) plus the repaint, for each window (1 min, 10 min, 1 h), while new
-points keep arriving.
+downsampling, clip to view) plus the paint Qt then does, for each window (1 min, 10 min, 1 h),
+while new points keep arriving.
 """
 from __future__ import annotations
 
@@ -20,8 +20,13 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from gui.monitor import MonitorPanel  # noqa: E402
 
 
+_walk = np.full(12, 0.5)
+
+
 def event(t: float, rng: np.random.Generator) -> dict:
-    v = rng.random(12)
+    """Monitored series move like real ones: a bounded random walk, not white noise."""
+    _walk[:] = np.clip(_walk + rng.normal(0, 0.02, 12), 0, 1)
+    v = _walk
     return {"event": "metrics", "t": t, "host_cpu_pct": 100 * v[0],
             "host_ram_used_bytes": 2**30 * (8 + v[1]), "server_rss_bytes": 2**30 * 2,
             "kv_blocks_used": 500 * v[2], "kv_blocks_total": 512, "kv_usage_pct": 100 * v[2],
@@ -51,17 +56,20 @@ def main() -> None:
     i = n
     for label in ("1 min", "10 min", "1 h"):
         m.window_box.setCurrentText(label)
-        times = []
+        times, upd = [], []
         for _ in range(40):
             m.add_event(event(t0 + i / 10, rng))
             i += 1
             t = time.perf_counter()
-            m.refresh()
-            m.graphics.repaint()
-            app.processEvents()
+            m.refresh()  # setData of every curve, as the 10 Hz QTimer does
+            t1 = time.perf_counter()
+            app.processEvents()  # Qt paints what changed
             times.append((time.perf_counter() - t) * 1000)
-        print(f"window {label:>6}: median {statistics.median(times):.2f} ms, "
-              f"p90 {sorted(times)[int(0.9 * len(times))]:.2f} ms per frame (goal <= 5 ms)")
+            upd.append((t1 - t) * 1000)
+        print(f"window {label:>6}: frame median {statistics.median(times):.2f} ms, "
+              f"p90 {sorted(times)[int(0.9 * len(times))]:.2f} ms (goal <= 5 ms); of which "
+              f"data update {statistics.median(upd):.2f} ms, paint "
+              f"{statistics.median(times) - statistics.median(upd):.2f} ms")
 
 
 if __name__ == "__main__":

@@ -119,6 +119,9 @@ class CacheConfig:
         None, "Reuse the KV cache of shared prompt prefixes (vLLM's default: on).")
     cpu_offload_gb: float = knob(0.0, "GiB of weights per GPU to keep in CPU memory.",
                                  ge=0.0, unit="GiB", advanced=True)
+    calculate_kv_scales: Optional[bool] = knob(
+        None, "Compute fp8 KV-cache scales from the first batches (vLLM <= 0.31 only).",
+        advanced=True)
 
 
 @dataclass
@@ -132,6 +135,15 @@ class SchedulerConfig:
         ge=1, unit="tokens")
     enable_chunked_prefill: Optional[bool] = knob(
         None, "Split long prompts across steps so decodes keep running (vLLM's default: on).")
+    max_num_partial_prefills: Optional[int] = knob(
+        None, "Most prompts prefilled in one step, chunked (vLLM <= 0.31 only).", ge=1,
+        advanced=True)
+    max_num_active_seqs: Optional[int] = knob(
+        None, "Most requests admitted into RUNNING (<= max_num_seqs; vLLM >= 0.32).", ge=1,
+        advanced=True)
+    max_num_queued_reqs: Optional[int] = knob(
+        None, "Most requests waiting or running; more get HTTP 503 (vLLM >= 0.32).", ge=0,
+        advanced=True)
 
 
 @dataclass
@@ -234,6 +246,11 @@ class LaunchConfig:
                 f"scheduler.max_num_batched_tokens ({s.max_num_batched_tokens}) is smaller than "
                 f"model.max_model_len ({m.max_model_len}) with chunked prefill off: a long "
                 "prompt could never be scheduled")
+        if (s.max_num_active_seqs is not None and s.max_num_seqs is not None
+                and s.max_num_active_seqs > s.max_num_seqs):
+            raise ConfigError(
+                f"scheduler.max_num_active_seqs ({s.max_num_active_seqs}) exceeds "
+                f"scheduler.max_num_seqs ({s.max_num_seqs})")
         if not lo.enable_lora and lo.lora_modules:
             raise ConfigError("lora.lora_modules is set but lora.enable_lora is off")
         for spec in lo.lora_modules:

@@ -68,6 +68,24 @@ def gpu_series(i: int) -> tuple[SeriesSpec, ...]:
             SeriesSpec(f"gpu{i}_server_memory_gib", _gpu(i, "server_memory_bytes", 1 / GiB)))
 
 
+def peak_decimate(t: np.ndarray, cols: dict[str, np.ndarray], max_points: int
+                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Bins of k points -> (min, max) pairs; about ``max_points`` points per series."""
+    k = int(np.ceil(len(t) / (max_points // 2)))
+    n = (len(t) // k) * k
+    head = len(t) - n  # the oldest few points that do not fill a bin are dropped
+    tb = t[head:].reshape(-1, k)
+    t2 = np.repeat(tb[:, [0, -1]].mean(axis=1), 2)
+    out = {}
+    for name, v in cols.items():
+        vb = v[head:].reshape(-1, k)
+        pair = np.empty((vb.shape[0], 2))
+        np.fmin.reduce(vb, axis=1, out=pair[:, 0])  # fmin/fmax skip NaN; all-NaN bins stay
+        np.fmax.reduce(vb, axis=1, out=pair[:, 1])  # NaN (a gap), without a warning
+        out[name] = pair.reshape(-1)
+    return t2, out
+
+
 class TimeSeriesStore:
     """Preallocated ring buffers: one time axis, one float64 column per series (NaN = none).
 
@@ -125,20 +143,26 @@ class TimeSeriesStore:
         i = self._n % self.capacity
         return np.concatenate((a[i:], a[:i]))
 
-    def window(self, seconds: float | None = None, names: list[str] | None = None
-               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Time (s, relative to the newest point) and columns for the last ``seconds``."""
+    def window(self, seconds: float | None = None, names: list[str] | None = None,
+               max_points: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Time (s, relative to the newest point) and columns for the last ``seconds``.
+
+        ``max_points``: decimate longer windows to at most that many points per series,
+        keeping each bin's minimum and maximum (peak decimation: spikes stay visible).
+        """
         with self._lock:
             t = self._ordered(self._t)
-            cols = {k: self._ordered(v) for k, v in self._cols.items()
+            if len(t) == 0:
+                return t, {}
+            start = 0
+            if seconds is not None:
+                start = int(np.searchsorted(t - t[-1], -seconds, side="left"))
+            t = t[start:]
+            cols = {k: self._ordered(v)[start:] for k, v in self._cols.items()
                     if names is None or k in names}
-        if len(t) == 0:
-            return t, cols
         rel = t - t[-1]
-        if seconds is not None:
-            start = int(np.searchsorted(rel, -seconds, side="left"))
-            rel = rel[start:]
-            cols = {k: v[start:] for k, v in cols.items()}
+        if max_points is not None and len(rel) > max_points:
+            return peak_decimate(rel, cols, max_points)
         return rel, cols
 
     def latest(self, name: str) -> float | None:

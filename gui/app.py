@@ -17,7 +17,7 @@ def build_window() -> MainWindow:
     win = MainWindow()
     demo = default_demo_dir()
     if is_complete(demo):
-        win.add_model(demo, select=True)
+        win.add_model(demo, select=win.library.currentItem() is None)
     else:
         _build_demo(win, demo)
     return win
@@ -52,7 +52,7 @@ def _build_demo(win: MainWindow, demo: Path) -> None:
     def done(path: Path) -> None:
         win.progress.hide()
         win.status_label.setText(win.device.label)
-        win.add_model(Path(path), select=True)
+        win.add_model(Path(path), select=win.library.currentItem() is None)
 
     def failed(e: Exception) -> None:
         win.progress.hide()

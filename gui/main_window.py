@@ -1,6 +1,7 @@
 """The main window: model library on the left, the launch form and live planner on the right."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,8 @@ class LaunchTab(QWidget):
         self.model_path = ""
         self.model_label = QLabel("no model")
         self.model_label.setStyleSheet("font-weight:bold")
+        self.engine_label = QLabel("engine: probing…")
+        self.engine_label.setStyleSheet("color:#555")
         self.eager = QCheckBox("Eager mode (no CUDA graphs / torch.compile)")
         self.eager.setStyleSheet("font-size: 13pt; font-weight: bold")
         self.eager_note = QLabel()
@@ -163,6 +166,7 @@ class LaunchTab(QWidget):
 
         top = QVBoxLayout()
         top.addWidget(self.model_label)
+        top.addWidget(self.engine_label)
         top.addWidget(self.eager)
         top.addWidget(self.eager_note)
         scroll = QScrollArea()
@@ -357,7 +361,10 @@ class MainWindow(QMainWindow):
     model_selected = Signal(str)
 
     def __init__(self, device: DeviceFacts | None = None,
-                 controller: QtServerController | None = None) -> None:
+                 controller: QtServerController | None = None, *,
+                 probe: bool = True) -> None:
+        """``probe``: ask the engine what it can do and scan the Hugging Face cache, in the
+        background (tests of the form alone turn it off)."""
         super().__init__()
         self.setWindowTitle("Quantdeck")
         self.device = device or detect_device()
@@ -423,6 +430,63 @@ class MainWindow(QMainWindow):
         self.folders: list[str] = [f for f in (settings.value("folders") or []) if f]
         for f in self.folders:
             self._scan_folder(Path(f))
+        self._restore_last_config(settings)
+        self.engine_ready.connect(self._on_engine_ready)
+        self.hf_models.connect(self._on_hf_models)
+        if probe:
+            for fn in (self._probe_engine, self._scan_hf_cache):
+                threading.Thread(target=fn, name=f"quantdeck{fn.__name__}", daemon=True).start()
+
+    engine_ready = Signal(object)  # core.engine.Capabilities or an error string
+    hf_models = Signal(list)
+
+    def _probe_engine(self) -> None:
+        from core.engine import EngineEnv
+
+        try:
+            result: Any = EngineEnv().capabilities()
+        except QuantdeckError as e:
+            result = str(e)
+        try:
+            self.engine_ready.emit(result)
+        except RuntimeError:  # the window closed meanwhile
+            pass
+
+    def _on_engine_ready(self, caps: Any) -> None:
+        if isinstance(caps, str):
+            self.launch.engine_label.setText(f"engine: {caps}")
+            return
+        self.capabilities = caps
+        self.launch.engine_label.setText(f"engine: vLLM {caps.vllm_version} ({caps.platform}),"
+                                         f" torch {caps.torch_version}")
+        self.launch.form.set_supported(caps.flags)
+
+    def _scan_hf_cache(self) -> None:
+        from core.library import scan_hf_cache
+
+        found = [(e.path, e.name) for e in scan_hf_cache() if e.info is not None]
+        try:
+            self.hf_models.emit(found)
+        except RuntimeError:  # the window closed meanwhile
+            pass
+
+    def _on_hf_models(self, found: list[tuple[str, str]]) -> None:
+        for path, _name in found:
+            self.add_model(Path(path))
+
+    def _restore_last_config(self, settings: QSettings) -> None:
+        text = settings.value("last_config")
+        if not text:
+            return
+        from core.knobs import from_yaml
+
+        try:
+            cfg = from_yaml(str(text), where="last session")
+        except QuantdeckError:
+            return
+        self.launch.set_config(cfg)
+        if cfg.model.model and Path(cfg.model.model).is_dir():
+            self.add_model(Path(cfg.model.model), select=True)
 
     # -- library -----------------------------------------------------------------------------
     def add_model(self, path: Path, select: bool = False) -> None:
@@ -548,13 +612,20 @@ class MainWindow(QMainWindow):
                 self.monitor.add_event(ev)
             elif ev.get("event") in ("state", "fact"):
                 self.logs.add_event(ev)
-        self.monitor.refresh()
         self.tabs.setCurrentWidget(self.monitor)
+        self.monitor.refresh(force=True)
         self.status_label.setText(f"replay: {Path(path).name} ({rec.duration_s:.0f} s)")
         return len(rec.events)
 
     def closeEvent(self, ev: Any) -> None:  # noqa: N802 (Qt's name)
-        gui_settings().setValue("geometry", self.saveGeometry())
+        from core.knobs import to_yaml
+
+        settings = gui_settings()
+        settings.setValue("geometry", self.saveGeometry())
+        try:
+            settings.setValue("last_config", to_yaml(self.launch.config()))
+        except QuantdeckError:
+            pass
         self.monitor.timer.stop()
         self.controller.shutdown()
         super().closeEvent(ev)

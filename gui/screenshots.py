@@ -7,10 +7,8 @@ the server and exits 0 (1 if the server never became ready).
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from PySide6.QtWidgets import QApplication
 
@@ -18,34 +16,50 @@ from core.demo_model import ensure_demo_model
 
 
 def _wait(app: QApplication, cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        app.processEvents()
-        if cond():
-            return True
-        time.sleep(0.02)
+    """Run the event loop (no sleeping on the UI thread) until ``cond()`` or the timeout."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    if cond():
+        return True
+    loop = QEventLoop()
+    poll = QTimer()
+    poll.setInterval(20)
+    poll.timeout.connect(lambda: cond() and loop.quit())
+    QTimer.singleShot(int(timeout * 1000), loop.quit)
+    poll.start()
+    loop.exec()
+    poll.stop()
     return cond()
 
 
-def _background_load(url: str, model: str, seconds: float) -> threading.Thread:
-    import httpx
+_LOAD = r"""
+import sys, threading, time, httpx
+url, model, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+end = time.time() + seconds
+def run(k):
+    i = 0
+    while time.time() < end:
+        try:
+            httpx.post(url + "/v1/completions", timeout=60, json={
+                "model": model, "prompt": f"Topic {k}.{i}: the import statement",
+                "max_tokens": 24 + (i % 3) * 16, "ignore_eos": True})
+        except Exception:
+            time.sleep(0.5)
+        i += 1
+threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+"""
 
-    def run() -> None:
-        end = time.time() + seconds
-        i = 0
-        while time.time() < end:
-            try:
-                httpx.post(url + "/v1/completions", timeout=60, json={
-                    "model": model, "prompt": f"Topic {i}: the import statement",
-                    "max_tokens": 24 + (i % 3) * 16, "ignore_eos": True})
-            except Exception:
-                time.sleep(0.5)
-            i += 1
 
-    threads = [threading.Thread(target=run, daemon=True) for _ in range(3)]
-    for t in threads:
-        t.start()
-    return threads[0]
+def _background_load(url: str, model: str, seconds: float) -> Any:
+    """Three clients sending completions for ``seconds``, in another process (as other
+    users of the server would be): returns the Popen, whose ``is_alive()`` says if it runs."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", _LOAD, url, model, str(seconds)])
+    proc.is_alive = lambda: proc.poll() is None  # type: ignore[attr-defined]
+    return proc
 
 
 def main(argv: Sequence[str]) -> int:
@@ -88,7 +102,7 @@ def main(argv: Sequence[str]) -> int:
     win.tabs.setCurrentWidget(win.monitor)
     _wait(app, lambda: not loader.is_alive(), 60)
     _wait(app, lambda: False, 3.0)
-    win.monitor.refresh()
+    win.monitor.refresh(force=True)
     win.grab().save(str(out / "monitor.png"))
     win.tabs.setCurrentWidget(win.logs)
     _wait(app, lambda: False, 0.5)

@@ -12,6 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # test helpers (ckpt)
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # One cache for artefacts that are slow to make (the demo model); git-ignored.
 CACHE = Path(os.environ.get("QUANTDECK_TEST_CACHE", ROOT / ".cache" / "tests"))
+# Engine probes and vLLM/inductor caches: shared by the session, kept out of the user's home.
+os.environ.setdefault("QUANTDECK_CACHE_DIR", str(CACHE / "quantdeck-cache"))
 
 
 def alive_pids(pids: set[int]) -> list[int]:
@@ -48,7 +50,6 @@ def demo_server(demo_model: Path, tmp_path_factory: pytest.TempPathFactory):
     from core.config import LaunchConfig
     from core.server import ServerProcess, free_port
 
-    os.environ.setdefault("QUANTDECK_CACHE_DIR", str(CACHE / "quantdeck-cache"))
     cfg = LaunchConfig()
     cfg.model.model = str(demo_model)
     cfg.compilation.enforce_eager = True

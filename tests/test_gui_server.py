@@ -23,7 +23,7 @@ pytestmark = pytest.mark.server
 def window(qtbot, demo_server, demo_model: Path):
     """The main window on the demo model; the session server steps aside meanwhile."""
     demo_server.stop()
-    win = MainWindow(device=cpu_device())
+    win = MainWindow(device=cpu_device(), probe=False)
     qtbot.addWidget(win)
     win.add_model(demo_model, select=True)
     win.show()
@@ -47,7 +47,7 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
 
     # the Monitor's plots receive points from the live server
     qtbot.waitUntil(lambda: len(window.monitor.store) >= 3, timeout=20_000)
-    window.monitor.refresh()
+    window.monitor.refresh(force=True)
     assert window.monitor.data_of("kv_blocks_total")[-1] == 64 * 2**20 // (128 * 2048)
     assert len(window.monitor.data_of("host_cpu_pct")) >= 3
 

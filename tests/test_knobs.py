@@ -59,7 +59,8 @@ def _random_config(rng: random.Random) -> LaunchConfig:
         k.set(cfg, v)
     if cfg.lora.lora_modules:
         cfg.lora.enable_lora = True
-    cfg.scheduler.max_num_batched_tokens = None
+    cfg.scheduler.max_num_batched_tokens = None  # cross-field rules are tested below
+    cfg.scheduler.max_num_active_seqs = None
     cfg.parallel.distributed_executor_backend = None
     return cfg.validate()
 

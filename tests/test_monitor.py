@@ -50,12 +50,12 @@ def test_monitor_plots_receive_points(qtbot) -> None:
     qtbot.addWidget(m)
     for i in range(30):
         m.add_event(_ev(100.0 + i, generation_tokens_per_s=float(i)))
-    m.refresh()
+    m.refresh(force=True)
     y = m.data_of("generation_tokens_per_s")
     assert len(y) == 30 and y[-1] == 29.0
     m.pause_box.setChecked(True)
     m.add_event(_ev(131.0, generation_tokens_per_s=99.0))
-    m.refresh()
+    m.refresh(force=True)
     assert m.data_of("generation_tokens_per_s")[-1] == 29.0  # paused
     m.pause_box.setChecked(False)
     assert m.data_of("generation_tokens_per_s")[-1] == 99.0
@@ -67,11 +67,11 @@ def test_alerts_banner_and_signal(qtbot) -> None:
     m.show()
     m.ttft_limit.setValue(200)
     m.add_event(_ev(1.0, ttft_p99_ms=150.0))
-    m.refresh()
+    m.refresh(force=True)
     assert m.banner.isHidden()
     with qtbot.waitSignal(m.alert) as sig:
         m.add_event(_ev(2.0, ttft_p99_ms=450.0))
-        m.refresh()
+        m.refresh(force=True)
     assert "p99 TTFT 450 ms > 200 ms" in sig.args[0]
     assert m.banner.isVisible() and "450" in m.banner.text()
 
@@ -93,8 +93,8 @@ def test_replayed_recording_looks_like_live(qtbot, tmp_path: Path) -> None:
         live.add_event(e)
     for _ in replay(read_recording(tmp_path / "r.jsonl"), replayed.add_event):
         pass
-    live.refresh()
-    replayed.refresh()
+    live.refresh(force=True)
+    replayed.refresh(force=True)
     assert "GPU utilisation %" in replayed.plots
     for name in ("gpu0_util_pct", "generation_tokens_per_s", "kv_blocks_used"):
         assert np.array_equal(live.data_of(name), replayed.data_of(name))

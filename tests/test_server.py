@@ -73,6 +73,12 @@ def test_refuses_before_spawning(demo_server: ServerProcess, demo_model) -> None
     with pytest.raises(ConfigError, match="exceeds the model's 2048 positions"):
         s.start()
     assert s.pid is None
+    # a knob this vLLM does not have (0.32 dropped --max-num-partial-prefills) is never passed
+    old_knob = demo_server.cfg.copy()
+    old_knob.scheduler.max_num_partial_prefills = 2
+    assert caps.has("--max-num-partial-prefills") is False
+    with pytest.raises(ConfigError, match="this vLLM has no --max-num-partial-prefills"):
+        ServerProcess(old_knob, capabilities=caps).start()
 
 
 def test_kill9_of_engine_is_a_crash(demo_server: ServerProcess) -> None:
