@@ -69,7 +69,7 @@ def main() -> int:
         print("server did not start", file=sys.stderr)
         return 1
     probe.phase = "playground streaming + load + monitor"
-    win.tabs.setCurrentWidget(win.monitor)
+    win.tabs.setCurrentWidget(win._monitor_box)
     loader = _background_load(win.controller.url, win.controller.model_name, 20)
     pg = win.playground
     for _ in range(3):

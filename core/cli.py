@@ -347,6 +347,60 @@ def cmd_monitor(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(ns: argparse.Namespace) -> int:
+    import threading
+
+    from core.quant_jobs import QuantSpec, run_job
+
+    spec = QuantSpec(src=ns.src, method=ns.method, out=ns.out, calib=ns.calib,
+                     samples=ns.samples, seq_len=ns.seq_len)
+    cancel = threading.Event()
+    _until_signal(cancel)
+
+    def show(ev: dict[str, Any]) -> None:
+        if ns.json_events:
+            print(json.dumps(ev, default=str), flush=True)
+        elif ev.get("event") == "progress":
+            layer = f" layer {ev['layer']}/{ev['layers']}" if ev.get("layer") else ""
+            print(f"\r{ev.get('stage', ''):>10}{layer} {ev.get('pct', 0):5.1f}%   ", end="",
+                  file=sys.stderr, flush=True)
+
+    result = run_job(spec, show, cancel=cancel)
+    if not ns.json_events:
+        print(file=sys.stderr)
+        print(f"{result['out']}  {result['quant_method']} {result['scheme']}  "
+              f"{_human_bytes(result['bytes'])} (from {_human_bytes(result['source_bytes'])}) "
+              f"in {result['seconds']:.1f} s")
+    return 0
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    import subprocess
+
+    from core.engine import subprocess_env
+    from core.model_info import inspect_model
+
+    for p in (ns.orig, ns.quant):
+        inspect_model(p)  # one-line errors before the heavy subprocess
+    cmd = [sys.executable, "-m", "core.quality_entry", ns.orig, ns.quant,
+           "--max-tokens", str(ns.max_tokens)]
+    if ns.text:
+        cmd += ["--text", ns.text]
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env=subprocess_env({"HF_HUB_OFFLINE": "1"}))
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        raise QuantdeckError(f"compare: {last}")
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    if ns.json:
+        _print_json(result)
+    else:
+        print(f"KL(orig||quant) {result['kl_mean']:.5f} nats · top-1 agreement "
+              f"{result['top1_agreement']:.1%} · perplexity {result['ppl_orig']:.2f} -> "
+              f"{result['ppl_quant']:.2f} over {result['tokens']} tokens")
+    return 0
+
+
 def cmd_screenshots(ns: argparse.Namespace) -> int:
     mod = importlib.import_module("gui.screenshots")
     return int(mod.main([ns.outdir]) or 0)
@@ -430,6 +484,24 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", metavar="FILE")
     sp.add_argument("--hz", type=float, default=1.0)
     sp.add_argument("--window", type=float, default=60.0, metavar="S")
+
+    from core.quant_jobs import METHODS
+
+    sp = add("quantize", cmd_quantize, "convert a model: " + ", ".join(METHODS))
+    sp.add_argument("src", help="the unquantized model folder (never modified)")
+    sp.add_argument("--method", required=True, choices=list(METHODS))
+    sp.add_argument("--out", required=True, help="target folder (must not exist or be empty)")
+    sp.add_argument("--calib", help="calibration text (.txt or .jsonl with a 'text' field)")
+    sp.add_argument("--samples", type=int, default=64)
+    sp.add_argument("--seq-len", type=int, default=256)
+    sp.add_argument("--json-events", action="store_true")
+
+    sp = add("compare", cmd_compare, "quality of a converted model against its source")
+    sp.add_argument("orig")
+    sp.add_argument("quant")
+    sp.add_argument("--text", help="held-out text (default: the shipped held-out set)")
+    sp.add_argument("--max-tokens", type=int, default=2048)
+    sp.add_argument("--json", action="store_true")
 
     sp = add("profile", cmd_profile, "save, show, list or delete launch profiles")
     psub = sp.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -185,9 +185,9 @@ class ServerProcess:
         errs = errors(self.findings)
         if errs:
             raise ConfigError(errs[0].message)
+        args = vllm_args(cfg, supported=self.capabilities().flags)
         if not port_free(cfg.server.host, cfg.server.port):
             raise ServerError(f"port {cfg.server.port} on {cfg.server.host} is already in use")
-        args = vllm_args(cfg, supported=self.capabilities().flags)
         return [self.engine.python, "-m", "core.engine_entry", cfg.model.model, *args]
 
     def start(self) -> None:

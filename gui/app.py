@@ -7,7 +7,6 @@ from typing import Any, Sequence
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QApplication
-from superqt.utils import thread_worker
 
 from core.demo_model import default_demo_dir, ensure_demo_model, is_complete
 from gui.main_window import MainWindow
@@ -31,6 +30,8 @@ class _Progress(QObject):
 
 def _build_demo(win: MainWindow, demo: Path) -> None:
     """Build the demo model in a worker thread; the window stays responsive."""
+    from superqt.utils import thread_worker
+
     progress = _Progress(win)
 
     @thread_worker

@@ -5,7 +5,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, QSignalBlocker, Qt, Signal
+from PySide6.QtCore import QSettings, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QApplication,
@@ -37,7 +37,6 @@ from core.model_info import ModelInfo, inspect_model
 from core.planner import KvPlan, plan
 from gui.knob_form import KnobForm
 from gui.logs import LogsPanel
-from gui.monitor import MonitorPanel
 from gui.playground import PlaygroundPanel
 from gui.server_control import QtServerController
 
@@ -377,13 +376,17 @@ class MainWindow(QMainWindow):
         self.add_folder_button = QPushButton("Add folder…")
         self.tabs = QTabWidget()
         self.launch = LaunchTab(self.device)
-        self.monitor = MonitorPanel()
+        # pyqtgraph takes most of the start-up time: the Monitor is built right after the
+        # window shows (or on first use), inside this container
+        self._monitor: Any = None
+        self._monitor_box = QWidget()
+        QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
         self.logs = LogsPanel()
         self.playground = PlaygroundPanel(lambda: (self.controller.url,
                                                    self.controller.model_name,
                                                    self.controller.api_key))
         self.tabs.addTab(self.launch, "Launch")
-        self.tabs.addTab(self.monitor, "Monitor")
+        self.tabs.addTab(self._monitor_box, "Monitor")
         self.tabs.addTab(self.logs, "Logs")
         self.tabs.addTab(self.playground, "Playground")
         side = QWidget()
@@ -419,9 +422,7 @@ class MainWindow(QMainWindow):
         self.controller.event.connect(self._on_server_event)
         self.controller.metrics.connect(self._on_metrics)
         self.controller.error.connect(self._on_server_error)
-        self.monitor.alert.connect(lambda msg: self.logs.add_event(
-            {"event": "state", "state": "alert", "reason": msg}))
-        self.monitor.open_button.clicked.connect(self._on_open_recording)
+        QTimer.singleShot(0, lambda: self.monitor)
         self.resize(1400, 900)
         settings = gui_settings()
         geo = settings.value("geometry")
@@ -487,6 +488,19 @@ class MainWindow(QMainWindow):
         self.launch.set_config(cfg)
         if cfg.model.model and Path(cfg.model.model).is_dir():
             self.add_model(Path(cfg.model.model), select=True)
+
+    @property
+    def monitor(self) -> Any:
+        """The Monitor panel (built on first use)."""
+        if self._monitor is None:
+            from gui.monitor import MonitorPanel
+
+            self._monitor = MonitorPanel()
+            self._monitor_box.layout().addWidget(self._monitor)
+            self._monitor.alert.connect(lambda msg: self.logs.add_event(
+                {"event": "state", "state": "alert", "reason": msg}))
+            self._monitor.open_button.clicked.connect(self._on_open_recording)
+        return self._monitor
 
     # -- library -----------------------------------------------------------------------------
     def add_model(self, path: Path, select: bool = False) -> None:
@@ -612,7 +626,7 @@ class MainWindow(QMainWindow):
                 self.monitor.add_event(ev)
             elif ev.get("event") in ("state", "fact"):
                 self.logs.add_event(ev)
-        self.tabs.setCurrentWidget(self.monitor)
+        self.tabs.setCurrentWidget(self._monitor_box)
         self.monitor.refresh(force=True)
         self.status_label.setText(f"replay: {Path(path).name} ({rec.duration_s:.0f} s)")
         return len(rec.events)
@@ -626,6 +640,7 @@ class MainWindow(QMainWindow):
             settings.setValue("last_config", to_yaml(self.launch.config()))
         except QuantdeckError:
             pass
-        self.monitor.timer.stop()
+        if self._monitor is not None:
+            self._monitor.timer.stop()
         self.controller.shutdown()
         super().closeEvent(ev)

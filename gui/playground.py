@@ -18,14 +18,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from superqt.utils import thread_worker
-
 from core.errors import QuantdeckError
-from core.playground import ReplyStats, stream
 
 
 class PlaygroundPanel(QWidget):
-    reply_finished = Signal(object)  # ReplyStats
+    reply_finished = Signal(object)  # core.playground.ReplyStats
 
     def __init__(self, target: Callable[[], tuple[str | None, str | None, str | None]],
                  parent: QWidget | None = None) -> None:
@@ -100,6 +97,10 @@ class PlaygroundPanel(QWidget):
         else:
             self._write(f"\n{text}")
         self.input.clear()
+        from superqt.utils import thread_worker
+
+        from core.playground import stream
+
         kw = dict(api_key=key, max_tokens=self.max_tokens.value(),
                   temperature=self.temperature.value(), top_p=self.top_p.value())
 
@@ -124,7 +125,7 @@ class PlaygroundPanel(QWidget):
         self.stats.setText("waiting for the first token…")
         self.worker.start()
 
-    def _on_reply_done(self, st: ReplyStats | None, chat: bool) -> None:
+    def _on_reply_done(self, st: Any, chat: bool) -> None:
         if st is None:
             return
         if chat:

@@ -99,7 +99,7 @@ def main(argv: Sequence[str]) -> int:
         pg.send_button.click()
         _wait(app, lambda: pg.send_button.isEnabled(), 120)
     pg.grab().save(str(out / "playground.png"))
-    win.tabs.setCurrentWidget(win.monitor)
+    win.tabs.setCurrentWidget(win._monitor_box)
     _wait(app, lambda: not loader.is_alive(), 60)
     _wait(app, lambda: False, 3.0)
     win.monitor.refresh(force=True)

@@ -14,9 +14,9 @@ from PySide6.QtCore import QObject, Signal
 
 from core.config import LaunchConfig
 from core.errors import QuantdeckError
-from core.metrics import MetricsScraper
-from core.server import AttachedServer, ServerProcess
-from core.telemetry import ProcessWatch, Sampler
+
+# core.server / metrics / telemetry (httpx, prometheus_client, psutil) are imported where used:
+# the window shows before they load.
 
 
 class QtServerController(QObject):
@@ -28,9 +28,9 @@ class QtServerController(QObject):
 
     def __init__(self, parent: QObject | None = None, *, hz: float = 2.0) -> None:
         super().__init__(parent)
-        self.server: ServerProcess | None = None
-        self.attached: AttachedServer | None = None
-        self.sampler: Sampler | None = None
+        self.server: Any = None  # core.server.ServerProcess
+        self.attached: Any = None  # core.server.AttachedServer
+        self.sampler: Any = None  # core.telemetry.Sampler
         self.hz = hz
         self.state = "stopped"
         self._lock = threading.Lock()
@@ -62,6 +62,9 @@ class QtServerController(QObject):
         self.event.emit(ev)
 
     def _start_sampler(self) -> None:
+        from core.metrics import MetricsScraper
+        from core.telemetry import ProcessWatch, Sampler
+
         self._stop_sampler()
         url = self.server.url if self.server else self.attached.url if self.attached else None
         if url is None:
@@ -101,6 +104,8 @@ class QtServerController(QObject):
     def start(self, cfg: LaunchConfig) -> threading.Thread:
         """Spawn a server for ``cfg`` (stopping the current one first)."""
         def body() -> None:
+            from core.server import ServerProcess
+
             self._shutdown()
             srv = ServerProcess(cfg)
             with self._lock:
@@ -117,6 +122,8 @@ class QtServerController(QObject):
 
     def attach(self, url: str, api_key: str | None = None) -> threading.Thread:
         def body() -> None:
+            from core.server import AttachedServer
+
             self._shutdown()
             att = AttachedServer(url, api_key=api_key)
             models = att.check()

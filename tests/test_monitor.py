@@ -5,7 +5,6 @@ import csv
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from core.recording import Recorder, read_recording, replay
 from core.timeseries import TimeSeriesStore
