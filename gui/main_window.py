@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import profiles
-from core.advisor import advise
+from core.advisor import Finding, advise
 from core.knobs import serve_command
 from core.profiles import config_dir
 from core.config import LaunchConfig
@@ -254,8 +254,7 @@ class LaunchTab(QWidget):
             self.findings = advise(cfg, self.info, self.device, p)
             self.planner.show_plan(p, self.findings, None)
         except QuantdeckError as e:
-            self.findings = [type("F", (), {"level": "error", "message": str(e),
-                                            "knob": ""})()]
+            self.findings = [Finding("error", "", str(e))]
             self.planner.show_plan(None, [], str(e))
         notes = [f.message for f in self.findings if f.knob == "enforce_eager"]
         self.eager_note.setText(notes[0] if notes else (
@@ -465,15 +464,15 @@ class MainWindow(QMainWindow):
     def _scan_hf_cache(self) -> None:
         from core.library import scan_hf_cache
 
-        found = [(e.path, e.name) for e in scan_hf_cache() if e.info is not None]
+        found = [(e.path, e.info) for e in scan_hf_cache() if e.info is not None]
         try:
             self.hf_models.emit(found)
         except RuntimeError:  # the window closed meanwhile
             pass
 
-    def _on_hf_models(self, found: list[tuple[str, str]]) -> None:
-        for path, _name in found:
-            self.add_model(Path(path))
+    def _on_hf_models(self, found: list[tuple[str, ModelInfo]]) -> None:
+        for path, info in found:  # inspected in the worker: no file reads on the UI thread
+            self.add_model(Path(path), info=info)
 
     def _restore_last_config(self, settings: QSettings) -> None:
         text = settings.value("last_config")
@@ -503,14 +502,16 @@ class MainWindow(QMainWindow):
         return self._monitor
 
     # -- library -----------------------------------------------------------------------------
-    def add_model(self, path: Path, select: bool = False) -> None:
+    def add_model(self, path: Path, select: bool = False, info: ModelInfo | None = None
+                  ) -> None:
+        """Add a model folder to the library (``info``: already inspected, e.g. by a scan)."""
         for i in range(self.library.count()):
             if self.library.item(i).data(Qt.UserRole)[0] == str(path):
                 if select:
                     self.library.setCurrentRow(i)
                 return
         try:
-            info = inspect_model(path)
+            info = info or inspect_model(path)
             text = f"{path.name}   [{info.badge}]"
         except QuantdeckError as e:
             info, text = None, f"{path.name}   (unreadable)"
@@ -527,7 +528,7 @@ class MainWindow(QMainWindow):
 
         try:
             for e in scan_folders([folder]):
-                self.add_model(Path(e.path))
+                self.add_model(Path(e.path), info=e.info)
         except QuantdeckError as e:
             self.library_info.setText(str(e))
 
