@@ -91,6 +91,37 @@ def _config_from(ns: argparse.Namespace) -> LaunchConfig:
     return cfg.validate()
 
 
+def _add_load_options(p: argparse.ArgumentParser, slo: bool = True,
+                      seed_flag: str = "--seed") -> None:
+    g = p.add_argument_group("load")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", type=int, help="fixed number of requests in flight")
+    mode.add_argument("--request-rate", type=float, default=float("inf"), metavar="R",
+                      help="Poisson arrivals per second (default: all at once)")
+    g.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape of arrival gaps (1: Poisson, <1 burstier)")
+    g.add_argument("--num-prompts", type=int, default=64)
+    g.add_argument("--input-len", type=int, default=128, help="prompt tokens (exact, through "
+                   "the server's tokenizer)")
+    g.add_argument("--output-len", type=int, default=128, help="max_tokens (with ignore_eos)")
+    g.add_argument("--prompts-file", metavar="JSONL", help="prompts instead of random ones: "
+                   '{"prompt": ..., "output_len": ...} per line')
+    g.add_argument("--sharegpt", metavar="JSON", help="a ShareGPT file")
+    g.add_argument("--warmups", type=int, default=1, help="requests before the measurement")
+    g.add_argument("--no-ignore-eos", action="store_true", help="stop at end of sequence")
+    g.add_argument("--temperature", type=float)
+    g.add_argument(seed_flag, dest="load_seed", type=int, default=0,
+                   help="seed of the prompts and arrival times")
+    if not slo:
+        return
+    s = p.add_argument_group("SLO (goodput)")
+    s.add_argument("--slo-ttft-ms", type=float)
+    s.add_argument("--slo-tpot-ms", type=float)
+    s.add_argument("--slo-e2el-ms", type=float)
+    s.add_argument("--goodput", nargs="*", metavar="KEY:MS",
+                   help="as vllm bench serve: ttft:MS tpot:MS e2el:MS")
+
+
 # -- commands -------------------------------------------------------------------------------
 
 def cmd_inspect(ns: argparse.Namespace) -> int:
@@ -401,9 +432,309 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _load_from(ns: argparse.Namespace) -> Any:
+    from core.bench import LoadSpec
+
+    return LoadSpec(num_prompts=ns.num_prompts, input_len=ns.input_len,
+                    output_len=ns.output_len, concurrency=ns.concurrency,
+                    request_rate=ns.request_rate, burstiness=ns.burstiness,
+                    prompts_file=ns.prompts_file, sharegpt=ns.sharegpt, warmups=ns.warmups,
+                    ignore_eos=not ns.no_ignore_eos, temperature=ns.temperature, seed=ns.load_seed)
+
+
+def _slo_from(ns: argparse.Namespace) -> dict[str, float]:
+    from core.bench import parse_slo
+
+    return parse_slo(ns.goodput, ttft=ns.slo_ttft_ms, tpot=ns.slo_tpot_ms, e2el=ns.slo_e2el_ms)
+
+
+def _progress_printer(quiet: bool) -> Any:
+    import threading
+
+    lock = threading.Lock()
+
+    def show(rec: Any, done: int, total: int) -> None:
+        if quiet:
+            return
+        with lock:
+            end = "\n" if done == total else ""
+            print(f"\r{done}/{total} requests", end=end, file=sys.stderr, flush=True)
+    return show
+
+
+def _served_model(url: str, api_key: str | None, model: str | None) -> str:
+    if model:
+        return model
+    from core.server import AttachedServer
+
+    names = AttachedServer(url, api_key=api_key).check()
+    if len(names) != 1:
+        raise ConfigError(f"{url} serves {len(names)} models ({', '.join(names)}): "
+                          "pick one with --model")
+    return names[0]
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    from core.bench import Bench, summary_lines
+    from core.runs import environment, save_run, write_json
+
+    spec = _load_from(ns)
+    slo = _slo_from(ns)
+    model = _served_model(ns.url, ns.api_key, ns.model)
+    bench = Bench(ns.url, model, spec, api_key=ns.api_key, slo=slo,
+                  on_record=_progress_printer(ns.quiet))
+    stop_handler = lambda *_: bench.cancel()  # noqa: E731  (Ctrl-C ends with what was measured)
+    import signal
+
+    signal.signal(signal.SIGINT, stop_handler)
+    result = bench.run()
+    result["env"] = environment(result.get("server_version"))
+    if ns.label:
+        result["label"] = ns.label
+    if not ns.no_save:
+        path = save_run(result, ns.label)
+        print(f"saved {path}", file=sys.stderr)
+    if ns.json:
+        write_json(Path(ns.json), result)
+    if not ns.quiet:
+        print("\n".join(summary_lines(result)))
+    return 0 if result["completed"] and not result.get("ended_early") else 1
+
+
+def _arm_parser() -> argparse.ArgumentParser:
+    ap = OneLineParser(prog="--arm", add_help=False)
+    ap.add_argument("path", nargs="?")
+    ap.add_argument("--profile")
+    knobs.add_cli_options(ap)
+    return ap
+
+
+def _parse_arm(text: str, base: LaunchConfig) -> Any:
+    """``LABEL=OPTIONS``: the base config with a model path, --profile and knobs on top."""
+    import shlex
+
+    from core.ab import Arm
+
+    label, sep, opts = text.partition("=")
+    if not sep or not label.strip():
+        raise ConfigError(f"--arm {text!r}: expected LABEL=OPTIONS, e.g. eager=--enforce-eager")
+    try:
+        tokens = shlex.split(opts)
+    except ValueError as e:
+        raise ConfigError(f"--arm {label}: {e}") from None
+    try:
+        ns = _arm_parser().parse_known_args(tokens)
+    except SystemExit:
+        raise ConfigError(f"--arm {label}: bad options {opts!r}") from None
+    arm_ns, extra = ns
+    if extra:
+        raise ConfigError(f"--arm {label}: unknown options {' '.join(extra)}")
+    cfg = base
+    if arm_ns.profile:
+        p = Path(arm_ns.profile)
+        cfg = profiles.load_file(p) if p.exists() else profiles.load_profile(arm_ns.profile)
+    cfg = knobs.apply_cli_options(cfg, arm_ns)
+    if arm_ns.path:
+        cfg.model.model = arm_ns.path
+    return Arm(label.strip(), cfg.validate())
+
+
+class _Progress:
+    """Event printer for ab / tune: JSON lines or short human lines on stderr."""
+
+    def __init__(self, json_events: bool) -> None:
+        self.json_events = json_events
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if self.json_events:
+            print(json.dumps(ev, default=str), flush=True)
+            return
+        kind = ev.get("event")
+        if kind == "arm":
+            print(f"[{ev['index'] + 1}/{ev['total']}] {ev['label']}: {ev['stage']}"
+                  + (f" ({ev['error']})" if ev.get("error") else ""), file=sys.stderr, flush=True)
+        elif kind == "point":
+            vals = " ".join(f"{k}={v}" for k, v in ev["values"].items())
+            if ev["stage"] == "done":
+                good = "-" if ev.get("goodput") is None else f"{ev['goodput']:.2f} req/s"
+                note = ev.get("dropped") or ev.get("error") or ("meets" if ev.get("meets")
+                                                                else "misses targets")
+                print(f"point {ev['index']}: {vals}: goodput {good} ({note})", file=sys.stderr,
+                      flush=True)
+            else:
+                print(f"point {ev['index']}: {vals}: starting", file=sys.stderr, flush=True)
+        elif kind == "arm_server" and ev.get("event") == "state" and ev.get("state") == "crashed":
+            print(f"  server crashed: {ev.get('reason')}", file=sys.stderr, flush=True)
+
+
+def cmd_ab(ns: argparse.Namespace) -> int:
+    import signal
+
+    from core.ab import ABRun
+    from core.runs import environment, save_run, write_json
+
+    base = _config_from(ns)
+    arms = [_parse_arm(a, base) for a in ns.arm or []]
+    run = ABRun(arms, _load_from(ns), slo=_slo_from(ns), warmups=ns.warmup,
+                on_event=_Progress(ns.json_events))
+    signal.signal(signal.SIGINT, lambda *_: run.cancel())
+    result = run.run()
+    result["env"] = environment(next((a["result"].get("server_version") for a in result["arms"]
+                                      if a.get("result")), None))
+    result["label"] = ns.label or "ab-" + "-vs-".join(a.label for a in arms)
+    path = save_run_like(result)
+    if ns.json:
+        write_json(Path(ns.json), result)
+    print(f"saved {path}", file=sys.stderr)
+    _print_ab_table(result)
+    return 0 if all(a.get("result") and not a.get("error") for a in result["arms"]) else 1
+
+
+def save_run_like(result: dict[str, Any]) -> Path:
+    from core.runs import save_run
+
+    return save_run(result, result.get("label"))
+
+
+def _print_ab_table(result: dict[str, Any]) -> None:
+    print(f"{'arm':<20}{'ready s':>9}{'out tok/s':>11}{'req/s':>8}{'TTFT p50':>10}"
+          f"{'TTFT p99':>10}{'TPOT p50':>10}{'roofline':>10}  kernel")
+    for a in result["arms"]:
+        r = a.get("result") or {}
+        roof = a.get("roofline") or {}
+        f = lambda v, fmt=".1f": "-" if v is None else format(v, fmt)  # noqa: E731
+        frac = roof.get("fraction_of_roofline")
+        print(f"{a['label']:<20}{f(a.get('ready_s')):>9}{f(r.get('output_throughput')):>11}"
+              f"{f(r.get('request_throughput'), '.2f'):>8}{f(r.get('median_ttft_ms')):>10}"
+              f"{f(r.get('p99_ttft_ms')):>10}{f(r.get('median_tpot_ms'), '.2f'):>10}"
+              f"{(f(frac * 100, '.0f') + '%') if frac else '-':>10}  "
+              f"{(a.get('facts') or {}).get('quantization_kernel', '')}"
+              + (f"  ERROR {a['error']}" if a.get("error") else ""))
+
+
+def _parse_space(items: list[str] | None, device: DeviceFacts, concurrency: int | None
+                 ) -> dict[str, list[Any]]:
+    from core.tune import KNOBS, default_space
+
+    if not items:
+        return default_space(device, concurrency)
+    space: dict[str, list[Any]] = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        knob = knob.replace("-", "_")
+        if not sep or knob not in KNOBS:
+            raise ConfigError(f"--space {item!r}: expected KNOB=V1,V2 with KNOB one of "
+                              + ", ".join(KNOBS))
+        out: list[Any] = []
+        for v in values.split(","):
+            v = v.strip()
+            if v.lower() in ("true", "false"):
+                out.append(v.lower() == "true")
+                continue
+            try:
+                out.append(int(v) if v.lstrip("-").isdigit() else float(v))
+            except ValueError:
+                raise ConfigError(f"--space {knob}: {v!r} is not a number") from None
+        space[knob] = out
+    return space
+
+
+def cmd_tune(ns: argparse.Namespace) -> int:
+    import signal
+
+    from core.runs import environment, write_json
+    from core.tune import Tuner, apply_point
+
+    base = _config_from(ns)
+    spec = _load_from(ns)
+    space = _parse_space(ns.space, detect_device(), spec.concurrency)
+    tuner = Tuner(base, spec, ttft_ms=ns.ttft_ms, tpot_ms=ns.tpot_ms, space=space,
+                  strategy=ns.strategy, max_points=ns.max_points, warmups=ns.warmup,
+                  on_event=_Progress(ns.json_events))
+    signal.signal(signal.SIGINT, lambda *_: tuner.cancel())
+    result = tuner.run()
+    result["env"] = environment()
+    result["label"] = ns.label or f"tune-{ns.strategy}"
+    path = save_run_like(result)
+    if ns.json:
+        write_json(Path(ns.json), result)
+    print(f"saved {path}", file=sys.stderr)
+    best = result.get("best")
+    if not best:
+        print("no point completed", file=sys.stderr)
+        return 1
+    vals = " ".join(f"{k}={v}" for k, v in best["values"].items())
+    print(f"best: {vals}: goodput {best['goodput']:.2f} req/s, p99 TTFT "
+          f"{best['p99_ttft_ms']:.0f} ms, p99 TPOT {best['p99_tpot_ms']:.1f} ms "
+          f"({'meets' if best['meets'] else 'misses'} the targets); {len(result['points'])} "
+          f"points in {result['seconds']:.0f} s")
+    if ns.save_profile:
+        profiles.save_profile(ns.save_profile, apply_point(base, best["values"]))
+        print(f"saved profile {ns.save_profile}", file=sys.stderr)
+    return 0
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from core.runs import load_run
+
+    runs = [load_run(f) for f in ns.runs]
+    report = importlib.import_module("gui.report")
+    out = report.write_report(runs, Path(ns.out))
+    print(out)
+    return 0
+
+
+def cmd_runs(ns: argparse.Namespace) -> int:
+    from core.runs import compare, list_runs, load_run
+
+    if ns.a and ns.b:
+        rows = compare(load_run(ns.a), load_run(ns.b))
+        if ns.json:
+            _print_json(rows)
+        else:
+            for r in rows:
+                fmt = lambda v: "-" if v is None else (f"{v:.2f}" if isinstance(v, float)  # noqa
+                                                        else str(v))
+                mark = {True: "better", False: "worse", None: ""}[r["b_better"]]
+                ratio = "-" if r["ratio"] is None else f"x{r['ratio']:.3f}"
+                print(f"{r['metric']:<24}{fmt(r['a']):>12}{fmt(r['b']):>12}  {ratio:>8} {mark}")
+        return 0
+    if ns.a:
+        raise ConfigError("give two runs to compare (or none to list them)")
+    rows = []
+    for p in list_runs():
+        try:
+            r = load_run(p)
+        except QuantdeckError:
+            continue
+        rows.append({"file": p.name, "kind": r.get("kind", "bench"), "label": r.get("label"),
+                     "completed": r.get("completed"),
+                     "output_throughput": r.get("output_throughput"),
+                     "median_ttft_ms": r.get("median_ttft_ms")})
+    if ns.json:
+        _print_json(rows)
+    else:
+        for r in rows:
+            if r["kind"] != "bench":
+                print(f"{r['file']:<50} {r['kind']}")
+                continue
+            print(f"{r['file']:<50} {r['completed']:>5} req {r['output_throughput']:>9.1f} tok/s "
+                  f"TTFT p50 {r['median_ttft_ms']:.1f} ms")
+    return 0
+
+
 def cmd_screenshots(ns: argparse.Namespace) -> int:
     mod = importlib.import_module("gui.screenshots")
     return int(mod.main([ns.outdir]) or 0)
+
+
+def cmd_replay(ns: argparse.Namespace) -> int:
+    from core.recording import read_recording
+
+    read_recording(ns.file)  # one-line errors before Qt starts
+    replay = importlib.import_module("gui.replay")
+    w, _, h = ns.size.partition("x")
+    return int(replay.main(ns.file, ns.png, (int(w), int(h)), ns.title))
 
 
 def cmd_gui(ns: argparse.Namespace) -> int:
@@ -502,6 +833,57 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--text", help="held-out text (default: the shipped held-out set)")
     sp.add_argument("--max-tokens", type=int, default=2048)
     sp.add_argument("--json", action="store_true")
+
+    sp = add("bench", cmd_bench, "measure a running server under load (as `vllm bench serve`)")
+    sp.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    sp.add_argument("--model", help="served model name (default: the only one served)")
+    sp.add_argument("--api-key")
+    _add_load_options(sp)
+    sp.add_argument("--label", help="name of this run in the history")
+    sp.add_argument("--json", metavar="FILE", help="also write the result here")
+    sp.add_argument("--no-save", action="store_true", help="do not add it to the run history")
+    sp.add_argument("--quiet", action="store_true")
+
+    sp = add("ab", cmd_ab, "one load against several launch configs in turn (A/B)")
+    _add_model_and_knobs(sp)
+    sp.add_argument("--arm", action="append", metavar="LABEL=OPTIONS", required=True,
+                    help="an arm: the base config with these options on top (a model path, "
+                    "--profile NAME, knobs), e.g. --arm eager=--enforce-eager --arm graphs=")
+    _add_load_options(sp, seed_flag="--load-seed")
+    sp.add_argument("--warmup", type=int, default=2, help="warm-up requests per arm")
+    sp.add_argument("--label")
+    sp.add_argument("--json", metavar="FILE")
+    sp.add_argument("--json-events", action="store_true")
+
+    sp = add("tune", cmd_tune, "search launch knobs for the most goodput under latency targets")
+    _add_model_and_knobs(sp)
+    _add_load_options(sp, slo=False, seed_flag="--load-seed")
+    sp.add_argument("--ttft-ms", type=float, required=True, help="p99 TTFT target")
+    sp.add_argument("--tpot-ms", type=float, required=True, help="p99 TPOT target")
+    sp.add_argument("--space", nargs="+", metavar="KNOB=V1,V2", help="candidate values "
+                    "(default: sized to the load and device)")
+    sp.add_argument("--strategy", default="coordinate", choices=["coordinate", "grid"])
+    sp.add_argument("--max-points", type=int)
+    sp.add_argument("--warmup", type=int, default=1)
+    sp.add_argument("--save-profile", metavar="NAME", help="save the best point as a profile")
+    sp.add_argument("--label")
+    sp.add_argument("--json", metavar="FILE")
+    sp.add_argument("--json-events", action="store_true")
+
+    sp = add("report", cmd_report, "an HTML report with PNG charts of saved runs")
+    sp.add_argument("runs", nargs="+", help="run files (bench, ab or tune results)")
+    sp.add_argument("--out", default="quantdeck-report", help="output folder")
+
+    sp = add("runs", cmd_runs, "list saved benchmark runs, or compare two")
+    sp.add_argument("a", nargs="?", help="run file (or its name in the history)")
+    sp.add_argument("b", nargs="?")
+    sp.add_argument("--json", action="store_true")
+
+    sp = add("replay", cmd_replay, "show a recording in the Monitor (or save it as a PNG)")
+    sp.add_argument("file", help="a recording (.jsonl or .jsonl.gz)")
+    sp.add_argument("--png", metavar="OUT", help="render off screen, save, exit")
+    sp.add_argument("--size", default="1400x900", help="WIDTHxHEIGHT of the PNG")
+    sp.add_argument("--title", help="heading above the plots (default: the model)")
 
     sp = add("profile", cmd_profile, "save, show, list or delete launch profiles")
     psub = sp.add_subparsers(dest="action", required=True, metavar="ACTION")

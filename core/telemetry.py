@@ -102,6 +102,14 @@ class TelemetrySnapshot:
         return d
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, None without one."""
+    v = nvml_call("nvmlSystemGetDriverVersion")
+    if v is NA:
+        return None
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 def gpu_count() -> int:
     n = nvml_call("nvmlDeviceGetCount")
     return 0 if n is NA else int(n)

@@ -388,6 +388,16 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self._monitor_box, "Monitor")
         self.tabs.addTab(self.logs, "Logs")
         self.tabs.addTab(self.playground, "Playground")
+        self._bench: Any = None
+        self._bench_box = QWidget()
+        QVBoxLayout(self._bench_box).setContentsMargins(0, 0, 0, 0)
+        self.tabs.addTab(self._bench_box, "Benchmark")
+        from gui.convert_tab import ConvertTab
+
+        self.convert = ConvertTab(lambda: self.launch.model_path or None, self.device)
+        self.tabs.addTab(self.convert, "Convert")
+        self.convert.launch_requested.connect(self.launch_converted)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
         side = QWidget()
         sl = QVBoxLayout(side)
         sl.setContentsMargins(0, 0, 0, 0)
@@ -501,6 +511,24 @@ class MainWindow(QMainWindow):
             self._monitor.open_button.clicked.connect(self._on_open_recording)
         return self._monitor
 
+    @property
+    def bench(self) -> Any:
+        """The Benchmark tab (built on first use: pyqtgraph)."""
+        if self._bench is None:
+            from gui.bench_tab import BenchTab
+
+            self._bench = BenchTab(
+                lambda: (self.controller.url, self.controller.model_name,
+                         self.controller.api_key),
+                self.launch.config,
+                lambda: self.controller.state not in ("stopped", "crashed"))
+            self._bench_box.layout().addWidget(self._bench)
+        return self._bench
+
+    def _on_tab_changed(self, index: int) -> None:
+        if self.tabs.widget(index) is self._bench_box:
+            self.bench  # noqa: B018 (builds it)
+
     # -- library -----------------------------------------------------------------------------
     def add_model(self, path: Path, select: bool = False, info: ModelInfo | None = None
                   ) -> None:
@@ -556,7 +584,19 @@ class MainWindow(QMainWindow):
                 f"{info.weights_bytes / 2**20:,.1f} MiB · {info.num_layers} layers · "
                 f"kv heads {info.num_kv_heads}" + (f" · {q.method} {q.scheme}" if q else ""))
         self.launch.set_model(path, info)
+        self.convert.source_changed()
         self.model_selected.emit(path)
+
+    def launch_converted(self, path: str) -> None:
+        """One click after a conversion: select the new model and start it, unless the advisor
+        blocks it here (its reason then shows on the Launch tab)."""
+        self.add_model(Path(path), select=True)
+        self.tabs.setCurrentWidget(self.launch)
+        if self.launch.start_button.isEnabled():
+            self.launch.start_button.click()
+        else:
+            self.launch.message.setText(self.launch.start_button.toolTip()
+                                        or "this model cannot start with these settings")
 
     def _on_profile_model(self, path: str) -> None:
         self.add_model(Path(path), select=True)
@@ -608,7 +648,7 @@ class MainWindow(QMainWindow):
         from PySide6.QtWidgets import QFileDialog
 
         path, _ = QFileDialog.getOpenFileName(self, "Open a recording", "",
-                                              "Recordings (*.jsonl);;All files (*)")
+                                              "Recordings (*.jsonl *.jsonl.gz);;All files (*)")
         if path:
             self.open_recording(path)
 
@@ -643,5 +683,8 @@ class MainWindow(QMainWindow):
             pass
         if self._monitor is not None:
             self._monitor.timer.stop()
+        self.convert.shutdown()
+        if self._bench is not None and self._bench.job is not None:
+            self._bench.job.cancel()
         self.controller.shutdown()
         super().closeEvent(ev)

