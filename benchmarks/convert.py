@@ -12,15 +12,18 @@ with the same calibration windows and GPTQModel settings:
 - direct: a plain script that imports GPTQModel, loads, quantizes and saves, timed from spawn
   to exit, as a user running that script would see it.
 
-Both pay the same imports (GPTQModel alone takes ~13 s here), so the ratio shows what the job
+Both pay the same imports (GPTQModel alone takes ~12 s here), so the ratio shows what the job
 adds: progress events, copying the source's side files, verification and process handling.
-The order alternates between runs; medians are reported.
+The order alternates between runs; medians are reported. On a shared machine the wall times
+move with the neighbours' load, so the CPU time (user + system, all child processes) of each
+side is reported too.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -61,35 +64,43 @@ t0 = time.monotonic()
 from core.quant_jobs import QuantSpec, run_job
 result = run_job(QuantSpec(sys.argv[1], sys.argv[3], sys.argv[2], samples=int(sys.argv[4]),
                            seq_len=int(sys.argv[5])))
-print("RESULT", json.dumps({"seconds": time.monotonic() - t0, **result}), flush=True)
+print("RESULT", json.dumps({**result, "seconds": time.monotonic() - t0}), flush=True)
 """
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes, grandchildren included."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_direct(src: Path, out: Path, method: str, samples: int, seq_len: int,
-               env: dict[str, str]) -> tuple[float, list[float]]:
-    """Wall time of the plain GPTQModel script, spawn to exit; and its phase times."""
+               env: dict[str, str]) -> tuple[float, float, list[float]]:
+    """Wall and CPU time of the plain GPTQModel script, spawn to exit; its phase times."""
     out.mkdir(parents=True)
-    t0 = time.monotonic()
+    cpu0, t0 = children_cpu(), time.monotonic()
     # in OUT, like the job: GPTQModel writes its per-module logs to ./logs
     r = subprocess.run([sys.executable, "-c", DIRECT, str(src), str(out), method, str(samples),
                         str(seq_len)], cwd=out, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - t0
+    wall, cpu = time.monotonic() - t0, children_cpu() - cpu0
     if r.returncode != 0:
         raise SystemExit(f"direct {method} failed:\n{r.stderr[-3000:]}")
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("TIMES"))
-    return wall, [float(x) for x in line.split()[1:]]
+    return wall, cpu, [float(x) for x in line.split()[1:]]
 
 
 def run_quantdeck(src: Path, out: Path, method: str, samples: int, seq_len: int,
-                  env: dict[str, str]) -> tuple[float, dict]:
-    """Wall time of run_job (subprocess + verify + rename), measured around the call."""
+                  env: dict[str, str]) -> tuple[float, float]:
+    """Wall time of run_job (subprocess + verify + rename), measured around the call; and the
+    CPU time of the whole child (its interpreter, the job's subprocess, verify)."""
+    cpu0 = children_cpu()
     r = subprocess.run([sys.executable, "-c", JOB, str(src), str(out), method, str(samples),
                         str(seq_len)], cwd=ROOT, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"quantdeck {method} failed:\n{r.stderr[-3000:]}")
     result = json.loads(next(ln for ln in r.stdout.splitlines()
                              if ln.startswith("RESULT"))[len("RESULT "):])
-    return result["seconds"], result
+    return result["seconds"], children_cpu() - cpu0
 
 
 def main() -> None:
@@ -104,6 +115,7 @@ def main() -> None:
         from core.demo_model import ensure_demo_model
 
         a.src = ensure_demo_model()
+    a.src = a.src.resolve()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     work = Path(tempfile.mkdtemp(prefix="quantdeck-bench-convert-"))
     print(f"{a.src.name}, {a.samples} x {a.seq_len} calibration tokens, "
@@ -111,25 +123,33 @@ def main() -> None:
           f"{os.cpu_count()} CPUs")
     try:
         for method in a.methods.split(","):
-            direct, job, phases = [], [], []
+            direct, job, direct_cpu, job_cpu, phases = [], [], [], [], []
             for i in range(a.n):
                 sides = ("direct", "quantdeck") if i % 2 == 0 else ("quantdeck", "direct")
                 for side in sides:
                     out = work / f"{method}-{side}-{i}"
                     if side == "direct":
-                        wall, ph = run_direct(a.src, out, method, a.samples, a.seq_len, env)
+                        wall, cpu, ph = run_direct(a.src, out, method, a.samples, a.seq_len,
+                                                   env)
                         direct.append(wall)
+                        direct_cpu.append(cpu)
                         phases.append(ph)
                     else:
-                        wall, _ = run_quantdeck(a.src, out, method, a.samples, a.seq_len,
-                                                env)
+                        wall, cpu = run_quantdeck(a.src, out, method, a.samples, a.seq_len,
+                                                  env)
                         job.append(wall)
+                        job_cpu.append(cpu)
                     shutil.rmtree(out, ignore_errors=True)
             d, q = statistics.median(direct), statistics.median(job)
+            dc, qc = statistics.median(direct_cpu), statistics.median(job_cpu)
             ph = [statistics.median(p[k] for p in phases) for k in range(4)]
             print(f"{method}: direct GPTQModel {d:.1f} s (import {ph[0]:.1f}, load {ph[1]:.1f}, "
                   f"quantize {ph[2]:.1f}, save {ph[3]:.1f}); quantdeck job {q:.1f} s; "
-                  f"ratio {q / d:.3f} (goal <= 1.05) over {a.n} run(s)")
+                  f"ratio {q / d:.3f} (goal <= 1.05), median of {a.n} run(s)")
+            print(f"  CPU time (user + system): direct {dc:.1f} s, quantdeck {qc:.1f} s, "
+                  f"ratio {qc / dc:.3f}")
+            print(f"  wall per run: direct {', '.join(f'{x:.1f}' for x in direct)}; "
+                  f"quantdeck {', '.join(f'{x:.1f}' for x in job)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

