@@ -54,8 +54,9 @@ model.quantize(rows, batch_size=1, backend=backend)
 t_quant = time.monotonic()
 model.save(str(out))
 t_save = time.monotonic()
+import resource
 print("TIMES", t_import - t0, t_load - t_import, t_quant - t_load, t_save - t_quant,
-      file=sys.stderr, flush=True)
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr, flush=True)
 """
 
 JOB = r"""
@@ -76,7 +77,8 @@ def children_cpu() -> float:
 
 def run_direct(src: Path, out: Path, method: str, samples: int, seq_len: int,
                env: dict[str, str]) -> tuple[float, float, list[float]]:
-    """Wall and CPU time of the plain GPTQModel script, spawn to exit; its phase times."""
+    """Wall and CPU time of the plain GPTQModel script, spawn to exit; its phase times and
+    peak RSS (bytes, last)."""
     out.mkdir(parents=True)
     cpu0, t0 = children_cpu(), time.monotonic()
     # in OUT, like the job: GPTQModel writes its per-module logs to ./logs
@@ -90,7 +92,7 @@ def run_direct(src: Path, out: Path, method: str, samples: int, seq_len: int,
 
 
 def run_quantdeck(src: Path, out: Path, method: str, samples: int, seq_len: int,
-                  env: dict[str, str]) -> tuple[float, float]:
+                  env: dict[str, str]) -> tuple[float, float, int]:
     """Wall time of run_job (subprocess + verify + rename), measured around the call; and the
     CPU time of the whole child (its interpreter, the job's subprocess, verify)."""
     cpu0 = children_cpu()
@@ -100,7 +102,7 @@ def run_quantdeck(src: Path, out: Path, method: str, samples: int, seq_len: int,
         raise SystemExit(f"quantdeck {method} failed:\n{r.stderr[-3000:]}")
     result = json.loads(next(ln for ln in r.stdout.splitlines()
                              if ln.startswith("RESULT"))[len("RESULT "):])
-    return result["seconds"], children_cpu() - cpu0
+    return result["seconds"], children_cpu() - cpu0, int(result.get("peak_rss_bytes") or 0)
 
 
 def main() -> None:
@@ -123,7 +125,7 @@ def main() -> None:
           f"{os.cpu_count()} CPUs")
     try:
         for method in a.methods.split(","):
-            direct, job, direct_cpu, job_cpu, phases = [], [], [], [], []
+            direct, job, direct_cpu, job_cpu, phases, job_rss = [], [], [], [], [], []
             for i in range(a.n):
                 sides = ("direct", "quantdeck") if i % 2 == 0 else ("quantdeck", "direct")
                 for side in sides:
@@ -135,19 +137,22 @@ def main() -> None:
                         direct_cpu.append(cpu)
                         phases.append(ph)
                     else:
-                        wall, cpu = run_quantdeck(a.src, out, method, a.samples, a.seq_len,
-                                                  env)
+                        wall, cpu, rss = run_quantdeck(a.src, out, method, a.samples,
+                                                       a.seq_len, env)
                         job.append(wall)
+                        job_rss.append(rss)
                         job_cpu.append(cpu)
                     shutil.rmtree(out, ignore_errors=True)
             d, q = statistics.median(direct), statistics.median(job)
             dc, qc = statistics.median(direct_cpu), statistics.median(job_cpu)
-            ph = [statistics.median(p[k] for p in phases) for k in range(4)]
+            ph = [statistics.median(p[k] for p in phases) for k in range(5)]
             print(f"{method}: direct GPTQModel {d:.1f} s (import {ph[0]:.1f}, load {ph[1]:.1f}, "
                   f"quantize {ph[2]:.1f}, save {ph[3]:.1f}); quantdeck job {q:.1f} s; "
                   f"ratio {q / d:.3f} (goal <= 1.05), median of {a.n} run(s)")
             print(f"  CPU time (user + system): direct {dc:.1f} s, quantdeck {qc:.1f} s, "
                   f"ratio {qc / dc:.3f}")
+            print(f"  peak RSS: direct {ph[4] / 2**20:.0f} MiB, quantdeck job "
+                  f"{statistics.median(job_rss) / 2**20:.0f} MiB")
             print(f"  wall per run: direct {', '.join(f'{x:.1f}' for x in direct)}; "
                   f"quantdeck {', '.join(f'{x:.1f}' for x in job)}")
     finally:

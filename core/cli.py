@@ -406,23 +406,9 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    import subprocess
+    from core.quant_jobs import compare_quality
 
-    from core.engine import subprocess_env
-    from core.model_info import inspect_model
-
-    for p in (ns.orig, ns.quant):
-        inspect_model(p)  # one-line errors before the heavy subprocess
-    cmd = [sys.executable, "-m", "core.quality_entry", ns.orig, ns.quant,
-           "--max-tokens", str(ns.max_tokens)]
-    if ns.text:
-        cmd += ["--text", ns.text]
-    r = subprocess.run(cmd, capture_output=True, text=True,
-                       env=subprocess_env({"HF_HUB_OFFLINE": "1"}))
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
-        raise QuantdeckError(f"compare: {last}")
-    result = json.loads(r.stdout.strip().splitlines()[-1])
+    result = compare_quality(ns.orig, ns.quant, text=ns.text, max_tokens=ns.max_tokens)
     if ns.json:
         _print_json(result)
     else:

@@ -307,3 +307,21 @@ class JobQueue:
                 j.cancel.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+
+
+def compare_quality(orig: str, quant: str, *, text: str | None = None,
+                    max_tokens: int = 2048) -> dict[str, Any]:
+    """KL divergence, top-1 agreement and perplexities of a converted model against its source
+    on held-out text, in a subprocess (``core.quality_entry``: the one that imports torch)."""
+    for p in (orig, quant):
+        inspect_model(p)  # one-line errors before the heavy subprocess
+    cmd = [sys.executable, "-m", "core.quality_entry", orig, quant, "--max-tokens",
+           str(max_tokens)]
+    if text:
+        cmd += ["--text", text]
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env=subprocess_env({"HF_HUB_OFFLINE": "1"}))
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        raise QuantdeckError(f"compare: {last}")
+    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -75,8 +75,15 @@ def base_url(cfg: LaunchConfig) -> str:
     return f"http://{host}:{cfg.server.port}"
 
 
-def engine_environment(run_dir: Path) -> dict[str, str]:
-    """Per-run temp dir; shared vLLM / inductor caches (compiled graphs are reused); offline."""
+# Several GPUs of one host: NVLink multicast (NVLS) off; it hangs or fails on hosts whose
+# fabric manager does not offer it (the lent multi-GPU machines among them).
+MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[str, str]:
+    """Per-run temp dir; shared vLLM / inductor caches (compiled graphs are reused); offline;
+    for tensor / pipeline parallel launches, NVLink multicast off (the user's env wins)."""
     cache = cache_dir()
     env = {
         "TMPDIR": str(run_dir / "tmp"),
@@ -87,6 +94,9 @@ def engine_environment(run_dir: Path) -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    if cfg is not None and cfg.parallel.tensor_parallel_size * \
+            cfg.parallel.pipeline_parallel_size > 1:
+        env.update({k: os.environ.get(k, v) for k, v in MULTI_GPU_ENV.items()})
     (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
     return env
 
@@ -200,7 +210,8 @@ class ServerProcess:
             raise ServerError("the server is already running")
         cmd = self.preflight()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        env = subprocess_env({**engine_environment(self.run_dir), **self.extra_env})
+        env = subprocess_env({**engine_environment(self.run_dir, self.cfg),
+                              **self.extra_env})
         self.exit_code = None
         self.facts = {}
         self.log_tail.clear()

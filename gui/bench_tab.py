@@ -173,6 +173,7 @@ class BenchTab(QWidget):
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["metric", "value"])
         self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setStretchLastSection(True)
 
         left = QWidget()
         ll = QVBoxLayout(left)

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -47,6 +48,7 @@ def eta_text(started: float | None, pct: float, now: float | None = None) -> str
 class ConvertTab(QWidget):
     launch_requested = Signal(str)  # the converted model's folder
     job_finished = Signal(object)  # core.quant_jobs.Job
+    quality_checked = Signal(object, dict)  # job, compare result
 
     def __init__(self, source: Callable[[], str | None], device: DeviceFacts,
                  parent: QWidget | None = None, *, jobs: JobQueue | None = None) -> None:
@@ -91,6 +93,15 @@ class ConvertTab(QWidget):
         self.cancel_button = QPushButton("Cancel job")
         self.launch_button = QPushButton("Launch converted model")
         self.launch_button.setEnabled(False)
+        self.quality_button = QPushButton("Check quality")
+        self.quality_button.setToolTip("KL divergence, top-1 agreement and perplexity against "
+                                       "the source on held-out text (quantdeck compare)")
+        self.quality_button.setEnabled(False)
+        self.quality_worker: Any = None
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(2000)
+        self._last_stage: dict[int, str] = {}
         self.message = QLabel()
         self.message.setWordWrap(True)
         self.progress = QProgressBar()
@@ -99,8 +110,10 @@ class ConvertTab(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setStretchLastSection(True)
         buttons = QHBoxLayout()
-        for b in (self.convert_button, self.cancel_button, self.launch_button):
+        for b in (self.convert_button, self.cancel_button, self.launch_button,
+                  self.quality_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
         lay = QVBoxLayout(self)
@@ -108,13 +121,15 @@ class ConvertTab(QWidget):
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
         lay.addWidget(self.message)
-        lay.addWidget(self.table, 1)
+        lay.addWidget(self.table, 2)
+        lay.addWidget(self.log, 1)
 
         self.method.currentIndexChanged.connect(self._on_method_changed)
         self.calib_button.clicked.connect(self._pick_calib)
         self.convert_button.clicked.connect(self.convert)
         self.cancel_button.clicked.connect(self.cancel_selected)
         self.launch_button.clicked.connect(self._launch_selected)
+        self.quality_button.clicked.connect(self.check_quality)
         self.table.itemSelectionChanged.connect(self._on_selection)
         self.timer = QTimer(self)
         self.timer.setInterval(100)
@@ -164,6 +179,9 @@ class ConvertTab(QWidget):
         for col, text in enumerate((str(job.id), Path(job.spec.src).name, job.spec.method,
                                     "queued", "", "0", "-", "")):
             self.table.setItem(row, col, QTableWidgetItem(text))
+        bar = QProgressBar()
+        bar.setRange(0, 100)
+        self.table.setCellWidget(row, 5, bar)
         self.table.selectRow(row)
         self.message.setText(f"job {job.id} queued: {job.spec.method} -> {job.spec.out}")
         return job
@@ -183,7 +201,44 @@ class ConvertTab(QWidget):
 
     def _on_selection(self) -> None:
         job = self.selected_job()
-        self.launch_button.setEnabled(job is not None and job.state == "done")
+        done = job is not None and job.state == "done"
+        self.launch_button.setEnabled(done)
+        self.quality_button.setEnabled(done and self.quality_worker is None)
+
+    def check_quality(self) -> None:
+        """Run the quality check of the selected finished job in a worker."""
+        from superqt.utils import create_worker
+
+        from core.quant_jobs import compare_quality
+
+        job = self.selected_job()
+        if job is None or job.state != "done" or not job.result:
+            return
+        self.quality_button.setEnabled(False)
+        self._log(f"job {job.id}: quality check against {job.spec.src} …")
+        worker = create_worker(compare_quality, job.spec.src, job.result["out"],
+                               max_tokens=1024)
+        worker.returned.connect(lambda res, j=job: self._on_quality(j, res))
+        worker.errored.connect(lambda e, j=job: self._log(f"job {j.id}: {e}"))
+        worker.finished.connect(self._on_quality_finished)
+        self.quality_worker = worker
+        worker.start()
+
+    def _on_quality(self, job: Any, res: dict[str, Any]) -> None:
+        text = (f"KL {res['kl_mean']:.4f} · top-1 {res['top1_agreement']:.1%} · ppl "
+                f"{res['ppl_orig']:.1f} -> {res['ppl_quant']:.1f}")
+        row = self._rows.get(job.id)
+        if row is not None:
+            self.table.item(row, 7).setText(self.table.item(row, 7).text() + " · " + text)
+        self._log(f"job {job.id}: {text} ({res['tokens']} tokens)")
+        self.quality_checked.emit(job, res)
+
+    def _on_quality_finished(self) -> None:
+        self.quality_worker = None
+        self._on_selection()
+
+    def _log(self, line: str) -> None:
+        self.log.appendPlainText(time.strftime("%H:%M:%S ") + line)
 
     def _launch_selected(self) -> None:
         job = self.selected_job()
@@ -204,6 +259,8 @@ class ConvertTab(QWidget):
             kind = ev.get("event")
             if kind == "state":
                 self._set(job, 3, ev["state"])
+                self._log(f"job {job.id}: {ev['state']}"
+                          + (f": {ev['error']}" if ev.get("error") else ""))
                 if ev["state"] == "running":
                     self._started[job.id] = ev.get("t", time.time())
                 if ev["state"] in ("done", "failed", "cancelled"):
@@ -215,6 +272,14 @@ class ConvertTab(QWidget):
                     stage += f" layer {ev.get('layer')}/{ev['layers']}"
                 self._set(job, 4, stage)
                 self._set(job, 5, f"{pct:.0f}")
+                bar = self.table.cellWidget(self._rows.get(job.id, -1), 5)
+                if bar is not None:
+                    bar.setValue(int(pct))
+                if self._last_stage.get(job.id) != stage:
+                    self._last_stage[job.id] = stage
+                    rss = ev.get("rss_bytes")
+                    self._log(f"job {job.id}: {stage} ({pct:.0f}%"
+                              + (f", RSS {rss / 2**20:.0f} MiB" if rss else "") + ")")
                 self._set(job, 6, eta_text(self._started.get(job.id), pct))
                 self.progress.setValue(int(pct))
 
@@ -224,6 +289,9 @@ class ConvertTab(QWidget):
             r = job.result
             ratio = r["bytes"] / r["source_bytes"] if r.get("source_bytes") else 0
             self._set(job, 5, "100")
+            bar = self.table.cellWidget(self._rows[job.id], 5)
+            if bar is not None:
+                bar.setValue(100)
             self._set(job, 7, f"{r['scheme']} · {ratio:.0%} of the source · "
                               f"{r['seconds']:.0f} s")
             self.message.setText(f"job {job.id} done: {r['out']}")
@@ -234,9 +302,12 @@ class ConvertTab(QWidget):
         else:
             self._set(job, 7, "cancelled: nothing written")
             self.message.setText(f"job {job.id} cancelled")
+        self.table.resizeColumnsToContents()
         self._on_selection()
         self.job_finished.emit(job)
 
     def shutdown(self) -> None:
         self.timer.stop()
+        if self.quality_worker is not None:
+            self.quality_worker.quit()
         self.jobs.close()

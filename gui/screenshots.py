@@ -1,8 +1,9 @@
 """``quantdeck screenshots OUTDIR``: drive every tab against a running demo server, one PNG each.
 
 Starts the demo model from the Launch tab, sends Playground requests and a little background
-load while the Monitor fills, saves launch.png, monitor.png, logs.png, playground.png, stops
-the server and exits 0 (1 if the server never became ready).
+load while the Monitor fills, runs a small benchmark, saves launch.png, monitor.png, logs.png,
+playground.png, benchmark.png, stops the server, converts the demo model to W8A8 (convert.png)
+and exits 0 (1 if the server never became ready).
 """
 from __future__ import annotations
 
@@ -107,6 +108,34 @@ def main(argv: Sequence[str]) -> int:
     win.tabs.setCurrentWidget(win.logs)
     _wait(app, lambda: False, 0.5)
     win.grab().save(str(out / "logs.png"))
+    bench = win.bench
+    win.tabs.setCurrentWidget(win._bench_box)
+    bench.concurrency.setValue(4)
+    bench.num_prompts.setValue(24)
+    bench.input_len.setValue(64)
+    bench.output_len.setValue(32)
+    bench.slo_ttft.setValue(1500)
+    bench.label.setText("demo c4")
+    bench.run_button.click()
+    _wait(app, lambda: bench.job is None and bench.run_button.isEnabled(), 300)
+    _wait(app, lambda: False, 0.5)
+    win.grab().save(str(out / "benchmark.png"))
+    win.controller.stop()
+    _wait(app, lambda: win.controller.state in ("stopped", "crashed"), 120)
+    conv = win.convert
+    win.tabs.setCurrentWidget(conv)
+    conv.method.setCurrentIndex(conv.method.findData("w8a8"))
+    import tempfile
+
+    target = Path(tempfile.mkdtemp(prefix="quantdeck-shot-")) / "demo-w8a8"
+    conv.out.setText(str(target))
+    conv.samples.setValue(16)
+    conv.seq_len.setValue(128)
+    job = conv.convert()
+    _wait(app, lambda: job is None or job.state in ("done", "failed", "cancelled"), 600)
+    _wait(app, lambda: False, 0.5)
+    conv.table.selectRow(0)
+    win.grab().save(str(out / "convert.png"))
     win.controller.stop()
     _wait(app, lambda: win.controller.state in ("stopped", "crashed"), 120)
     win.close()

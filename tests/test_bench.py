@@ -222,3 +222,20 @@ def test_compare_marks_better_and_worse() -> None:
     assert rows["median_ttft_ms"]["b_better"] is False
     assert math.isclose(rows["output_throughput"]["ratio"], 1.2)
     assert rows["completed"]["b_better"] is None
+
+
+def test_sse_events_classified_like_vllm_bench() -> None:
+    from core.bench import _sse_kind
+
+    tok = b'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"a"}]}'
+    usage = (b'data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":5,'
+             b'"completion_tokens":3}}')
+    assert _sse_kind(tok) == "token"
+    assert _sse_kind(tok.replace(b'"a"', b'""')) == "token"  # empty text still counts
+    assert _sse_kind(usage) == "usage"
+    assert _sse_kind(b"data: [DONE]") is None
+    assert _sse_kind(b": ping") is None
+    spaced = b'data: {"choices": [{"index": 0, "text": "x"}]}'
+    assert _sse_kind(spaced) == "token"
+    tricky = b'data: {"choices":[{"text":"\\"usage\\":{"}]}'  # the text mentions usage
+    assert _sse_kind(tricky) == "token"

@@ -44,9 +44,17 @@ def test_convert_then_launch_signal(qtbot, tab: ConvertTab, tmp_path: Path) -> N
     assert {"load", "quantize", "save", "verify"} <= stages
     tab.table.selectRow(0)
     assert tab.launch_button.isEnabled()
+    assert tab.table.cellWidget(0, 5).value() == 100
+    assert "job 1: done" in tab.log.toPlainText()
     with qtbot.waitSignal(tab.launch_requested, timeout=2000) as launched:
         qtbot.mouseClick(tab.launch_button, Qt.LeftButton)
     assert launched.args[0] == str(out)
+    # quality against the source, shown in the row
+    with qtbot.waitSignal(tab.quality_checked, timeout=300000) as checked:
+        qtbot.mouseClick(tab.quality_button, Qt.LeftButton)
+    res = checked.args[1]
+    assert 0 <= res["kl_mean"] < 0.05 and res["top1_agreement"] > 0.9
+    assert "top-1" in tab.table.item(0, 7).text()
 
 
 def test_cancel_leaves_nothing(qtbot, tab: ConvertTab, tmp_path: Path) -> None:

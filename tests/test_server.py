@@ -117,3 +117,18 @@ def test_stop_leaves_no_process_and_restart_applies_changes(demo_server: ServerP
     # the new knob reached vLLM: its scheduler config shows it
     assert "--max-num-seqs" in [e for e in demo_server.events if e.get("state") == "starting"][
         -1]["command"]
+
+
+def test_multi_gpu_launches_turn_nvlink_multicast_off(tmp_path, monkeypatch) -> None:
+    from core.config import LaunchConfig
+    from core.server import MULTI_GPU_ENV, engine_environment
+
+    cfg = LaunchConfig()
+    assert not set(MULTI_GPU_ENV) & set(engine_environment(tmp_path, cfg))
+    cfg.parallel.tensor_parallel_size = 2
+    assert engine_environment(tmp_path, cfg)["NCCL_NVLS_ENABLE"] == "0"
+    cfg.parallel.tensor_parallel_size, cfg.parallel.pipeline_parallel_size = 1, 2
+    env = engine_environment(tmp_path, cfg)
+    assert all(env[k] == v for k, v in MULTI_GPU_ENV.items())
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # an operator's own choice is kept
+    assert engine_environment(tmp_path, cfg)["NCCL_NVLS_ENABLE"] == "1"
