@@ -184,7 +184,14 @@ def build(out: Path, steps: int, seed: int) -> dict[str, Any]:
     ids_list = tok.encode(text, add_special_tokens=False).ids
     progress("tokenizer", 10.0)
 
+    import logging
+
     import torch
+
+    # transformers imports torchao where it is installed (GPTQModel needs it): its notes about
+    # CUDA kernels a CPU host cannot load, and torch's about its enums, are not errors.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
