@@ -118,8 +118,7 @@ class PlaygroundPanel(QWidget):
         self.worker.yielded.connect(self._write)
         self.worker.returned.connect(lambda st: self._on_reply_done(st, chat))
         self.worker.errored.connect(self._on_error)
-        self.worker.finished.connect(lambda: (self.send_button.setEnabled(True),
-                                              self.stop_button.setEnabled(False)))
+        self.worker.finished.connect(self._idle)
         self.send_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.stats.setText("waiting for the first token…")
@@ -136,7 +135,12 @@ class PlaygroundPanel(QWidget):
             f"{tps:.1f} tok/s · {st.finish_reason}" if st.ttft_ms is not None and tps
             else f"{st.completion_tokens} tokens · {st.finish_reason}")
         self._write("\n")
+        self._idle()  # ready for the next message when listeners hear of this one
         self.reply_finished.emit(st)
+
+    def _idle(self) -> None:
+        self.send_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
 
     def _on_error(self, e: Exception) -> None:
         self.stats.setText(str(e) if isinstance(e, QuantdeckError) else f"error: {e}")

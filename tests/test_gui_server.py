@@ -62,6 +62,7 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
     assert stats.completion_tokens == 16 and stats.ttft_ms > 0
     assert len(pg.transcript.toPlainText()) > len("The class statement")
     assert "TTFT" in pg.stats.text()
+    assert pg.send_button.isEnabled()  # ready again when reply_finished fires
     pg.mode.setCurrentText("chat")
     pg.input.setPlainText("Hello")
     with qtbot.waitSignal(pg.reply_finished, timeout=120_000):
