@@ -8,8 +8,11 @@ and, where the device's memory bandwidth is known, the batch-1 decode roofline
 """
 from __future__ import annotations
 
+import argparse
+import shlex
 import threading
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -17,6 +20,7 @@ from core.bench import Bench, LoadSpec
 from core.config import LaunchConfig
 from core.engine import EngineEnv
 from core.errors import ConfigError, ServerError
+from core import knobs, profiles
 from core.knobs import to_dict
 from core.server import ServerProcess, free_port, warm_up
 
@@ -27,6 +31,37 @@ EventFn = Callable[[dict[str, Any]], None]
 class Arm:
     label: str
     config: LaunchConfig
+
+
+class _ArmParser(argparse.ArgumentParser):
+    """Parses one arm's options; a mistake is a ConfigError, not an exit."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(" ".join(message.split()))
+
+
+def parse_arm(text: str, base: LaunchConfig) -> Arm:
+    """``LABEL=OPTIONS``: the base config with a model path, --profile and knobs on top."""
+    label, sep, opts = text.partition("=")
+    if not sep or not label.strip():
+        raise ConfigError(f"--arm {text!r}: expected LABEL=OPTIONS, e.g. eager=--enforce-eager")
+    label = label.strip()
+    ap = _ArmParser(prog="--arm", add_help=False)
+    ap.add_argument("path", nargs="?")
+    ap.add_argument("--profile")
+    knobs.add_cli_options(ap)
+    try:
+        ns = ap.parse_args(shlex.split(opts))
+    except (ConfigError, ValueError) as e:
+        raise ConfigError(f"--arm {label}: {e}") from None
+    cfg = base
+    if ns.profile:
+        p = Path(ns.profile)
+        cfg = profiles.load_file(p) if p.exists() else profiles.load_profile(ns.profile)
+    cfg = knobs.apply_cli_options(cfg, ns)
+    if ns.path:
+        cfg.model.model = ns.path
+    return Arm(label, cfg.validate())
 
 
 def roofline(server: ServerProcess) -> dict[str, Any]:

@@ -487,44 +487,6 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     return 0 if result["completed"] and not result.get("ended_early") else 1
 
 
-def _arm_parser() -> argparse.ArgumentParser:
-    ap = OneLineParser(prog="--arm", add_help=False)
-    ap.add_argument("path", nargs="?")
-    ap.add_argument("--profile")
-    knobs.add_cli_options(ap)
-    return ap
-
-
-def _parse_arm(text: str, base: LaunchConfig) -> Any:
-    """``LABEL=OPTIONS``: the base config with a model path, --profile and knobs on top."""
-    import shlex
-
-    from core.ab import Arm
-
-    label, sep, opts = text.partition("=")
-    if not sep or not label.strip():
-        raise ConfigError(f"--arm {text!r}: expected LABEL=OPTIONS, e.g. eager=--enforce-eager")
-    try:
-        tokens = shlex.split(opts)
-    except ValueError as e:
-        raise ConfigError(f"--arm {label}: {e}") from None
-    try:
-        ns = _arm_parser().parse_known_args(tokens)
-    except SystemExit:
-        raise ConfigError(f"--arm {label}: bad options {opts!r}") from None
-    arm_ns, extra = ns
-    if extra:
-        raise ConfigError(f"--arm {label}: unknown options {' '.join(extra)}")
-    cfg = base
-    if arm_ns.profile:
-        p = Path(arm_ns.profile)
-        cfg = profiles.load_file(p) if p.exists() else profiles.load_profile(arm_ns.profile)
-    cfg = knobs.apply_cli_options(cfg, arm_ns)
-    if arm_ns.path:
-        cfg.model.model = arm_ns.path
-    return Arm(label.strip(), cfg.validate())
-
-
 class _Progress:
     """Event printer for ab / tune: JSON lines or short human lines on stderr."""
 
@@ -556,11 +518,11 @@ class _Progress:
 def cmd_ab(ns: argparse.Namespace) -> int:
     import signal
 
-    from core.ab import ABRun
+    from core.ab import ABRun, parse_arm
     from core.runs import environment, save_run, write_json
 
     base = _config_from(ns)
-    arms = [_parse_arm(a, base) for a in ns.arm or []]
+    arms = [parse_arm(a, base) for a in ns.arm or []]
     run = ABRun(arms, _load_from(ns), slo=_slo_from(ns), warmups=ns.warmup,
                 on_event=_Progress(ns.json_events))
     signal.signal(signal.SIGINT, lambda *_: run.cancel())
@@ -568,18 +530,12 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     result["env"] = environment(next((a["result"].get("server_version") for a in result["arms"]
                                       if a.get("result")), None))
     result["label"] = ns.label or "ab-" + "-vs-".join(a.label for a in arms)
-    path = save_run_like(result)
+    path = save_run(result, result["label"])
     if ns.json:
         write_json(Path(ns.json), result)
     print(f"saved {path}", file=sys.stderr)
     _print_ab_table(result)
     return 0 if all(a.get("result") and not a.get("error") for a in result["arms"]) else 1
-
-
-def save_run_like(result: dict[str, Any]) -> Path:
-    from core.runs import save_run
-
-    return save_run(result, result.get("label"))
 
 
 def _print_ab_table(result: dict[str, Any]) -> None:
@@ -598,42 +554,15 @@ def _print_ab_table(result: dict[str, Any]) -> None:
               + (f"  ERROR {a['error']}" if a.get("error") else ""))
 
 
-def _parse_space(items: list[str] | None, device: DeviceFacts, concurrency: int | None
-                 ) -> dict[str, list[Any]]:
-    from core.tune import KNOBS, default_space
-
-    if not items:
-        return default_space(device, concurrency)
-    space: dict[str, list[Any]] = {}
-    for item in items:
-        knob, sep, values = item.partition("=")
-        knob = knob.replace("-", "_")
-        if not sep or knob not in KNOBS:
-            raise ConfigError(f"--space {item!r}: expected KNOB=V1,V2 with KNOB one of "
-                              + ", ".join(KNOBS))
-        out: list[Any] = []
-        for v in values.split(","):
-            v = v.strip()
-            if v.lower() in ("true", "false"):
-                out.append(v.lower() == "true")
-                continue
-            try:
-                out.append(int(v) if v.lstrip("-").isdigit() else float(v))
-            except ValueError:
-                raise ConfigError(f"--space {knob}: {v!r} is not a number") from None
-        space[knob] = out
-    return space
-
-
 def cmd_tune(ns: argparse.Namespace) -> int:
     import signal
 
-    from core.runs import environment, write_json
-    from core.tune import Tuner, apply_point
+    from core.runs import environment, save_run, write_json
+    from core.tune import Tuner, apply_point, parse_space
 
     base = _config_from(ns)
     spec = _load_from(ns)
-    space = _parse_space(ns.space, detect_device(), spec.concurrency)
+    space = parse_space(ns.space, detect_device(), spec.concurrency)
     tuner = Tuner(base, spec, ttft_ms=ns.ttft_ms, tpot_ms=ns.tpot_ms, space=space,
                   strategy=ns.strategy, max_points=ns.max_points, warmups=ns.warmup,
                   on_event=_Progress(ns.json_events))
@@ -641,7 +570,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     result = tuner.run()
     result["env"] = environment()
     result["label"] = ns.label or f"tune-{ns.strategy}"
-    path = save_run_like(result)
+    path = save_run(result, result["label"])
     if ns.json:
         write_json(Path(ns.json), result)
     print(f"saved {path}", file=sys.stderr)

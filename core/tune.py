@@ -55,6 +55,31 @@ def default_space(device: DeviceFacts, concurrency: int | None) -> dict[str, lis
     return space
 
 
+def parse_space(items: list[str] | None, device: DeviceFacts, concurrency: int | None
+                ) -> dict[str, list[Any]]:
+    """``KNOB=V1,V2`` items (numbers or true/false); none: :func:`default_space`."""
+    if not items:
+        return default_space(device, concurrency)
+    space: dict[str, list[Any]] = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        knob = knob.strip().replace("-", "_")
+        if not sep or knob not in KNOBS:
+            raise ConfigError(f"--space {item!r}: expected KNOB=V1,V2 with KNOB one of "
+                              + ", ".join(KNOBS))
+        out: list[Any] = []
+        for v in (v.strip() for v in values.split(",")):
+            if v.lower() in ("true", "false"):
+                out.append(v.lower() == "true")
+                continue
+            try:
+                out.append(int(v) if v.lstrip("-").isdigit() else float(v))
+            except ValueError:
+                raise ConfigError(f"--space {knob}: {v!r} is not a number") from None
+        space[knob] = out
+    return space
+
+
 def apply_point(base: LaunchConfig, point: dict[str, Any]) -> LaunchConfig:
     cfg = base.copy()
     for knob, value in point.items():

@@ -238,23 +238,20 @@ class BenchTab(QWidget):
                                  "own servers, one at a time")
         base = self._launch_config()
         if mode == "A/B":
-            from core.ab import ABRun
-            from core.cli import _parse_arm
+            from core.ab import ABRun, parse_arm
 
             lines = [ln for ln in self.arms.toPlainText().splitlines() if ln.strip()]
-            arms = [_parse_arm(ln.replace(" = ", "=", 1).strip(), base) for ln in lines]
+            arms = [parse_arm(ln, base) for ln in lines]
             job = ABRun(arms, self.load_spec(), slo=self.slo(), on_event=on_event)
             job.kind = "ab"
             return job
-        from core.cli import _parse_space
         from core.device import detect_device
-        from core.tune import Tuner
+        from core.tune import Tuner, parse_space
 
-        items = [ln.replace(" ", "") for ln in self.space.toPlainText().splitlines()
-                 if ln.strip()]
+        items = [ln for ln in self.space.toPlainText().splitlines() if ln.strip()]
         spec = self.load_spec()
         job = Tuner(base, spec, ttft_ms=self.tune_ttft.value(), tpot_ms=self.tune_tpot.value(),
-                    space=_parse_space(items, detect_device(), spec.concurrency),
+                    space=parse_space(items, detect_device(), spec.concurrency),
                     strategy="grid" if self.grid.isChecked() else "coordinate",
                     max_points=self.max_points.value(), on_event=on_event)
         job.kind = "tune"
