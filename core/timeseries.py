@@ -68,29 +68,37 @@ def gpu_series(i: int) -> tuple[SeriesSpec, ...]:
             SeriesSpec(f"gpu{i}_server_memory_gib", _gpu(i, "server_memory_bytes", 1 / GiB)))
 
 
-def peak_decimate(t: np.ndarray, cols: dict[str, np.ndarray], max_points: int
+def _aligned_bins(t: np.ndarray, cols: dict[str, np.ndarray], k: int
                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Bins of k points -> (min, max) pairs; about ``max_points`` points per series."""
-    k = int(np.ceil(len(t) / (max_points // 2)))
-    n = (len(t) // k) * k
-    head = len(t) - n  # the oldest few points that do not fill a bin are dropped
-    tb = t[head:].reshape(-1, k)
-    t2 = np.repeat(tb[:, [0, -1]].mean(axis=1), 2)
+    """(min, max) pairs of consecutive bins of ``k`` points from the first; the last bin may
+    be partial."""
+    full = (len(t) // k) * k
+    t_bins = (t[:full:k] + t[k - 1:full:k]) / 2
+    if full < len(t):
+        t_bins = np.append(t_bins, (t[full] + t[-1]) / 2)
     out = {}
-    for name, v in cols.items():
-        vb = v[head:].reshape(-1, k)
-        pair = np.empty((vb.shape[0], 2))
-        np.fmin.reduce(vb, axis=1, out=pair[:, 0])  # fmin/fmax skip NaN; all-NaN bins stay
-        np.fmax.reduce(vb, axis=1, out=pair[:, 1])  # NaN (a gap), without a warning
-        out[name] = pair.reshape(-1)
-    return t2, out
+    with np.errstate(invalid="ignore"):
+        for name, v in cols.items():
+            pair = np.empty((len(t_bins), 2))
+            vb = v[:full].reshape(-1, k)
+            np.fmin.reduce(vb, axis=1, out=pair[:len(vb), 0])  # fmin/fmax skip NaN; all-NaN
+            np.fmax.reduce(vb, axis=1, out=pair[:len(vb), 1])  # bins stay NaN (a gap)
+            if full < len(t):
+                pair[-1] = np.fmin.reduce(v[full:]), np.fmax.reduce(v[full:])
+            out[name] = pair.reshape(-1)
+    return np.repeat(t_bins, 2), out
+
+
+BLOCK = 8  # points per stored (min, max) block: long windows are decimated from these
 
 
 class TimeSeriesStore:
     """Preallocated ring buffers: one time axis, one float64 column per series (NaN = none).
 
     ``capacity`` points (default: an hour at 10 Hz). Appends are O(1); ``window(seconds)``
-    returns views without copying when the data does not wrap.
+    returns views without copying when the data does not wrap. Every ``BLOCK`` appends the
+    block's minimum and maximum per series are kept too, so that a long window's peak
+    decimation costs O(blocks), not O(points).
     """
 
     def __init__(self, capacity: int = 36000) -> None:
@@ -100,6 +108,14 @@ class TimeSeriesStore:
         self._t = np.full(capacity, np.nan)
         self._cols: dict[str, np.ndarray] = {s.name: np.full(capacity, np.nan)
                                              for s in self.specs}
+        # blocks need the ring to hold whole blocks (capacity a multiple of BLOCK)
+        self._nb = capacity // BLOCK if capacity % BLOCK == 0 else 0
+        self._bt = np.full((self._nb, 2), np.nan)  # first and last time of each block
+        self._bmin: dict[str, np.ndarray] = {s.name: np.full(self._nb, np.nan)
+                                             for s in self.specs}
+        self._bmax: dict[str, np.ndarray] = {s.name: np.full(self._nb, np.nan)
+                                             for s in self.specs}
+        self._bins: dict[Any, Any] = {}  # the last full bins _decimate_blocks made
         self._n = 0  # total appended
         self.num_gpus = 0
         self.version = 0  # bumps on every append: views redraw only when it moved
@@ -109,6 +125,8 @@ class TimeSeriesStore:
             for s in gpu_series(self.num_gpus):
                 self.specs.append(s)
                 self._cols[s.name] = np.full(self.capacity, np.nan)
+                self._bmin[s.name] = np.full(self._nb, np.nan)
+                self._bmax[s.name] = np.full(self._nb, np.nan)
             self.num_gpus += 1
 
     def append(self, ev: dict[str, Any]) -> None:
@@ -123,13 +141,27 @@ class TimeSeriesStore:
                 v = s.read(ev)
                 self._cols[s.name][i] = np.nan if v is None else v
             self._n += 1
+            if self._nb and self._n % BLOCK == 0:
+                self._close_block(i + 1 - BLOCK)
             self.version += 1
+
+    def _close_block(self, i0: int) -> None:
+        """Summarise the block of ring positions ``i0 .. i0 + BLOCK - 1``."""
+        b = i0 // BLOCK
+        self._bt[b] = self._t[i0], self._t[i0 + BLOCK - 1]
+        with np.errstate(invalid="ignore"):
+            for name, c in self._cols.items():
+                seg = c[i0:i0 + BLOCK]
+                self._bmin[name][b] = np.fmin.reduce(seg)
+                self._bmax[name][b] = np.fmax.reduce(seg)
 
     def clear(self) -> None:
         with self._lock:
             self._t[:] = np.nan
             for c in self._cols.values():
                 c[:] = np.nan
+            self._bt[:] = np.nan
+            self._bins = {}
             self._n = 0
             self.version += 1
 
@@ -143,27 +175,104 @@ class TimeSeriesStore:
         i = self._n % self.capacity
         return np.concatenate((a[i:], a[:i]))
 
+    def _span(self, a: np.ndarray, lo: int, hi: int, ring: int) -> np.ndarray:
+        """Absolute indices ``lo .. hi - 1`` of ring ``a`` (of length ``ring``), in order."""
+        i, j = lo % ring, hi % ring or ring
+        if hi - lo <= 0:
+            return a[:0]
+        if i < j:
+            return a[i:j]
+        return np.concatenate((a[i:], a[:j]))
+
+    def _first_at_or_after(self, lo: int, hi: int, t: float) -> int:
+        """The first absolute index in ``lo .. hi - 1`` whose time is >= ``t`` (times grow)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._t[mid % self.capacity] < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def window(self, seconds: float | None = None, names: list[str] | None = None,
                max_points: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Time (s, relative to the newest point) and columns for the last ``seconds``.
 
         ``max_points``: decimate longer windows to at most that many points per series,
-        keeping each bin's minimum and maximum (peak decimation: spikes stay visible).
+        keeping each bin's minimum and maximum (peak decimation: spikes stay visible). Bins
+        start at multiples of their size counted from the first point ever appended, so a
+        bin, once full, looks the same on every later frame; the oldest points that do not
+        fill a bin are dropped and the newest, not yet full bin is drawn as it stands.
         """
         with self._lock:
-            t = self._ordered(self._t)
-            if len(t) == 0:
-                return t, {}
-            start = 0
+            n, cap = self._n, self.capacity
+            wanted = [k for k in self._cols if names is None or k in names]
+            if n == 0:
+                return np.empty(0), {}
+            oldest = n - min(n, cap)
+            t_last = float(self._t[(n - 1) % cap])
+            start = oldest
             if seconds is not None:
-                start = int(np.searchsorted(t - t[-1], -seconds, side="left"))
-            t = t[start:]
-            cols = {k: self._ordered(v)[start:] for k, v in self._cols.items()
-                    if names is None or k in names}
-        rel = t - t[-1]
-        if max_points is not None and len(rel) > max_points:
-            return peak_decimate(rel, cols, max_points)
-        return rel, cols
+                start = self._first_at_or_after(oldest, n, t_last - seconds)
+            count = n - start
+            if max_points is None or count <= max_points:
+                rel = self._span(self._t, start, n, cap) - t_last
+                return rel, {k: self._span(self._cols[k], start, n, cap) for k in wanted}
+            k = int(np.ceil(count / (max_points // 2)))
+            if self._nb and k >= BLOCK:
+                k = -(-k // BLOCK) * BLOCK
+                return self._decimate_blocks(start, n, k, wanted, t_last)
+            rel = self._span(self._t, start, n, cap) - t_last
+            cols = {name: self._span(self._cols[name], start, n, cap) for name in wanted}
+        head = (-start) % k  # align bins to absolute indices
+        return _aligned_bins(rel[head:], {name: c[head:] for name, c in cols.items()}, k)
+
+    def _decimate_blocks(self, start: int, n: int, k: int, names: list[str], t_last: float
+                         ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Peak decimation of absolute indices ``start .. n - 1`` in bins of ``k`` points (a
+        multiple of BLOCK) from the stored blocks; the newest, partial bin from the points.
+        Full bins never change: those of the previous call are kept, only new ones computed."""
+        first, end = -(-start // k), n // k  # full bins: numbers first .. end - 1
+        key = (k, tuple(names))
+        cached = self._bins.get(key)
+        if cached is not None and cached[0] <= first <= cached[1]:
+            c_first, c_end, c_t, c_cols = cached
+            new_t, new_cols = self._block_bins(max(first, c_end), end, k, names)
+            t_bins = np.concatenate((c_t[first - c_first:], new_t))
+            cols = {name: np.concatenate((c_cols[name][first - c_first:], new_cols[name]))
+                    for name in names}
+        else:
+            t_bins, cols = self._block_bins(first, end, k, names)
+        self._bins = {key: (first, end, t_bins, cols)}  # one window shown at a time
+        out = {name: c.reshape(-1) for name, c in cols.items()}
+        tail = max(start, end * k)  # the newest points, not a full bin yet
+        if tail < n:
+            tt = self._span(self._t, tail, n, self.capacity)
+            t_bins = np.append(t_bins, (tt[0] + tt[-1]) / 2)
+            with np.errstate(invalid="ignore"):
+                for name in names:
+                    seg = self._span(self._cols[name], tail, n, self.capacity)
+                    out[name] = np.append(out[name], (np.fmin.reduce(seg), np.fmax.reduce(seg)))
+        return np.repeat(t_bins - t_last, 2), out
+
+    def _block_bins(self, first: int, end: int, k: int, names: list[str]
+                    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Bins ``first .. end - 1`` of ``k`` points from the blocks: mid times (absolute)
+        and (bins, 2) arrays of (min, max) per series."""
+        per = k // BLOCK
+        b0, b1 = first * per, max(first, end) * per
+        bt = self._span(self._bt, b0, b1, self._nb).reshape(-1, per, 2)
+        t_bins = (bt[:, 0, 0] + bt[:, -1, 1]) / 2
+        cols = {}
+        with np.errstate(invalid="ignore"):
+            for name in names:
+                pair = np.empty((len(t_bins), 2))
+                np.fmin.reduce(self._span(self._bmin[name], b0, b1, self._nb).reshape(-1, per),
+                               axis=1, out=pair[:, 0])
+                np.fmax.reduce(self._span(self._bmax[name], b0, b1, self._nb).reshape(-1, per),
+                               axis=1, out=pair[:, 1])
+                cols[name] = pair
+        return t_bins, cols
 
     def latest(self, name: str) -> float | None:
         with self._lock:

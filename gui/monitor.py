@@ -1,7 +1,10 @@
 """The Monitor tab: live pyqtgraph plots over a :class:`core.timeseries.TimeSeriesStore`.
 
-Curves are created once and updated with ``setData`` from one QTimer (10 Hz), only when the
-store changed; long windows use peak downsampling and clip-to-view. Live events and replayed
+Curves are created once and updated from one QTimer (10 Hz), only when the store changed, with
+peak-decimated data (about two points per pixel) that the store keeps ready for long windows.
+Frames are cheap because Qt draws them without calling into Python per item: curves, grid and
+legends are plain Qt path / pixmap items, text is cached as pixmaps, and the ranges are set
+here (pyqtgraph's autorange scans every curve on every update). Live events and replayed
 recordings feed the same store, so a recording from a GPU host looks exactly as if live.
 """
 from __future__ import annotations
@@ -12,10 +15,14 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsItem,
+    QGraphicsPathItem,
+    QGraphicsPixmapItem,
+    QGraphicsView,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -59,6 +66,103 @@ def _gpu_plots(n: int) -> dict[str, list[tuple[str, str, int, bool]]]:
     }
 
 
+class _Curve(QGraphicsPathItem):
+    """One series as a path in data coordinates, which Qt draws without calling into Python
+    (pyqtgraph's curve items run several Python methods per item and frame). It keeps the
+    data it shows and its bounds."""
+
+    def __init__(self, color: QColor, label: str) -> None:
+        super().__init__()
+        pen = QPen(color, 0)  # width 0: a cosmetic 1-px pen (wider or dashed pens are slow)
+        self.setPen(pen)
+        self.label = label
+        self.xData = self.yData = np.empty(0)
+        self.bounds: tuple[float, float] | None = None  # y min, max; None: no finite data
+
+    def setData(self, x: Any, y: Any) -> None:  # noqa: N802 (pyqtgraph's name)
+        self.xData, self.yData = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        with np.errstate(invalid="ignore"):
+            lo = np.fmin.reduce(self.yData) if len(self.yData) else np.nan
+            hi = np.fmax.reduce(self.yData) if len(self.yData) else np.nan
+        self.bounds = None if np.isnan(lo) else (float(lo), float(hi))
+        self.setPath(pg.arrayToQPath(self.xData, self.yData, connect="finite")
+                     if self.bounds else QPainterPath())
+
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:  # noqa: N802 (pyqtgraph's name)
+        return self.xData, self.yData
+
+
+class _Grid:
+    """The plot's grid as paths in data coordinates, at the axes' ticks and with the alpha
+    pyqtgraph's own grid gives them (which lives in each axis item: an axis then covers the
+    whole plot and, cached, blends a plot-sized pixmap per axis on every frame)."""
+
+    ALPHA = 51  # pyqtgraph's grid alpha 0.2, in 0..255
+
+    def __init__(self, plot: pg.PlotItem) -> None:
+        self.plot = plot
+        self.items: list[QGraphicsPathItem] = []
+        plot.vb.sigRangeChanged.connect(self.update)
+        plot.vb.sigResized.connect(self.update)
+
+    def update(self, *_: Any) -> None:
+        vb = self.plot.vb
+        (x0, x1), (y0, y1) = vb.viewRange()
+        paths: list[tuple[int, QPainterPath]] = []
+        for axis, lo, hi, px in (("bottom", x0, x1, vb.width()), ("left", y0, y1, vb.height())):
+            if px <= 0 or hi <= lo:
+                continue
+            for i, (_, ticks) in enumerate(self.plot.getAxis(axis).tickValues(lo, hi, px)):
+                alpha = 255 / (i + 1) * self.ALPHA / 255 * min(1.0, 0.05 * px / (len(ticks) + 1))
+                path = QPainterPath()
+                for v in ticks:
+                    if lo <= v <= hi:
+                        if axis == "bottom":
+                            path.moveTo(v, y0)
+                            path.lineTo(v, y1)
+                        else:
+                            path.moveTo(x0, v)
+                            path.lineTo(x1, v)
+                paths.append((int(alpha), path))
+        while len(self.items) < len(paths):
+            item = QGraphicsPathItem()
+            item.setZValue(-100)  # under the curves
+            vb.addItem(item, ignoreBounds=True)
+            self.items.append(item)
+        color = QColor(self.plot.getAxis("left").pen().color())
+        for n, item in enumerate(self.items):
+            if n < len(paths):
+                color.setAlpha(paths[n][0])
+                item.setPen(QPen(color, 0))
+                item.setPath(paths[n][1])
+            item.setVisible(n < len(paths))
+
+
+def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
+    """The plot's legend as one pixmap: a 20-px line in the curve's pen and its label per
+    row, as pyqtgraph's LegendItem draws them (which is a dozen Python items per plot)."""
+    font = QFont()
+    font.setPointSizeF(7)
+    fm = QFontMetrics(font)
+    row = max(20, fm.height())
+    w = 26 + max(fm.horizontalAdvance(c.label) for c in curves) + 4
+    pm = QPixmap(int(w * ratio), int(row * len(curves) * ratio))
+    pm.setDevicePixelRatio(ratio)
+    pm.fill(Qt.transparent)
+    qp = QPainter(pm)
+    qp.setFont(font)
+    for i, c in enumerate(curves):
+        y = i * row
+        qp.setPen(QPen(c.pen().color(), 1))
+        qp.drawLine(0, y + 11, 20, y + 11)
+        qp.setPen(pg.mkColor(pg.getConfigOption("foreground")))
+        qp.drawText(26, y, w - 26, row, int(Qt.AlignLeft | Qt.AlignVCenter), c.label)
+    qp.end()
+    item = QGraphicsPixmapItem(pm)
+    item.setZValue(1000)  # above the curves
+    return item
+
+
 class MonitorPanel(QWidget):
     """Plots, window choice, pause, alerts, PNG/CSV export, replay of a recording."""
 
@@ -72,10 +176,13 @@ class MonitorPanel(QWidget):
         self._gpus_drawn = -1
         self.paused = False
         self.window_s = 60.0
-        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.curves: dict[str, _Curve] = {}
         self.plots: dict[str, pg.PlotItem] = {}
         self._alert_lines: dict[str, pg.InfiniteLine] = {}
         self._alert_active: dict[str, bool] = {}
+        self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
+        self._plot_curves: dict[str, list[_Curve]] = {}
+        self._grids: dict[str, _Grid] = {}
 
         bar = QHBoxLayout()
         self.window_box = QComboBox()
@@ -111,6 +218,9 @@ class MonitorPanel(QWidget):
         self.banner.hide()
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("w")
+        # every frame changes every plot: one full repaint is cheaper than many update rects
+        # (and than Qt's threaded blending of the many exposed pieces)
+        self.graphics.setViewportUpdateMode(QGraphicsView.FullViewportUpdate)
         lay = QVBoxLayout(self)
         lay.addLayout(bar)
         lay.addWidget(self.banner)
@@ -126,6 +236,9 @@ class MonitorPanel(QWidget):
         self.graphics.clear()
         self.curves.clear()
         self.plots.clear()
+        self._plot_curves.clear()
+        self._grids.clear()
+        self._manual_y.clear()
         self._alert_lines.clear()
         spec = dict(PLOTS)
         if gpus:
@@ -135,25 +248,40 @@ class MonitorPanel(QWidget):
             if n and n % 3 == 0:
                 self.graphics.nextRow()
             p = self.graphics.addPlot(title=title)
-            p.showGrid(x=True, y=True, alpha=0.2)
-            # the store hands over peak-decimated data, about two points per pixel
+            for ax in ("left", "bottom"):  # grid lines: self._grids; as pyqtgraph draws
+                p.getAxis(ax).setStyle(tickLength=0)  # them, without ticks on the axis
+            # the store hands over peak-decimated data, about two points per pixel, and the
+            # ranges are set here from that data: pyqtgraph neither clips, downsamples nor
+            # autoranges (its autorange walks every curve's data on every update)
             p.setClipToView(False)
-            legend = p.addLegend(offset=(5, 5), labelTextSize="7pt")
-            legend.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+            p.vb.disableAutoRange()
+            p.setXRange(-self.window_s, 0, padding=0)
+            p.vb.sigRangeChangedManually.connect(
+                lambda *_, title=title: self._manual_y.add(title))
+            p.autoBtn.clicked.connect(lambda *_, title=title: self._manual_y.discard(title))
             p.setLabel("bottom", "s")
-            for ax in ("left", "bottom"):
-                # tick text is slow to draw in the raster engine: keep each axis as a pixmap,
-                # redrawn only when its ticks change, not on every frame of the curves
-                p.getAxis(ax).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
             p.setMouseEnabled(x=False, y=True)
+            curves = []
             for name, label, color, light in series:
-                # 1-px solid pens: dashed or wider pens cost 10-100x in the raster engine
                 c = pg.mkColor(COLORS[color])
                 if light:
                     c.setAlpha(110)
-                self.curves[name] = p.plot([], [], pen=pg.mkPen(c, width=1), name=label,
-                                           connect="finite")
+                curve = _Curve(c, label)
+                p.vb.addItem(curve, ignoreBounds=True)
+                self.curves[name] = curve
+                curves.append(curve)
+            self._plot_curves[title] = curves
+            legend = _legend(curves, self.graphics.devicePixelRatioF())
+            legend.setParentItem(p.vb)
+            legend.setPos(13, 12)  # where pyqtgraph's legend at offset (5, 5) draws
+            # text is slow to draw in the raster engine: axes (with their grid) and titles
+            # are kept as pixmaps, redrawn only when they change, not on every frame of the
+            # curves (a parent's cache does not cover its children: each item is set)
+            for item in (p.getAxis("left"), p.getAxis("bottom"), p.getAxis("bottom").label,
+                         p.titleLabel, p.titleLabel.item):
+                item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
             self.plots[title] = p
+            self._grids[title] = _Grid(p)
         for key, plot, limit in (("ttft", "Latency (ms)", self.ttft_limit),
                                  ("kv", "KV-cache usage %", self.kv_limit)):
             pen = pg.mkPen("#c00", width=1, style=pg.QtCore.Qt.DotLine)
@@ -174,17 +302,36 @@ class MonitorPanel(QWidget):
         if self.store.num_gpus != self._gpus_drawn:
             self._build_plots(self.store.num_gpus)
         self._drawn_version = self.store.version
-        width = max(200, int(self.graphics.width() / 3))  # pixels per plot, about
+        # two points per pixel of the plots' width (peak decimation keeps spikes)
+        width = max([200] + [int(p.vb.width()) for p in self.plots.values()])
         t, cols = self.store.window(self.window_s, list(self.curves), max_points=2 * width)
         for name, curve in self.curves.items():
             y = cols.get(name)
             if y is None or len(y) == 0 or np.all(np.isnan(y)):
-                curve.setData([], [])
+                if len(curve.yData):
+                    curve.setData([], [])
             else:
-                curve.setData(t, y, skipFiniteCheck=False)
-        for p in self.plots.values():
-            p.setXRange(-self.window_s, 0, padding=0)
+                curve.setData(t, y)
+        for title, p in self.plots.items():
+            if title not in self._manual_y:
+                self._fit_y(title, p)
         self._check_alerts()
+
+    def _fit_y(self, title: str, p: pg.PlotItem) -> None:
+        """Y range from the curves' data, with headroom: it changes (and the axis redraws its
+        ticks) only when the data leaves it or fills less than half of it."""
+        bounds = [c.bounds for c in self._plot_curves[title] if c.isVisible() and c.bounds]
+        if not bounds:
+            return
+        lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
+        if hi > lo:
+            lo, hi = lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo)
+        else:  # a constant: centred, as pyqtgraph shows one
+            half = 0.5 if lo == 0 else abs(lo) * 0.05
+            lo, hi = lo - half, hi + half
+        y0, y1 = p.vb.viewRange()[1]
+        if lo < y0 or hi > y1 or (y1 - y0) > 2 * (hi - lo):
+            p.setYRange(lo, hi, padding=0)
 
     def add_event(self, ev: dict[str, Any]) -> None:
         """Feed one event (live or replayed); plots update on the next timer tick."""
@@ -193,6 +340,9 @@ class MonitorPanel(QWidget):
     # -- controls ----------------------------------------------------------------------------
     def _on_window_changed(self, text: str) -> None:
         self.window_s = WINDOWS[text]
+        for p in self.plots.values():
+            p.setXRange(-self.window_s, 0, padding=0)
+        self._manual_y.clear()
         self._drawn_version = -1
         self.refresh(force=True)
 

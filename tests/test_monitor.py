@@ -32,6 +32,38 @@ def test_store_ring_and_window() -> None:
     assert s.latest("ttft_p99_ms") is None and s.latest("running") == 249
 
 
+def test_decimated_window_keeps_peaks_and_the_newest_point() -> None:
+    """Long windows come from the stored (min, max) blocks, bins aligned to the first point
+    ever appended: each bin's min and max equal those of its raw points, a single spike
+    survives, the newest point is drawn, and a later frame reuses the same full bins."""
+    rng = np.random.default_rng(0)
+    s = TimeSeriesStore()
+    n = 40_000  # wraps the 36,000-point ring
+    values = rng.normal(size=n)
+    values[rng.random(n) < 0.05] = np.nan  # gaps
+    values[39_000] = 50.0  # one spike
+    values[-1] = 3.25
+    for i in range(n):
+        s.append(_ev(1000.0 + i / 10, running=None if np.isnan(values[i]) else values[i]))
+    t, cols = s.window(3600.0, ["running"], max_points=900)
+    y = cols["running"]
+    assert 800 <= len(t) <= 902 and t[-1] <= 0 and np.all(np.diff(t) >= 0)
+    assert np.nanmax(y) == 50.0 and y[-2] <= 3.25 <= y[-1]
+    # the raw points of the window, bins of k starting at multiples of k
+    raw = values[n - 36_000:]
+    k = 80  # 36,000 points into 450 bins of whole 8-point blocks
+    head = (-(n - 36_000)) % k
+    full = raw[head:head + (len(raw) - head) // k * k].reshape(-1, k)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(y[0:2 * len(full):2], np.fmin.reduce(full, axis=1), equal_nan=True)
+        assert np.array_equal(y[1:2 * len(full):2], np.fmax.reduce(full, axis=1), equal_nan=True)
+    s.append(_ev(1000.0 + n / 10, running=-7.0))
+    t2, cols2 = s.window(3600.0, ["running"], max_points=900)
+    assert cols2["running"][-2:].tolist() == [-7.0, -7.0]  # a new, partial bin
+    # the oldest bin lost a point to the ring: dropped; the other full bins are unchanged
+    assert np.array_equal(cols2["running"][:-2], y[2:], equal_nan=True)
+
+
 def test_gpu_series_appear(tmp_path: Path) -> None:
     s = TimeSeriesStore()
     gpu = {"utilization_pct": 87.0, "memory_used_bytes": 100 * 2**30, "power_w": 512.0,
@@ -127,3 +159,21 @@ def test_h200_recordings_replay_to_png(qtbot, tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl.gz"
     bad.write_bytes(b"not gzip")
     assert cli_main(["replay", str(bad), "--png", str(out)]) == 2
+
+
+def test_y_range_follows_the_data(qtbot) -> None:
+    """The Monitor sets each plot's y range from the curves (pyqtgraph's autorange is off):
+    the data fits, a jump widens the range, and the x range is the window chosen."""
+    m = MonitorPanel()
+    qtbot.addWidget(m)
+    for i in range(30):
+        m.add_event(_ev(100.0 + i, generation_tokens_per_s=10.0 + i % 3))
+    m.refresh(force=True)
+    plot = m.plots["Tokens / s"]
+    y0, y1 = plot.vb.viewRange()[1]
+    assert y0 <= 10.0 and 12.0 <= y1 < 20.0
+    m.add_event(_ev(131.0, generation_tokens_per_s=500.0))
+    m.refresh(force=True)
+    assert plot.vb.viewRange()[1][1] >= 500.0
+    m.window_box.setCurrentText("10 min")
+    assert plot.vb.viewRange()[0] == [-600.0, 0.0]
