@@ -5,7 +5,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSettings, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QApplication,
@@ -376,7 +376,7 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.launch = LaunchTab(self.device)
         # pyqtgraph takes most of the start-up time: the Monitor is built right after the
-        # window shows (or on first use), inside this container
+        # window's first paint (or on first use), inside this container
         self._monitor: Any = None
         self._monitor_box = QWidget()
         QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
@@ -431,24 +431,52 @@ class MainWindow(QMainWindow):
         self.controller.event.connect(self._on_server_event)
         self.controller.metrics.connect(self._on_metrics)
         self.controller.error.connect(self._on_server_error)
-        QTimer.singleShot(0, lambda: self.monitor)
         self.resize(1400, 900)
         settings = gui_settings()
         geo = settings.value("geometry")
         if geo is not None:
             self.restoreGeometry(geo)
         self.folders: list[str] = [f for f in (settings.value("folders") or []) if f]
-        for f in self.folders:
-            self._scan_folder(Path(f))
         self._restore_last_config(settings)
         self.engine_ready.connect(self._on_engine_ready)
         self.hf_models.connect(self._on_hf_models)
-        if probe:
-            for fn in (self._probe_engine, self._scan_hf_cache):
-                threading.Thread(target=fn, name=f"quantdeck{fn.__name__}", daemon=True).start()
+        self._probe = probe
+        self._painted = False
+        self._background_started = False
+        # the window paints first; then the Monitor is built (pyqtgraph takes most of the
+        # start-up time) and the engine probe and cache scan start (they compete for the CPU)
+        self.installEventFilter(self)
+        QTimer.singleShot(0, self, self._start_unless_painting)
 
     engine_ready = Signal(object)  # core.engine.Capabilities or an error string
     hf_models = Signal(list)
+
+    def eventFilter(self, obj: Any, ev: Any) -> bool:  # noqa: N802 (Qt's name)
+        if obj is self and ev.type() == QEvent.Paint and not self._painted:
+            self._painted = True
+            self.removeEventFilter(self)
+            QTimer.singleShot(0, self, self._after_first_paint)  # after the whole paint pass
+        return False
+
+    def _start_unless_painting(self) -> None:
+        """A window that is not shown (tests, scripts) starts its background work now; a shown
+        one after its first paint."""
+        if not self.isVisible() or self._painted:
+            self._after_first_paint()
+        else:  # should no paint come (a minimised window), start anyway
+            QTimer.singleShot(1000, self, self._after_first_paint)
+
+    def _after_first_paint(self) -> None:
+        if self._background_started:
+            return
+        self._background_started = True
+        for f in self.folders:  # the remembered folders' models: read after the first paint
+            self._scan_folder(Path(f))
+        if self._probe:
+            for fn in (self._probe_engine, self._scan_hf_cache):
+                threading.Thread(target=fn, name=f"quantdeck{fn.__name__}", daemon=True).start()
+        if self.isVisible():
+            QTimer.singleShot(0, self, lambda: self.monitor)
 
     def _probe_engine(self) -> None:
         from core.engine import EngineEnv

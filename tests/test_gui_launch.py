@@ -118,6 +118,7 @@ def test_first_start_on_demo_and_persistence(qtbot, demo_model: Path, tmp_path: 
     win.close()
     again = gui_app.build_window()
     qtbot.addWidget(again)
-    assert again.library.count() == 2  # the folder was remembered
+    qtbot.waitUntil(lambda: again.library.count() == 2)  # the folder was remembered (scanned
+    # after the first paint)
     assert again.launch.form.config().scheduler.max_num_seqs == 48
     assert again.size().width() == 640
