@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu_host.sh stash N      # keep .bundle/part.0N (carried) in /root/qd/parts
 #   bash benchmarks/gpu_host.sh setup PLAN   # assemble vLLM, start benchmarks/gpu_plans/PLAN.sh
+#   bash benchmarks/gpu_host.sh next PLAN    # start another plan when the running one is done
 #   bash benchmarks/gpu_host.sh wait SECONDS # wait for the plan, bring results back ($OUT)
 #
 # A plan is a bash script of Quantdeck's own CLI calls (quantize, plan, serve --record, bench,
@@ -34,15 +35,21 @@ case "${1:-}" in
 stash)
   cp "$repo/.bundle/part.0$2" $base/parts/ && ls -la $base/parts
   ;;
-setup)
+setup|next)
+  # setup: assemble, then start PLAN; next: start PLAN after the one before it finished
   plan=$repo/benchmarks/gpu_plans/${2:?plan name}.sh
   [ -f "$plan" ] || { echo "no plan $plan" >&2; exit 2; }
   t0=$(date +%s)
-  bash "$repo/.bundle/assemble.sh" $base/parts /root/vllm-site || exit 1
-  python3 -m pip install -q --no-index --no-deps --no-compile --target $base/extra "$repo"/.whl/*.whl
-  python3 -c "import vllm, torch, core.cli; print('vllm', vllm.__version__, 'torch', torch.__version__)"
-  echo "assembled in $(( $(date +%s) - t0 )) s"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  if [ "$1" = setup ]; then
+    bash "$repo/.bundle/assemble.sh" $base/parts /root/vllm-site || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $base/extra "$repo"/.whl/*.whl
+    python3 -c "import vllm, torch, core.cli; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    echo "assembled in $(( $(date +%s) - t0 )) s"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  else
+    while [ ! -f $results/DONE ]; do sleep 3; done
+    rm -f $results/DONE; mv $results/driver.log $results/driver-$(date +%s).log
+  fi
   export -f write_models
   export repo base results
   cd "$repo"
@@ -58,6 +65,6 @@ wait)
   tar -C $base -czf "$OUT/results.tgz" results && ls -la "$OUT"
   ;;
 *)
-  echo "usage: $0 stash N | setup PLAN | wait SECONDS" >&2; exit 2
+  echo "usage: $0 stash N | setup PLAN | next PLAN | wait SECONDS" >&2; exit 2
   ;;
 esac

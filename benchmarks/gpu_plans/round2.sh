@@ -24,7 +24,7 @@ for m in w8a8 bnb-nf4; do tail -n1 $results/quantize-$m.jsonl | cut -c1-400; don
 python3 benchmarks/gpu_validation.py --root $base/models --out $results --b1-prompts 4 \
   --configs w8a8-converted-eager,bnb4-converted-eager
 stamp "launches done"
-python3 benchmarks/tune_goal.py $base/models1b/bf16 --extra "$launch" --ttft-ms 500 --tpot-ms 25 \
+python3 benchmarks/tune_goal.py $base/models1b/bf16 --extra "$launch" --ttft-ms 1000 --tpot-ms 50 \
   --space max_num_seqs=16,32,64,128,256 max_num_batched_tokens=2048,8192 \
           enable_chunked_prefill=true,false \
   --concurrency 64 --num-prompts 128 --input-len 512 --output-len 128 --out $results/tune \
