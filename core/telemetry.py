@@ -6,6 +6,7 @@ the host figures (psutil) remain. Units are in the field names.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -147,45 +148,54 @@ def read_gpu(index: int, server_pids: set[int] = frozenset()) -> GpuSnapshot:
 
 
 class ProcessWatch:
-    """The server's process tree: RSS and CPU % summed (psutil keeps CPU-time state)."""
+    """The server's process tree: RSS and CPU % summed (psutil keeps CPU-time state).
 
-    def __init__(self, root_pid: int | None = None) -> None:
+    Finding the tree walks every process on the host (``children(recursive=True)`` reads the
+    parent of each), so it is refreshed at most every ``tree_s`` seconds: a vLLM server's
+    processes all appear during start-up; one that exits is dropped at its next read."""
+
+    def __init__(self, root_pid: int | None = None, tree_s: float = 2.0) -> None:
         self.root_pid = root_pid
+        self.tree_s = tree_s
         self._procs: dict[int, psutil.Process] = {}
+        self._tree_t = -math.inf
 
     def pids(self) -> set[int]:
         if self.root_pid is None:
             return set()
-        try:
-            root = psutil.Process(self.root_pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return set()
-        for p in tree:
-            if p.pid not in self._procs:
-                self._procs[p.pid] = p
-                try:
-                    p.cpu_percent(None)  # prime
-                except psutil.Error:
-                    pass
-        live = {p.pid for p in tree}
-        for pid in list(self._procs):
-            if pid not in live:
-                del self._procs[pid]
-        return live
+        now = time.monotonic()
+        if now - self._tree_t >= self.tree_s:
+            self._tree_t = now
+            try:
+                root = psutil.Process(self.root_pid)
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            for p in tree:
+                if p.pid not in self._procs:
+                    self._procs[p.pid] = p
+                    try:
+                        p.cpu_percent(None)  # prime
+                    except psutil.Error:
+                        pass
+            live = {p.pid for p in tree}
+            for pid in list(self._procs):
+                if pid not in live:
+                    del self._procs[pid]
+        return set(self._procs)
 
     def usage(self) -> tuple[int | None, float | None]:
         if self.root_pid is None:
             return None, None
         self.pids()
         rss, cpu = 0, 0.0
-        for p in list(self._procs.values()):
+        for pid, p in list(self._procs.items()):
             try:
                 with p.oneshot():
                     rss += p.memory_info().rss
                     cpu += p.cpu_percent(None)
-            except psutil.Error:
-                continue
+            except psutil.Error:  # gone since the tree was read
+                self._procs.pop(pid, None)
         return rss, cpu
 
 

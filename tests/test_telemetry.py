@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -65,6 +68,31 @@ def test_process_watch_sums_the_tree() -> None:
     rss, cpu = w.usage()
     assert rss > 10 * 2**20 and cpu is not None
     assert ProcessWatch(2**22 + 12345).usage() == (0, 0.0)
+
+
+def test_process_watch_follows_the_tree() -> None:
+    """A child that appears is summed once the tree is re-read; one that exits is dropped."""
+    code = ("import subprocess, sys, time\n"
+            "time.sleep(0.5)\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+            "print(c.pid, flush=True)\n"
+            "c.wait()\n"  # reaped at once when killed: no zombie left in the tree
+            "time.sleep(30)\n")
+    root = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        w, slow = ProcessWatch(root.pid, tree_s=0.2), ProcessWatch(root.pid, tree_s=60)
+        assert w.pids() == slow.pids() == {root.pid}
+        child = int(root.stdout.readline())
+        assert slow.pids() == {root.pid}  # the tree read before the child, kept for tree_s
+        time.sleep(0.25)
+        assert w.pids() == {root.pid, child}
+        os.kill(child, signal.SIGKILL)
+        time.sleep(0.3)
+        rss, _ = w.usage()
+        assert child not in w.pids() and rss > 0
+    finally:
+        root.kill()
+        root.wait()
 
 
 def test_sampler_ticks_and_stops() -> None:
