@@ -113,16 +113,21 @@ def cost(url: str, pid: int, ticks: int) -> None:
     the scrape, against the same idle time without scrapes."""
     sampler = Sampler(hz=2.0, scraper=MetricsScraper(url), watch=ProcessWatch(pid))
     sampler.tick()
+
+    def idle(seconds: float) -> float:
+        c = tree_cpu_s(pid)
+        time.sleep(seconds)
+        return tree_cpu_s(pid) - c
+
+    time.sleep(3.0)  # the load's last work (and any spinning worker threads) settles
     t_wall, c_server, c_self = time.perf_counter(), tree_cpu_s(pid), time.process_time()
     for _ in range(ticks):
         sampler.tick()
     wall = time.perf_counter() - t_wall
     scraped = tree_cpu_s(pid) - c_server
     own = (time.process_time() - c_self) / ticks
-    c_idle = tree_cpu_s(pid)
-    time.sleep(wall)
-    idle = tree_cpu_s(pid) - c_idle
-    server = max(0.0, scraped - idle) / ticks
+    baseline = (idle(wall) + idle(wall)) / 2
+    server = max(0.0, scraped - baseline) / ticks
     per_s = 2.0 * (own + server)
     print(f"CPU per sample: {own * 1000:.2f} ms in the sampler + {server * 1000:.2f} ms in the "
           f"server answering /metrics ({ticks} ticks; the server's idle CPU over the same "
