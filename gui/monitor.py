@@ -250,6 +250,11 @@ class MonitorPanel(QWidget):
             p = self.graphics.addPlot(title=title)
             for ax in ("left", "bottom"):  # grid lines: self._grids; as pyqtgraph draws
                 p.getAxis(ax).setStyle(tickLength=0)  # them, without ticks on the axis
+            # a fixed width for the tick labels (7 digits): pyqtgraph would widen the axis
+            # to each new label, relaying out and repainting all plots several times in a row
+            left = p.getAxis("left")
+            left.setWidth(QFontMetrics(left.style["tickFont"] or QFont()).horizontalAdvance(
+                "-000000") + left.style["tickTextOffset"][0] + 6)
             # the store hands over peak-decimated data, about two points per pixel, and the
             # ranges are set here from that data: pyqtgraph neither clips, downsamples nor
             # autoranges (its autorange walks every curve's data on every update)

@@ -18,6 +18,12 @@ from core.errors import QuantdeckError
 # core.server / metrics / telemetry (httpx, prometheus_client, psutil) are imported where used:
 # the window shows before they load.
 
+# The servers the panel starts run this much nicer than the panel: the vLLM CPU engine keeps
+# every core busy while it serves, and the UI thread, which needs little CPU but needs it
+# at once, would otherwise wait for a core for up to seconds (benchmarks/gui_latency.py).
+# It costs the server nothing when the panel is idle; on a GPU it hardly ever competes.
+SERVER_NICE = 10
+
 
 class QtServerController(QObject):
     """Start / stop / restart / attach, with every core event as the ``event`` signal."""
@@ -107,7 +113,7 @@ class QtServerController(QObject):
             from core.server import ServerProcess
 
             self._shutdown()
-            srv = ServerProcess(cfg)
+            srv = ServerProcess(cfg, nice=SERVER_NICE)
             with self._lock:
                 self.server, self.attached = srv, None
             self._unsub = srv.subscribe(self._on_core_event)
