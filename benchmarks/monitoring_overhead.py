@@ -129,8 +129,9 @@ def cost(url: str, pid: int, ticks: int) -> None:
     baseline = (idle(wall) + idle(wall)) / 2
     server = max(0.0, scraped - baseline) / ticks
     per_s = 2.0 * (own + server)
+    path = "/metrics/?name[]=..." if sampler.scraper.filtered else "/metrics"
     print(f"CPU per sample: {own * 1000:.2f} ms in the sampler + {server * 1000:.2f} ms in the "
-          f"server answering /metrics ({ticks} ticks; the server's idle CPU over the same "
+          f"server answering {path} ({ticks} ticks; the server's idle CPU over the same "
           f"{wall:.1f} s subtracted); at 2 Hz {per_s:.1%} of one core, so at most "
           f"{per_s / psutil.cpu_count():.2%} of this machine's {psutil.cpu_count()} cores "
           f"(a throughput ratio of at least {1 - per_s / psutil.cpu_count():.3f} for a "
