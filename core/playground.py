@@ -9,6 +9,7 @@ from typing import Any, Iterator
 import httpx
 
 from core.errors import ServerError
+from core.http import tls_verify
 
 
 @dataclass
@@ -49,7 +50,7 @@ def stream(url: str, model: str, *, messages: list[dict[str, str]] | None = None
     t0 = time.perf_counter()
     try:
         with httpx.stream("POST", url.rstrip("/") + path, json=body, headers=headers,
-                          timeout=timeout) as r:
+                          timeout=timeout, verify=tls_verify(url)) as r:
             if r.status_code != 200:
                 r.read()
                 raise ServerError(f"{path}: HTTP {r.status_code}: {r.text[:200]}")

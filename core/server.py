@@ -27,6 +27,7 @@ from core.config import LaunchConfig
 from core.device import DeviceFacts, cpu_device, detect_device
 from core.engine import Capabilities, EngineEnv, cache_dir, subprocess_env
 from core.errors import ConfigError, ServerError
+from core.http import tls_verify
 from core.knobs import vllm_args
 from core.model_info import ModelInfo, inspect_model
 from core.planner import CPU_DEFAULT_KV_BYTES, KvPlan, plan
@@ -292,7 +293,8 @@ class ServerProcess:
         assert self._proc is not None
         headers = {"Authorization": f"Bearer {self.cfg.server.api_key}"} \
             if self.cfg.server.api_key else {}
-        with httpx.Client(base_url=self.url, timeout=2.0, headers=headers) as client:
+        with httpx.Client(base_url=self.url, timeout=2.0, headers=headers,
+                          verify=tls_verify(self.url)) as client:
             while self._proc.poll() is None:
                 if not self._ready.is_set():
                     try:
@@ -414,6 +416,7 @@ def timed_completion(url: str, model: str, *, api_key: str | None = None,
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     t0 = time.perf_counter()
     r = httpx.post(url.rstrip("/") + "/v1/completions", headers=headers, timeout=timeout,
+                   verify=tls_verify(url),
                    json={"model": model, "prompt": prompt, "max_tokens": max_tokens,
                          "temperature": 0.0})
     if r.status_code != 200:
@@ -450,7 +453,8 @@ class AttachedServer:
         """The served model names; ServerError with one line when unreachable or refused."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            r = httpx.get(self.url + "/v1/models", headers=headers, timeout=timeout)
+            r = httpx.get(self.url + "/v1/models", headers=headers, timeout=timeout,
+                          verify=tls_verify(self.url))
         except httpx.HTTPError as e:
             raise ServerError(f"{self.url}: unreachable ({type(e).__name__})") from None
         if r.status_code == 401:
