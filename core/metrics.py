@@ -74,7 +74,7 @@ _FILTER = [("name[]", n + suffix) for n in sorted(_WANTED)
            for suffix in ("", "_total", "_bucket", "_count", "_sum")]
 
 _LINE = re.compile(
-    r"^(?:# (?:HELP|TYPE) )?(?:" + "|".join(re.escape(n) for n in sorted(_WANTED))
+    r"^(?:# TYPE )?(?:" + "|".join(re.escape(n) for n in sorted(_WANTED))
     + r")(?:_total|_bucket|_count|_sum)?[ {].*$", re.M)
 
 
