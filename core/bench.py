@@ -31,6 +31,7 @@ import httpx
 import numpy as np
 
 from core.errors import ConfigError, ServerError
+from core.http import tls_verify
 
 SLO_KEYS = ("ttft", "tpot", "e2el")
 METRIC_KEYS = ("ttft", "tpot", "itl", "e2el")
@@ -331,7 +332,8 @@ class Bench:
             return {}
 
     def run(self) -> dict[str, Any]:
-        with httpx.Client(base_url=self.url, headers=self.headers, timeout=30.0) as client:
+        with httpx.Client(base_url=self.url, headers=self.headers, timeout=30.0,
+                          verify=tls_verify(self.url)) as client:
             version = self.check_server(client)
             tok = _Tokenizer(client, self.model)
             if self.spec.prompts_file and not self._has_tokenizer(client):
@@ -368,7 +370,7 @@ class Bench:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         timeout = httpx.Timeout(self.spec.request_timeout_s, connect=10.0)
         async with httpx.AsyncClient(base_url=self.url, headers=self.headers, limits=limits,
-                                     timeout=timeout) as client:
+                                     timeout=timeout, verify=tls_verify(self.url)) as client:
             for i, r in enumerate(warm):
                 rec = await self._one(client, -1 - i, r, time.perf_counter())
                 if not rec.success:

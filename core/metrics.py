@@ -18,6 +18,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.errors import ServerError
+from core.http import tls_verify
 
 # Our name -> vLLM's names, newest first.
 GAUGES = {
@@ -317,7 +318,8 @@ class MetricsScraper:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # identity: compressing costs the server more CPU than loopback bytes cost
         headers["Accept-Encoding"] = "identity"
-        self._client = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+        self._client = httpx.Client(base_url=self.url, timeout=timeout, headers=headers,
+                                    verify=tls_verify(self.url))
         self.deriver = MetricsDeriver(window_s)
         self.filtered: bool | None = None  # None: not tried yet
 
