@@ -371,8 +371,15 @@ class Bench:
         timeout = httpx.Timeout(self.spec.request_timeout_s, connect=10.0)
         async with httpx.AsyncClient(base_url=self.url, headers=self.headers, limits=limits,
                                      timeout=timeout, verify=tls_verify(self.url)) as client:
-            for i, r in enumerate(warm):
-                rec = await self._one(client, -1 - i, r, time.perf_counter())
+            # warm-ups at the load's concurrency, as `vllm bench serve` sends them: the batch
+            # shapes the measured run will use are warm too, not only batch 1
+            warm_sem = asyncio.Semaphore(self.spec.concurrency or max(1, len(warm)))
+
+            async def warm_one(i: int, r: Request) -> RequestRecord:
+                async with warm_sem:
+                    return await self._one(client, -1 - i, r, time.perf_counter())
+
+            for rec in await asyncio.gather(*(warm_one(i, r) for i, r in enumerate(warm))):
                 if not rec.success:
                     raise ServerError(f"warm-up request failed: {rec.error}")
             records: list[RequestRecord] = []

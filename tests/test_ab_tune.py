@@ -71,7 +71,8 @@ def test_hopeless_points_are_dropped(demo_model) -> None:
 @pytest.mark.server
 def test_ab_two_configs_end_to_end(demo_model, no_demo_server, tmp_path) -> None:
     events = []
-    spec = LoadSpec(num_prompts=16, input_len=32, output_len=16, concurrency=8, warmups=1)
+    # warm-ups at the load's concurrency: the first batch of 8 on a fresh server is slow
+    spec = LoadSpec(num_prompts=16, input_len=32, output_len=16, concurrency=8, warmups=8)
     run = ABRun([Arm("seqs-2", _demo_cfg(demo_model, max_num_seqs=2)),
                  Arm("seqs-8", _demo_cfg(demo_model, max_num_seqs=8))], spec,
                 warmups=1, on_event=events.append)
