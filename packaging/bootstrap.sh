@@ -36,4 +36,14 @@ spec=".[cpu]"
 "$venv/bin/python" -m pip install -q --no-deps "vllm-bnb-plugin" || echo "bootstrap: vllm-bnb-plugin not available; bitsandbytes will not serve on vLLM >= 0.28" >&2
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 "$venv/bin/python" -c "import vllm, torch; print('bootstrap: vllm', vllm.__version__, 'torch', torch.__version__)"
+# Qt's X11 window needs system libraries that a bare Linux (a container, a server) may lack;
+# name the missing ones. Headless use (QT_QPA_PLATFORM=offscreen, the CLI) needs none of them.
+qxcb=$("$venv/bin/python" -c "import os, PySide6; print(os.path.join(os.path.dirname(PySide6.__file__), 'Qt', 'plugins', 'platforms', 'libqxcb.so'))" 2>/dev/null || true)
+if [ -f "$qxcb" ] && command -v ldd >/dev/null; then
+  missing=$( (ldd "$qxcb"; ldd "$(dirname "$qxcb")/../../lib/libQt6XcbQpa.so.6") 2>/dev/null \
+    | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
+  command -v ldconfig >/dev/null && ! ldconfig -p | grep -q 'libxcb-cursor\.so\.0' \
+    && missing="${missing}libxcb-cursor.so.0 "
+  [ -z "$missing" ] || echo "bootstrap: the window needs system libraries not found here: ${missing}(Debian/Ubuntu: apt-get install libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxkbcommon-x11-0)" >&2
+fi
 echo "$want" > "$stamp"
