@@ -40,10 +40,12 @@ spec=".[cpu]"
 # name the missing ones. Headless use (QT_QPA_PLATFORM=offscreen, the CLI) needs none of them.
 qxcb=$("$venv/bin/python" -c "import os, PySide6; print(os.path.join(os.path.dirname(PySide6.__file__), 'Qt', 'plugins', 'platforms', 'libqxcb.so'))" 2>/dev/null || true)
 if [ -f "$qxcb" ] && command -v ldd >/dev/null; then
-  missing=$( (ldd "$qxcb"; ldd "$(dirname "$qxcb")/../../lib/libQt6XcbQpa.so.6") 2>/dev/null \
-    | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
-  command -v ldconfig >/dev/null && ! ldconfig -p | grep -q 'libxcb-cursor\.so\.0' \
-    && missing="${missing}libxcb-cursor.so.0 "
+  missing=$( { ldd "$qxcb"; ldd "$(dirname "$qxcb")/../../lib/libQt6XcbQpa.so.6"; } 2>/dev/null \
+    | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ' || true)
+  if command -v ldconfig >/dev/null \
+      && [ "$(ldconfig -p 2>/dev/null | grep -c 'libxcb-cursor\.so\.0' || true)" = 0 ]; then
+    missing="${missing}libxcb-cursor.so.0 "  # Qt loads it at run time: ldd does not list it
+  fi
   [ -z "$missing" ] || echo "bootstrap: the window needs system libraries not found here: ${missing}(Debian/Ubuntu: apt-get install libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxkbcommon-x11-0)" >&2
 fi
 echo "$want" > "$stamp"
