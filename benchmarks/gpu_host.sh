@@ -43,6 +43,10 @@ setup|next)
   if [ "$1" = setup ]; then
     bash "$repo/.bundle/assemble.sh" $base/parts /root/vllm-site || exit 1
     python3 -m pip install -q --no-index --no-deps --no-compile --target $base/extra "$repo"/.whl/*.whl
+    # the host sets PYTHONDONTWRITEBYTECODE=1 and ships no .pyc: without this every server
+    # start compiles vLLM's and torch's sources again (~45 s of a 1B start instead of ~10)
+    python3 -m compileall -q -j 12 /root/vllm-site $base/extra \
+      "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null
     python3 -c "import vllm, torch, core.cli; print('vllm', vllm.__version__, 'torch', torch.__version__)"
     echo "assembled in $(( $(date +%s) - t0 )) s"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

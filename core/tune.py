@@ -8,9 +8,9 @@ its p99 TTFT and p99 TPOT are within them too.
 
 Strategy (``coordinate``): start from the base config; for each knob in order of its usual
 effect, try its candidate values with the others at the best so far, walking outward from the
-current value and turning back when goodput drops; keep the best. A point is dropped early once
-it has more SLO-missing or failed requests than the best point had requests left over, since it
-can then no longer win. ``grid`` measures every combination (the yardstick for the tuner).
+current value and turning back when goodput drops (down only when the first step up gained
+nothing); keep the best. A point is dropped early once it has more SLO-missing or failed
+requests than the best point had requests left over, since it can then no longer win. ``grid`` measures every combination (the yardstick for the tuner).
 """
 from __future__ import annotations
 
@@ -246,14 +246,18 @@ class Tuner:
                 return
             best = self.best.values if self.best else current
             i0 = cands.index(best[knob])
-            # walk up, then down, from the current value while goodput improves
+            # walk up from the current value while goodput improves; only when the first step
+            # up gained nothing, walk down the same way (goodput is taken to have one peak)
             for direction in (1, -1):
-                i = i0 + direction
+                i, gained = i0 + direction, False
                 while 0 <= i < len(cands) and self._budget_left():
                     before = self.best.goodput if self.best else None
                     self.measure({**(self.best.values if self.best else current),
                                   knob: cands[i]})
                     if self.best is None or self.best.goodput == before:
                         break  # no gain this way: turn back
+                    gained = True
                     i += direction
+                if gained:
+                    break
             current = self.best.values if self.best else current

@@ -68,6 +68,37 @@ def test_hopeless_points_are_dropped(demo_model) -> None:
     assert t._hopeless([good] * 5 + [slow] * 3).startswith("dropped")
 
 
+class _ScoredTuner(Tuner):
+    """The search's walk over a known goodput curve: measure() scores instead of serving."""
+
+    def __init__(self, curve: dict[int, float], start: int) -> None:
+        super().__init__(_demo_cfg(Path("demo"), max_num_seqs=start), LoadSpec(num_prompts=4),
+                         ttft_ms=100, tpot_ms=50, space={"max_num_seqs": sorted(curve)})
+        self.curve, self.order = curve, []
+
+    def measure(self, values):
+        from core.tune import Point
+
+        point = Point(dict(values), goodput=self.curve[values["max_num_seqs"]])
+        if point.key() not in self.points:
+            self.points[point.key()] = point
+            self.order.append(values["max_num_seqs"])
+            if self.best is None or point.goodput > self.best.goodput:
+                self.best = point
+        return self.points[point.key()]
+
+
+def test_coordinate_walk_turns_back_only_without_gain() -> None:
+    # a gain on the way up: the walk never goes below its start
+    up = _ScoredTuner({8: 1.0, 16: 2.0, 32: 3.0, 64: 2.5}, start=16)
+    up._coordinate()
+    assert up.order == [16, 32, 64] and up.best.values == {"max_num_seqs": 32}
+    # no gain up: it walks down from the start while goodput rises
+    down = _ScoredTuner({4: 2.0, 8: 3.0, 16: 2.0, 32: 1.0}, start=16)
+    down._coordinate()
+    assert down.order == [16, 32, 8, 4] and down.best.values == {"max_num_seqs": 8}
+
+
 @pytest.mark.server
 def test_ab_two_configs_end_to_end(demo_model, no_demo_server, tmp_path) -> None:
     events = []
@@ -103,8 +134,9 @@ def test_ab_two_configs_end_to_end(demo_model, no_demo_server, tmp_path) -> None
 def test_three_point_tune_saves_best_profile(demo_model, no_demo_server, tmp_path,
                                              capsys) -> None:
     out = tmp_path / "tune.json"
+    # from one sequence at a time the search walks up: 1, 4, 8
     rc = cli_main(["tune", str(demo_model), "--enforce-eager", "--kv-cache-memory-bytes",
-                   "128M", "--space", "max_num_seqs=1,4,8", "--concurrency", "8",
+                   "128M", "--max-num-seqs", "1", "--space", "max_num_seqs=1,4,8", "--concurrency", "8",
                    "--num-prompts", "12", "--input-len", "32", "--output-len", "12",
                    "--ttft-ms", "3000", "--tpot-ms", "500", "--max-points", "3",
                    "--warmup", "1", "--save-profile", "tuned", "--json", str(out)])

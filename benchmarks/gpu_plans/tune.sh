@@ -1,5 +1,6 @@
 # The tuner against the exhaustive grid (issue 6's goal: >= 95 % of the grid's best goodput in
-# <= 1/3 of its time), alone in a lease: about 1,400 s. A Llama-3.2-1B-shaped random model in
+# <= 1/3 of its time), alone in a lease: about 1,100 s (measured 2026-12-01: 20 grid points at
+# ~43 s once the host has bytecode, 5 search points). A Llama-3.2-1B-shaped random model in
 # eager mode restarts in well under a minute, which is what makes a 20-point grid affordable;
 # 64 concurrent, 512 in / 128 out, targets p99 TTFT 1 s and p99 TPOT 50 ms.
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
