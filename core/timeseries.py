@@ -68,6 +68,22 @@ def gpu_series(i: int) -> tuple[SeriesSpec, ...]:
             SeriesSpec(f"gpu{i}_server_memory_gib", _gpu(i, "server_memory_bytes", 1 / GiB)))
 
 
+def _orient(pairs: np.ndarray, prev_mid: float = np.nan) -> np.ndarray:
+    """Order each (min, max) row of ``pairs`` to start at the end nearer the previous row's
+    midpoint (``prev_mid`` for the first row), in place. Which of a bin's two extremes came
+    first is not kept, and either order shows the same column of pixels; but drawn always
+    min-then-max, the line goes back down across the whole next column between every two
+    bins, which doubles the pixels a long window strokes. NaN rows stay as they are."""
+    if not len(pairs):
+        return pairs
+    mid = pairs.sum(axis=1) / 2
+    before = np.concatenate(([prev_mid], mid[:-1]))
+    with np.errstate(invalid="ignore"):
+        flip = np.abs(pairs[:, 1] - before) < np.abs(pairs[:, 0] - before)
+    pairs[flip] = pairs[flip, ::-1]
+    return pairs
+
+
 def _aligned_bins(t: np.ndarray, cols: dict[str, np.ndarray], k: int
                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(min, max) pairs of consecutive bins of ``k`` points from the first; the last bin may
@@ -85,7 +101,7 @@ def _aligned_bins(t: np.ndarray, cols: dict[str, np.ndarray], k: int
             np.fmax.reduce(vb, axis=1, out=pair[:len(vb), 1])  # bins stay NaN (a gap)
             if full < len(t):
                 pair[-1] = np.fmin.reduce(v[full:]), np.fmax.reduce(v[full:])
-            out[name] = pair.reshape(-1)
+            out[name] = _orient(pair).reshape(-1)
     return np.repeat(t_bins, 2), out
 
 
@@ -199,7 +215,8 @@ class TimeSeriesStore:
         """Time (s, relative to the newest point) and columns for the last ``seconds``.
 
         ``max_points``: decimate longer windows to at most that many points per series,
-        keeping each bin's minimum and maximum (peak decimation: spikes stay visible). Bins
+        keeping each bin's minimum and maximum (peak decimation: spikes stay visible), as a
+        pair at the bin's time in the order :func:`_orient` gives. Bins
         start at multiples of their size counted from the first point ever appended, so a
         bin, once full, looks the same on every later frame; the oldest points that do not
         fill a bin are dropped and the newest, not yet full bin is drawn as it stands.
@@ -237,10 +254,14 @@ class TimeSeriesStore:
         cached = self._bins.get(key)
         if cached is not None and cached[0] <= first <= cached[1]:
             c_first, c_end, c_t, c_cols = cached
-            new_t, new_cols = self._block_bins(max(first, c_end), end, k, names)
-            t_bins = np.concatenate((c_t[first - c_first:], new_t))
-            cols = {name: np.concatenate((c_cols[name][first - c_first:], new_cols[name]))
-                    for name in names}
+            t_bins, cols = c_t[first - c_first:], {name: c_cols[name][first - c_first:]
+                                                   for name in names}
+            if end > c_end:  # bins completed since: computed, after the cached ones
+                prev = {name: c[-1].sum() / 2 for name, c in c_cols.items()} \
+                    if len(c_t) else None
+                new_t, new_cols = self._block_bins(c_end, end, k, names, prev)
+                t_bins = np.concatenate((t_bins, new_t))
+                cols = {name: np.concatenate((cols[name], new_cols[name])) for name in names}
         else:
             t_bins, cols = self._block_bins(first, end, k, names)
         self._bins = {key: (first, end, t_bins, cols)}  # one window shown at a time
@@ -252,13 +273,21 @@ class TimeSeriesStore:
             with np.errstate(invalid="ignore"):
                 for name in names:
                     seg = self._span(self._cols[name], tail, n, self.capacity)
-                    out[name] = np.append(out[name], (np.fmin.reduce(seg), np.fmax.reduce(seg)))
+                    lo, hi = float(np.fmin.reduce(seg)), float(np.fmax.reduce(seg))
+                    if len(cols[name]):  # as _orient does, after the last full bin
+                        before = cols[name][-1]
+                        mid = (float(before[0]) + float(before[1])) / 2
+                        if abs(hi - mid) < abs(lo - mid):
+                            lo, hi = hi, lo
+                    out[name] = np.append(out[name], (lo, hi))
         return np.repeat(t_bins - t_last, 2), out
 
-    def _block_bins(self, first: int, end: int, k: int, names: list[str]
+    def _block_bins(self, first: int, end: int, k: int, names: list[str],
+                    prev: dict[str, float] | None = None
                     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Bins ``first .. end - 1`` of ``k`` points from the blocks: mid times (absolute)
-        and (bins, 2) arrays of (min, max) per series."""
+        and (bins, 2) arrays of each bin's min and max per series, in the order
+        :func:`_orient` gives them after the bin before (``prev``: its midpoint per series)."""
         per = k // BLOCK
         b0, b1 = first * per, max(first, end) * per
         bt = self._span(self._bt, b0, b1, self._nb).reshape(-1, per, 2)
@@ -271,7 +300,7 @@ class TimeSeriesStore:
                                axis=1, out=pair[:, 0])
                 np.fmax.reduce(self._span(self._bmax[name], b0, b1, self._nb).reshape(-1, per),
                                axis=1, out=pair[:, 1])
-                cols[name] = pair
+                cols[name] = _orient(pair, prev[name] if prev else np.nan)
         return t_bins, cols
 
     def latest(self, name: str) -> float | None:

@@ -2,9 +2,9 @@
 
 Curves are created once and updated from one QTimer (10 Hz), only when the store changed, with
 peak-decimated data (about two points per pixel) that the store keeps ready for long windows.
-Frames are cheap because Qt draws them without calling into Python per item: curves, grid and
-legends are plain Qt path / pixmap items, text is cached as pixmaps, and the ranges are set
-here (pyqtgraph's autorange scans every curve on every update). Live events and replayed
+Frames are cheap because Qt draws them without calling into Python per item: curves, grid,
+axes and legends are plain Qt path / pixmap items, text is cached as pixmaps, and the ranges are
+set here (pyqtgraph's autorange scans every curve on every update). Live events and replayed
 recordings feed the same store, so a recording from a GPU host looks exactly as if live.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from core.timeseries import TimeSeriesStore
 
+BACKGROUND = "w"  # the plots' background (the grid's shade is blended onto it)
 WINDOWS = {"1 min": 60.0, "10 min": 600.0, "1 h": 3600.0}
 COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1")
 
@@ -85,6 +86,8 @@ class _Curve(QGraphicsPathItem):
             lo = np.fmin.reduce(self.yData) if len(self.yData) else np.nan
             hi = np.fmax.reduce(self.yData) if len(self.yData) else np.nan
         self.bounds = None if np.isnan(lo) else (float(lo), float(hi))
+        if self.bounds is None:  # nothing finite to show
+            self.xData = self.yData = np.empty(0)
         self.setPath(pg.arrayToQPath(self.xData, self.yData, connect="finite")
                      if self.bounds else QPainterPath())
 
@@ -93,14 +96,22 @@ class _Curve(QGraphicsPathItem):
 
 
 class _Grid:
-    """The plot's grid as paths in data coordinates, at the axes' ticks and with the alpha
+    """The plot's grid as paths in data coordinates, at the axes' ticks and in the shade
     pyqtgraph's own grid gives them (which lives in each axis item: an axis then covers the
-    whole plot and, cached, blends a plot-sized pixmap per axis on every frame)."""
+    whole plot and, cached, blends a plot-sized pixmap per axis on every frame). The lines are
+    opaque, the axis colour already blended with the background at pyqtgraph's alpha: the
+    raster engine fills opaque lines without reading the pixels under them, which is several
+    times faster over the hundreds of grid lines of a dozen plots."""
 
     ALPHA = 51  # pyqtgraph's grid alpha 0.2, in 0..255
+    # a tick level whose lines differ from the background by less than this (of full scale)
+    # is not drawn: pyqtgraph's finest level comes out 2 % off white, too faint to see, and
+    # its dozens of lines per plot were a third of a frame
+    FAINTEST = 0.03
 
-    def __init__(self, plot: pg.PlotItem) -> None:
+    def __init__(self, plot: pg.PlotItem, background: QColor) -> None:
         self.plot = plot
+        self.background = background
         self.items: list[QGraphicsPathItem] = []
         plot.vb.sigRangeChanged.connect(self.update)
         plot.vb.sigResized.connect(self.update)
@@ -108,12 +119,17 @@ class _Grid:
     def update(self, *_: Any) -> None:
         vb = self.plot.vb
         (x0, x1), (y0, y1) = vb.viewRange()
+        fg, bg = self.plot.getAxis("left").pen().color(), self.background
+        contrast = max(abs(fg.redF() - bg.redF()), abs(fg.greenF() - bg.greenF()),
+                       abs(fg.blueF() - bg.blueF()))
         paths: list[tuple[int, QPainterPath]] = []
         for axis, lo, hi, px in (("bottom", x0, x1, vb.width()), ("left", y0, y1, vb.height())):
             if px <= 0 or hi <= lo:
                 continue
             for i, (_, ticks) in enumerate(self.plot.getAxis(axis).tickValues(lo, hi, px)):
                 alpha = 255 / (i + 1) * self.ALPHA / 255 * min(1.0, 0.05 * px / (len(ticks) + 1))
+                if int(alpha) / 255 * fg.alphaF() * contrast < self.FAINTEST:
+                    continue  # finer levels are fainter still
                 path = QPainterPath()
                 for v in ticks:
                     if lo <= v <= hi:
@@ -129,13 +145,42 @@ class _Grid:
             item.setZValue(-100)  # under the curves
             vb.addItem(item, ignoreBounds=True)
             self.items.append(item)
-        color = QColor(self.plot.getAxis("left").pen().color())
         for n, item in enumerate(self.items):
             if n < len(paths):
-                color.setAlpha(paths[n][0])
-                item.setPen(QPen(color, 0))
+                a = paths[n][0] / 255 * fg.alphaF()
+                item.setPen(QPen(QColor.fromRgbF(*(b + (f - b) * a for f, b in (
+                    (fg.redF(), bg.redF()), (fg.greenF(), bg.greenF()),
+                    (fg.blueF(), bg.blueF())))), 0))
                 item.setPath(paths[n][1])
             item.setVisible(n < len(paths))
+
+
+class _AxisPixmap(QGraphicsPixmapItem):
+    """A pyqtgraph axis shown as a pixmap child of it, drawn again only after the axis
+    changed. The axis itself is marked as having no contents, so Qt neither paints it nor
+    asks it (in Python) for its bounding rect on every frame. pyqtgraph drops its recorded
+    ``picture`` on every change of range, size or style and redraws it in ``paint``:
+    :meth:`sync` does that ``paint`` into the pixmap when the picture is gone."""
+
+    def __init__(self, axis: pg.AxisItem) -> None:
+        super().__init__(axis)
+        self.axis = axis
+        axis.setFlag(QGraphicsItem.ItemHasNoContents, True)
+
+    def sync(self, ratio: float) -> None:
+        if self.axis.picture is not None:
+            return
+        br = self.axis.boundingRect()
+        pm = QPixmap(max(1, int(np.ceil(br.width() * ratio))),
+                     max(1, int(np.ceil(br.height() * ratio))))
+        pm.setDevicePixelRatio(ratio)
+        pm.fill(Qt.transparent)
+        qp = QPainter(pm)
+        qp.translate(-br.topLeft())
+        self.axis.paint(qp, None, None)  # records a new picture and plays it
+        qp.end()
+        self.setPixmap(pm)
+        self.setPos(br.topLeft())
 
 
 def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
@@ -183,6 +228,11 @@ class MonitorPanel(QWidget):
         self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
         self._plot_curves: dict[str, list[_Curve]] = {}
         self._grids: dict[str, _Grid] = {}
+        self._axes: list[_AxisPixmap] = []
+        self._axes_timer = QTimer(self)  # a child: it goes with the panel
+        self._axes_timer.setSingleShot(True)
+        self._axes_timer.setInterval(0)
+        self._axes_timer.timeout.connect(self._sync_axes)
 
         bar = QHBoxLayout()
         self.window_box = QComboBox()
@@ -217,7 +267,7 @@ class MonitorPanel(QWidget):
         self.banner.setStyleSheet("background:#fde2e1; color:#8a1c1c; padding:4px;")
         self.banner.hide()
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setBackground("w")
+        self.graphics.setBackground(BACKGROUND)
         # every frame changes every plot: one full repaint is cheaper than many update rects
         # (and than Qt's threaded blending of the many exposed pieces)
         self.graphics.setViewportUpdateMode(QGraphicsView.FullViewportUpdate)
@@ -238,6 +288,7 @@ class MonitorPanel(QWidget):
         self.plots.clear()
         self._plot_curves.clear()
         self._grids.clear()
+        self._axes.clear()
         self._manual_y.clear()
         self._alert_lines.clear()
         spec = dict(PLOTS)
@@ -279,14 +330,21 @@ class MonitorPanel(QWidget):
             legend = _legend(curves, self.graphics.devicePixelRatioF())
             legend.setParentItem(p.vb)
             legend.setPos(13, 12)  # where pyqtgraph's legend at offset (5, 5) draws
-            # text is slow to draw in the raster engine: axes (with their grid) and titles
-            # are kept as pixmaps, redrawn only when they change, not on every frame of the
-            # curves (a parent's cache does not cover its children: each item is set)
-            for item in (p.getAxis("left"), p.getAxis("bottom"), p.getAxis("bottom").label,
-                         p.titleLabel, p.titleLabel.item):
+            # text is slow to draw in the raster engine: axes and titles are kept as pixmaps,
+            # redrawn only when they change, not on every frame of the curves (a parent's
+            # cache does not cover its children: each item is set)
+            for item in (p.getAxis("bottom").label, p.titleLabel, p.titleLabel.item):
                 item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+            self._axes += [_AxisPixmap(p.getAxis("left")), _AxisPixmap(p.getAxis("bottom"))]
+            p.vb.sigRangeChanged.connect(self._sync_axes_soon)
+            p.vb.sigResized.connect(self._sync_axes_soon)
+            # pyqtgraph's containers paint nothing themselves, but Qt asks each of them for its
+            # (Python) bounding rect on every frame unless told they have no contents
+            for item in (p, p.vb, p.titleLabel):
+                item.setFlag(QGraphicsItem.ItemHasNoContents, True)
             self.plots[title] = p
-            self._grids[title] = _Grid(p)
+            self._grids[title] = _Grid(p, pg.mkColor(BACKGROUND))
+        self.graphics.ci.setFlag(QGraphicsItem.ItemHasNoContents, True)
         for key, plot, limit in (("ttft", "Latency (ms)", self.ttft_limit),
                                  ("kv", "KV-cache usage %", self.kv_limit)):
             pen = pg.mkPen("#c00", width=1, style=pg.QtCore.Qt.DotLine)
@@ -312,15 +370,27 @@ class MonitorPanel(QWidget):
         t, cols = self.store.window(self.window_s, list(self.curves), max_points=2 * width)
         for name, curve in self.curves.items():
             y = cols.get(name)
-            if y is None or len(y) == 0 or np.all(np.isnan(y)):
-                if len(curve.yData):
-                    curve.setData([], [])
-            else:
-                curve.setData(t, y)
+            if y is not None:
+                curve.setData(t, y)  # all NaN: an empty path
+            elif len(curve.yData):
+                curve.setData([], [])
         for title, p in self.plots.items():
             if title not in self._manual_y:
                 self._fit_y(title, p)
+        self._sync_axes()
         self._check_alerts()
+
+    def _sync_axes(self) -> None:
+        self._axes_timer.stop()
+        ratio = self.graphics.devicePixelRatioF()
+        for axis in self._axes:
+            axis.sync(ratio)
+
+    def _sync_axes_soon(self, *_: Any) -> None:
+        """After a range or size change (a zoom, a resize) outside :meth:`refresh`: once, when
+        the layout has settled."""
+        if not self._axes_timer.isActive():
+            self._axes_timer.start()
 
     def _fit_y(self, title: str, p: pg.PlotItem) -> None:
         """Y range from the curves' data, with headroom: it changes (and the axis redraws its

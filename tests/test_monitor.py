@@ -48,15 +48,24 @@ def test_decimated_window_keeps_peaks_and_the_newest_point() -> None:
     t, cols = s.window(3600.0, ["running"], max_points=900)
     y = cols["running"]
     assert 800 <= len(t) <= 902 and t[-1] <= 0 and np.all(np.diff(t) >= 0)
-    assert np.nanmax(y) == 50.0 and y[-2] <= 3.25 <= y[-1]
+    assert np.nanmax(y) == 50.0 and min(y[-2:]) <= 3.25 <= max(y[-2:])
     # the raw points of the window, bins of k starting at multiples of k
     raw = values[n - 36_000:]
     k = 80  # 36,000 points into 450 bins of whole 8-point blocks
     head = (-(n - 36_000)) % k
     full = raw[head:head + (len(raw) - head) // k * k].reshape(-1, k)
+    pairs = y[:2 * len(full)].reshape(-1, 2)
     with np.errstate(invalid="ignore"):
-        assert np.array_equal(y[0:2 * len(full):2], np.fmin.reduce(full, axis=1), equal_nan=True)
-        assert np.array_equal(y[1:2 * len(full):2], np.fmax.reduce(full, axis=1), equal_nan=True)
+        assert np.array_equal(np.fmin.reduce(pairs, axis=1), np.fmin.reduce(full, axis=1),
+                              equal_nan=True)
+        assert np.array_equal(np.fmax.reduce(pairs, axis=1), np.fmax.reduce(full, axis=1),
+                              equal_nan=True)
+        # each pair starts at the extreme nearer the bin before: the line does not go back
+        # across the whole next column between bins
+        mid = pairs.sum(axis=1) / 2
+        gap = np.abs(pairs[1:, 0] - mid[:-1]) <= np.abs(pairs[1:, 1] - mid[:-1])
+        assert np.all(gap | np.isnan(mid[:-1]) | np.isnan(pairs[1:, 0]))
+        assert not np.all(pairs[:, 0] <= pairs[:, 1])  # not all drawn min-then-max
     s.append(_ev(1000.0 + n / 10, running=-7.0))
     t2, cols2 = s.window(3600.0, ["running"], max_points=900)
     assert cols2["running"][-2:].tolist() == [-7.0, -7.0]  # a new, partial bin
@@ -90,6 +99,30 @@ def test_monitor_plots_receive_points(qtbot) -> None:
     assert m.data_of("generation_tokens_per_s")[-1] == 29.0  # paused
     m.pause_box.setChecked(False)
     assert m.data_of("generation_tokens_per_s")[-1] == 99.0
+
+
+def test_axes_follow_range_and_size(qtbot) -> None:
+    """The axes are pixmaps drawn from pyqtgraph's axis items: new ticks after the y range
+    moved, and again after a resize with no new data."""
+    m = MonitorPanel(fps=1)
+    qtbot.addWidget(m)
+    m.resize(900, 600)
+    m.show()
+    for i in range(20):
+        m.add_event(_ev(100.0 + i, running=float(i % 3)))
+    m.refresh(force=True)
+    left = next(a for a in m._axes if a.axis is m.plots["Requests"].getAxis("left"))
+    ticks = [v for _, vs in left.axis.tickValues(*m.plots["Requests"].vb.viewRange()[1], 200)
+             for v in vs]
+    assert max(ticks) <= 3 and not left.pixmap().isNull()
+    before = left.pixmap().toImage()
+    m.add_event(_ev(121.0, running=5000.0))
+    m.refresh(force=True)
+    assert m.plots["Requests"].vb.viewRange()[1][1] > 5000
+    assert left.axis.picture is not None and left.pixmap().toImage() != before
+    size = left.pixmap().size()
+    m.resize(1300, 900)
+    qtbot.waitUntil(lambda: left.pixmap().size() != size, timeout=2000)
 
 
 def test_alerts_banner_and_signal(qtbot) -> None:
