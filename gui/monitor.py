@@ -35,7 +35,8 @@ from PySide6.QtWidgets import (
 
 from core.timeseries import TimeSeriesStore
 
-BACKGROUND = "w"  # the plots' background (the grid's shade is blended onto it)
+BACKGROUND = "w"  # the plots' background (the grid's and light curves' shades are on it)
+LIGHT = 110 / 255  # the p99 curves' shade of their p50 colour
 WINDOWS = {"1 min": 60.0, "10 min": 600.0, "1 h": 3600.0}
 COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1")
 
@@ -65,6 +66,13 @@ def _gpu_plots(n: int) -> dict[str, list[tuple[str, str, int, bool]]]:
                              for i in range(n)],
         "GPU power (W)": [(f"gpu{i}_power_w", f"GPU {i}", i % 7, False) for i in range(n)],
     }
+
+
+def _blend(fg: QColor, alpha: float, bg: QColor) -> QColor:
+    """The opaque colour of ``fg`` at ``alpha`` (0..1) over ``bg``: the raster engine draws
+    opaque lines without reading the pixels under them, several times faster."""
+    return QColor.fromRgbF(*(b + (f - b) * alpha for f, b in (
+        (fg.redF(), bg.redF()), (fg.greenF(), bg.greenF()), (fg.blueF(), bg.blueF()))))
 
 
 class _Curve(QGraphicsPathItem):
@@ -98,10 +106,8 @@ class _Curve(QGraphicsPathItem):
 class _Grid:
     """The plot's grid as paths in data coordinates, at the axes' ticks and in the shade
     pyqtgraph's own grid gives them (which lives in each axis item: an axis then covers the
-    whole plot and, cached, blends a plot-sized pixmap per axis on every frame). The lines are
-    opaque, the axis colour already blended with the background at pyqtgraph's alpha: the
-    raster engine fills opaque lines without reading the pixels under them, which is several
-    times faster over the hundreds of grid lines of a dozen plots."""
+    whole plot and, cached, blends a plot-sized pixmap per axis on every frame), as opaque
+    lines (:func:`_blend`)."""
 
     ALPHA = 51  # pyqtgraph's grid alpha 0.2, in 0..255
     # a tick level whose lines differ from the background by less than this (of full scale)
@@ -147,10 +153,7 @@ class _Grid:
             self.items.append(item)
         for n, item in enumerate(self.items):
             if n < len(paths):
-                a = paths[n][0] / 255 * fg.alphaF()
-                item.setPen(QPen(QColor.fromRgbF(*(b + (f - b) * a for f, b in (
-                    (fg.redF(), bg.redF()), (fg.greenF(), bg.greenF()),
-                    (fg.blueF(), bg.blueF())))), 0))
+                item.setPen(QPen(_blend(fg, paths[n][0] / 255 * fg.alphaF(), bg), 0))
                 item.setPath(paths[n][1])
             item.setVisible(n < len(paths))
 
@@ -320,9 +323,9 @@ class MonitorPanel(QWidget):
             curves = []
             for name, label, color, light in series:
                 c = pg.mkColor(COLORS[color])
+                curve = _Curve(_blend(c, LIGHT, pg.mkColor(BACKGROUND)) if light else c, label)
                 if light:
-                    c.setAlpha(110)
-                curve = _Curve(c, label)
+                    curve.setZValue(-1)  # a p99 under its p50, where they meet
                 p.vb.addItem(curve, ignoreBounds=True)
                 self.curves[name] = curve
                 curves.append(curve)
@@ -377,14 +380,26 @@ class MonitorPanel(QWidget):
         for title, p in self.plots.items():
             if title not in self._manual_y:
                 self._fit_y(title, p)
-        self._sync_axes()
+        self._sync_axes(force)
         self._check_alerts()
 
-    def _sync_axes(self) -> None:
+    def _sync_axes(self, force: bool = False) -> None:
+        """Draw the axes that changed, one per turn of the event loop (a few ms each, the
+        text being the slow part: a first show or a resize changes all of them at once);
+        ``force``: all now (exports). A hidden panel waits for its show, which resizes it."""
         self._axes_timer.stop()
+        if not force and not self.isVisible():
+            return
+        stale = [a for a in self._axes if a.axis.picture is None]
         ratio = self.graphics.devicePixelRatioF()
-        for axis in self._axes:
+        for axis in stale if force else stale[:1]:
             axis.sync(ratio)
+        if not force and len(stale) > 1:
+            self._axes_timer.start()
+
+    def showEvent(self, ev: Any) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(ev)
+        self._sync_axes_soon()
 
     def _sync_axes_soon(self, *_: Any) -> None:
         """After a range or size change (a zoom, a resize) outside :meth:`refresh`: once, when
