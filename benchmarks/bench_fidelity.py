@@ -95,7 +95,8 @@ def main() -> int:
     print(f"overall ({ns.rounds} ABBA rounds, c={ns.concurrency}, {ns.num_prompts} prompts, "
           f"{ns.input_len} in / {ns.output_len} out): output throughput ratio "
           f"{statistics.mean(tput):.3f}, median TTFT ratio {statistics.mean(ttft):.3f} "
-          "(goal: both 0.95-1.05)")
+          "(goal: both 0.95-1.05); medians of the rounds' ratios "
+          f"{statistics.median(tput):.3f} and {statistics.median(ttft):.3f}")
     return 0
 
 
