@@ -216,10 +216,10 @@ class TimeSeriesStore:
 
         ``max_points``: decimate longer windows to at most that many points per series,
         keeping each bin's minimum and maximum (peak decimation: spikes stay visible), as a
-        pair at the bin's time in the order :func:`_orient` gives. Bins
-        start at multiples of their size counted from the first point ever appended, so a
-        bin, once full, looks the same on every later frame; the oldest points that do not
-        fill a bin are dropped and the newest, not yet full bin is drawn as it stands.
+        pair at the bin's time in the order :func:`_orient` gives. Bins start at multiples of
+        their size counted from the first point ever appended, so a bin, once full, looks the
+        same on every later frame; the oldest points that do not fill a bin are dropped and the
+        newest, not yet full bin is drawn as it stands.
         """
         with self._lock:
             n, cap = self._n, self.capacity
