@@ -15,12 +15,16 @@ By default each client makes its own prompts of the given length (vLLM's random 
 token ids; Quantdeck's: windows of its text corpus). ``--same-prompts`` has both send
 Quantdeck's, through a JSONL file (vLLM's custom dataset), which compares the clients alone:
 on a random-weight model the server's speed per token moved with the prompts' content.
-``--keep DIR`` keeps every run's JSON (vLLM's with per-request detail).
+``--keep DIR`` keeps every run's JSON (vLLM's with per-request detail). Each round also prints
+the CPU each client spent per request while measuring (Quantdeck: its event loop's thread;
+vLLM: its whole process between its "Starting main benchmark run" and result lines), which on
+a small box is taken from the server.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -46,11 +50,32 @@ def vllm_bench(ns: argparse.Namespace, out: Path) -> dict:
            "--result-dir", str(out.parent), "--result-filename", out.name]
     if ns.keep:
         cmd.append("--save-detailed")  # per-request TTFTs, ITLs and lengths too
-    r = subprocess.run(cmd, capture_output=True, text=True,
-                       env=subprocess_env({"HF_HUB_OFFLINE": "1"}))
-    if r.returncode != 0 or not out.exists():
-        sys.exit(f"vllm bench serve failed: {r.stderr.strip()[-400:]}")
-    return json.loads(out.read_text())
+    with tempfile.TemporaryFile("w+") as err:
+        env = subprocess_env({"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        cpu = {}
+        for line in proc.stdout:  # the process's CPU between its own start and end lines
+            for key, marker in (("start", "Starting main benchmark run"),
+                                ("end", " Serving Benchmark Result ")):
+                if marker in line:
+                    cpu[key] = _process_cpu_s(proc.pid)
+        proc.wait()
+        if proc.returncode != 0 or not out.exists():
+            err.seek(0)
+            sys.exit(f"vllm bench serve failed: {err.read().strip()[-400:]}")
+    res = json.loads(out.read_text())
+    if None not in (cpu.get("start"), cpu.get("end")):
+        res["client_cpu_s"] = cpu["end"] - cpu["start"]
+    return res
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux), all its threads."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def quantdeck_bench(ns: argparse.Namespace, out: Path) -> dict:
@@ -129,11 +154,17 @@ def main() -> int:
                 q_t = statistics.mean(r["output_throughput"] for r in res["qd"])
                 v_f = statistics.mean(r["median_ttft_ms"] for r in res["vllm"])
                 q_f = statistics.mean(r["median_ttft_ms"] for r in res["qd"])
+                cpu = {who: [r["client_cpu_s"] * 1000 / r["completed"] for r in rs
+                             if r.get("client_cpu_s") is not None and r["completed"]]
+                       for who, rs in res.items()}
                 tput.append(q_t / v_t)
                 ttft.append(q_f / v_f)
                 print(f"round {rnd + 1}: output tok/s vllm {v_t:.1f} quantdeck {q_t:.1f} "
                       f"(x{q_t / v_t:.3f}); median TTFT ms vllm {v_f:.1f} quantdeck {q_f:.1f} "
-                      f"(x{q_f / v_f:.3f})", flush=True)
+                      f"(x{q_f / v_f:.3f})" + ("; client CPU ms/request vllm "
+                      f"{statistics.mean(cpu['vllm']):.2f} quantdeck "
+                      f"{statistics.mean(cpu['qd']):.2f}" if cpu["vllm"] and cpu["qd"] else ""),
+                      flush=True)
     finally:
         if server is not None:
             server.stop()

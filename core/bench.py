@@ -310,6 +310,7 @@ class Bench:
         self.on_record, self.stop_when = on_record, stop_when
         self._cancel = threading.Event()
         self.ended: str | None = None  # why the run ended early
+        self.client_cpu_s: float | None = None
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -367,6 +368,7 @@ class Bench:
             "burstiness": self.spec.burstiness, "max_concurrency": self.spec.concurrency,
             "input_len": self.spec.input_len, "output_len": self.spec.output_len,
             "slo_ms": self.slo or None, "ended_early": self.ended,
+            "client_cpu_s": self.client_cpu_s,  # what the measured run cost the client's thread
             **metrics,
             "load": asdict(self.spec),
             "requests": [asdict(r) for r in records],
@@ -410,6 +412,7 @@ class Bench:
             stop = asyncio.Event()
             t0 = time.perf_counter()
             started = time.time()
+            cpu0 = time.thread_time()  # the loop's thread: the client's own CPU, not the panel's
 
             async def one(i: int, r: Request) -> None:
                 try:
@@ -457,6 +460,7 @@ class Bench:
                         pass
             await self._gather_or_abort(tasks, stop)
             duration = time.perf_counter() - t0
+            self.client_cpu_s = time.thread_time() - cpu0
             stop.set()
             await watcher
         records.sort(key=lambda r: r.index)

@@ -100,6 +100,8 @@ def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) ->
     assert all(len(r["itl"]) == 15 for r in res["requests"])
     assert res["total_input_tokens"] == 12 * 48 and res["total_output_tokens"] == 12 * 16
     assert seen[-1] == (12, 12) and len(seen) == 12
+    # the client's own CPU during the run: one thread, so never more than the run's wall time
+    assert 0 < res["client_cpu_s"] <= res["duration"]
     # a loose SLO: every request is good
     assert res["good_completed"] == 12
     assert res["request_goodput"] == pytest.approx(res["request_throughput"])
