@@ -385,8 +385,8 @@ class Bench:
                          ) -> tuple[list[RequestRecord], float, float]:
         import aiohttp  # the worker's import, not the GUI's start-up
 
-        # aiohttp, as `vllm bench serve`: per request it costs ~1 ms less TTFT and a quarter
-        # of httpx's CPU (benchmarks/client_cost.py), and on a small box that CPU is the
+        # aiohttp, as `vllm bench serve`: per request ~1 ms less TTFT than httpx and a quarter
+        # to a half of its CPU (benchmarks/client_cost.py); on a small box that CPU is the
         # server's. Connections are reused, any number at once (the semaphore bounds them).
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60,
                                          ssl=tls_verify(self.url))
