@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import psutil
 
 from _serve import start_server
 from core.engine import subprocess_env
@@ -70,12 +71,12 @@ def vllm_bench(ns: argparse.Namespace, out: Path) -> dict:
 
 
 def _process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far (Linux), all its threads."""
+    """User + system CPU seconds of a process so far, all its threads."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return t.user + t.system
 
 
 def quantdeck_bench(ns: argparse.Namespace, out: Path) -> dict:
