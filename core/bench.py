@@ -43,12 +43,14 @@ if TYPE_CHECKING:
 SLO_KEYS = ("ttft", "tpot", "e2el")
 METRIC_KEYS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+DATASETS = ("corpus", "random")
 CORPUS = Path(__file__).resolve().parent.parent / "assets" / "corpus"
 
 
 @dataclass(frozen=True)
 class LoadSpec:
-    """What to send. Exactly one prompt source: random lengths, a JSONL file or ShareGPT."""
+    """What to send. Exactly one prompt source: synthetic prompts of ``input_len`` tokens
+    (``dataset``), a JSONL file or ShareGPT."""
 
     num_prompts: int = 64
     input_len: int = 128
@@ -58,6 +60,10 @@ class LoadSpec:
     burstiness: float = 1.0  # gamma shape of inter-arrival times (1: Poisson)
     prompts_file: str | None = None  # JSONL: {"prompt": str, "output_len"?: int}
     sharegpt: str | None = None  # ShareGPT JSON: first human turn, reply length as output
+    # synthetic prompts: "corpus" (windows of English text) or "random" (runs of consecutive
+    # token ids from random offsets, as vllm bench serve's random dataset sends)
+    dataset: str = "corpus"
+    tokenizer: str | None = None  # "random": the tokenizer's folder (default: the model's)
     warmups: int = 1  # requests before the measured run, not counted
     ignore_eos: bool = True
     temperature: float | None = None  # None: the server's default, as vllm bench serve
@@ -77,6 +83,11 @@ class LoadSpec:
             raise ConfigError("--burstiness must be > 0")
         if self.prompts_file and self.sharegpt:
             raise ConfigError("give --prompts-file or --sharegpt, not both")
+        if self.dataset not in DATASETS:
+            raise ConfigError(f"--dataset-name {self.dataset!r}: one of {', '.join(DATASETS)}")
+        if self.dataset != "corpus" and (self.prompts_file or self.sharegpt):
+            raise ConfigError(f"--dataset-name {self.dataset} makes its own prompts: not with "
+                              "--prompts-file or --sharegpt")
         for f in (self.prompts_file, self.sharegpt):
             if f and not Path(f).is_file():
                 raise ConfigError(f"{f}: no such file")
@@ -225,8 +236,74 @@ def exact_prompt(tok: _Tokenizer, source: list[int], length: int, rng: random.Ra
     return Request(ids, length, 0)  # token ids: exact by construction
 
 
-def build_requests(spec: LoadSpec, tok: _Tokenizer | None, count: int, seed: int
-                   ) -> list[Request]:
+def tokenizer_vocab(folder: str | Path) -> tuple[int, list[int]]:
+    """What ``vllm bench serve``'s random dataset draws from: the tokenizer's base vocabulary
+    size (``vocab_size``) and its ids less the special tokens, read from ``tokenizer.json``
+    (no tokenizer library needed)."""
+    path = Path(folder) / "tokenizer.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        vocab = data["model"]["vocab"]  # a dict (BPE, WordPiece) or a list (Unigram)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; --dataset-name random needs the tokenizer's "
+                          "folder (--tokenizer PATH)") from None
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"{path}: not a tokenizer.json with a model vocabulary") from None
+    special = {int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special")}
+    ids = [i for i in range(len(vocab)) if i not in special]
+    if not ids:
+        raise ConfigError(f"{path}: no ordinary tokens")
+    return len(vocab), ids
+
+
+def random_dataset(tok: _Tokenizer, vocab: tuple[int, list[int]], input_len: int,
+                   output_len: int, count: int, measured: int, seed: int) -> list[Request]:
+    """``vllm bench serve --dataset-name random --seed SEED`` (range ratio 0, no prefix),
+    prompt for prompt: request i is the text of ``allowed[(offset_i + i + k) % len(allowed)]``,
+    k < input_len - special tokens, re-tokenized until it is that long (random ids appended
+    or the tail cut, at most 10 times; like vLLM's, a prompt can stay a token or two off).
+    The first ``measured`` are vLLM's requests; the rest (warm-ups) continue its generator."""
+    vocab_size, allowed = vocab
+    rng = np.random.default_rng(seed)
+    special = tok.count("")  # the BOS and friends the server adds to text
+    inner = input_len - special
+    if inner < 1:
+        raise ConfigError(f"--input-len {input_len} leaves no token next to the tokenizer's "
+                          f"{special} special one(s)")
+
+    def sample(n: int, first: int) -> list[Request]:
+        if first == 0:  # vLLM draws the lengths, then the offsets
+            rng.integers(inner, inner + 1, size=n)
+            rng.integers(output_len, output_len + 1, size=n)
+        offsets = rng.integers(0, vocab_size, size=n)
+        out = []
+        for j in range(n):
+            i = first + j
+            seq = [allowed[(int(offsets[j]) + i + k) % len(allowed)] for k in range(inner)]
+            tries = 10
+            while True:
+                text = tok.decode(seq)
+                seq = tok.encode(text, False)
+                if tries <= 0 or len(seq) == inner:
+                    break
+                if len(seq) < inner:
+                    seq += rng.integers(0, vocab_size, size=inner - len(seq)).tolist()
+                else:
+                    seq = seq[:inner]
+                tries -= 1
+            out.append(Request(text, input_len + len(seq) - inner, output_len))
+        return out
+
+    reqs = sample(min(count, measured), 0)
+    if count > measured:
+        reqs += sample(count - measured, measured)
+    return reqs
+
+
+def build_requests(spec: LoadSpec, tok: _Tokenizer | None, count: int, seed: int,
+                   vocab: tuple[int, list[int]] | None = None) -> list[Request]:
+    """The first ``spec.num_prompts`` are measured, the rest warm-ups. ``vocab``: what
+    ``dataset="random"`` draws from (:func:`tokenizer_vocab`)."""
     rng = random.Random(seed)
     if spec.prompts_file:
         rows = _read_jsonl(spec.prompts_file)
@@ -247,6 +324,11 @@ def build_requests(spec: LoadSpec, tok: _Tokenizer | None, count: int, seed: int
             reqs.append(Request(human, n, max(1, out)))
         return reqs
     assert tok is not None
+    if spec.dataset == "random":
+        if not vocab:
+            raise ConfigError("--dataset-name random needs the tokenizer's vocabulary")
+        return random_dataset(tok, vocab, spec.input_len, spec.output_len, count,
+                              spec.num_prompts, seed)
     source = tok.encode(_corpus_text(), False)
     reqs = []
     for _ in range(count):
@@ -311,6 +393,7 @@ class Bench:
         self._cancel = threading.Event()
         self.ended: str | None = None  # why the run ended early
         self.client_cpu_s: float | None = None
+        self.model_root: str | None = None
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -329,7 +412,11 @@ class Bench:
             raise ServerError(f"{self.url}: HTTP {r.status_code} (API key?)")
         if r.status_code != 200:
             raise ServerError(f"{self.url}/v1/models: HTTP {r.status_code}")
-        names = [m.get("id") for m in r.json().get("data", [])]
+        models = r.json().get("data", [])
+        names = [m.get("id") for m in models]
+        # where the served model lies (vLLM's "root"): its tokenizer files, if on this machine
+        self.model_root = next((m.get("root") for m in models if m.get("id") == self.model),
+                               None)
         if self.model not in names:
             raise ConfigError(f"model '{self.model}' is not served at {self.url} "
                               f"(it serves: {', '.join(map(str, names)) or 'nothing'})")
@@ -347,7 +434,16 @@ class Bench:
             if self.spec.prompts_file and not self._has_tokenizer(client):
                 tok = None  # type: ignore[assignment]
             n = self.spec.num_prompts
-            reqs = build_requests(self.spec, tok, n + self.spec.warmups, self.spec.seed)
+            vocab = None
+            if self.spec.dataset == "random" and not (self.spec.prompts_file
+                                                      or self.spec.sharegpt):
+                folder = self.spec.tokenizer or self.model_root
+                if not folder:
+                    raise ConfigError("--dataset-name random: the server does not say where "
+                                      "its model lies; give --tokenizer PATH")
+                vocab = tokenizer_vocab(folder)
+            reqs = build_requests(self.spec, tok, n + self.spec.warmups, self.spec.seed,
+                                  vocab)
         warm, reqs = reqs[n:], reqs[:n]
         # as `vllm bench serve` does: objects alive now are not traversed again by the run's
         # collections (one full collection of this process's heap pauses it ~30 ms here). No

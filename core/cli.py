@@ -107,6 +107,11 @@ def _add_load_options(p: argparse.ArgumentParser, slo: bool = True,
     g.add_argument("--prompts-file", metavar="JSONL", help="prompts instead of random ones: "
                    '{"prompt": ..., "output_len": ...} per line')
     g.add_argument("--sharegpt", metavar="JSON", help="a ShareGPT file")
+    g.add_argument("--dataset-name", choices=("corpus", "random"), default="corpus",
+                   help="synthetic prompts: windows of English text (corpus) or runs of "
+                   "token ids from random offsets, as vllm bench serve's random dataset")
+    g.add_argument("--tokenizer", metavar="PATH", help="random dataset: the tokenizer's "
+                   "folder (default: the served model's, when it is on this machine)")
     g.add_argument("--warmups", type=int, default=1, help="requests before the measurement")
     g.add_argument("--no-ignore-eos", action="store_true", help="stop at end of sequence")
     g.add_argument("--temperature", type=float)
@@ -424,7 +429,8 @@ def _load_from(ns: argparse.Namespace) -> Any:
     return LoadSpec(num_prompts=ns.num_prompts, input_len=ns.input_len,
                     output_len=ns.output_len, concurrency=ns.concurrency,
                     request_rate=ns.request_rate, burstiness=ns.burstiness,
-                    prompts_file=ns.prompts_file, sharegpt=ns.sharegpt, warmups=ns.warmups,
+                    prompts_file=ns.prompts_file, sharegpt=ns.sharegpt,
+                    dataset=ns.dataset_name, tokenizer=ns.tokenizer, warmups=ns.warmups,
                     ignore_eos=not ns.no_ignore_eos, temperature=ns.temperature, seed=ns.load_seed)
 
 

@@ -18,6 +18,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
@@ -85,6 +86,12 @@ class BenchTab(QWidget):
         self.output_len = QSpinBox()
         self.output_len.setRange(1, 1 << 20)
         self.output_len.setValue(64)
+        self.dataset = QComboBox()
+        self.dataset.addItem("English text", "corpus")
+        self.dataset.addItem("random token ids (as vllm bench)", "random")
+        self.dataset.setToolTip("Synthetic prompts: windows of English text, or runs of token "
+                                "ids from random offsets as vllm bench serve's random dataset "
+                                "(read from the model's tokenizer.json)")
         self.slo_ttft = QDoubleSpinBox()
         self.slo_tpot = QDoubleSpinBox()
         for w in (self.slo_ttft, self.slo_tpot):
@@ -97,6 +104,7 @@ class BenchTab(QWidget):
         load.addRow("Prompts", self.num_prompts)
         load.addRow("Input tokens", self.input_len)
         load.addRow("Output tokens", self.output_len)
+        load.addRow("Prompt text", self.dataset)
         load.addRow("SLO TTFT (goodput)", self.slo_ttft)
         load.addRow("SLO TPOT (goodput)", self.slo_tpot)
 
@@ -210,7 +218,7 @@ class BenchTab(QWidget):
         from core.bench import LoadSpec
 
         return LoadSpec(num_prompts=self.num_prompts.value(), input_len=self.input_len.value(),
-                        output_len=self.output_len.value(),
+                        output_len=self.output_len.value(), dataset=self.dataset.currentData(),
                         concurrency=self.concurrency.value() or None,
                         request_rate=self.rate.value() or math.inf)
 

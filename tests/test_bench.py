@@ -4,14 +4,18 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 import threading
 import time
 
+import httpx
 import numpy as np
 import pytest
 
-from core.bench import (Bench, LoadSpec, RequestRecord, compute_metrics, parse_slo,
-                        records_from, summary_lines)
+from core.bench import (Bench, LoadSpec, RequestRecord, _Tokenizer, build_requests,
+                        compute_metrics, parse_slo, records_from, summary_lines,
+                        tokenizer_vocab)
 from core.cli import main as cli_main
 from core.errors import ConfigError, ServerError
 from core.runs import compare, load_run, save_run
@@ -73,7 +77,8 @@ def test_slo_and_load_errors() -> None:
             parse_slo(bad)
     for spec in (LoadSpec(num_prompts=0), LoadSpec(concurrency=0), LoadSpec(request_rate=0),
                  LoadSpec(burstiness=-1), LoadSpec(prompts_file="/nonexistent.jsonl"),
-                 LoadSpec(prompts_file="a", sharegpt="b")):
+                 LoadSpec(prompts_file="a", sharegpt="b"), LoadSpec(dataset="sharegpt"),
+                 LoadSpec(dataset="random", sharegpt=__file__)):
         with pytest.raises(ConfigError):
             spec.check()
 
@@ -117,6 +122,45 @@ def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) ->
     assert saved["output_throughput"] == pytest.approx(12 * 16 / saved["duration"])
     assert res["server_version"]
     assert "Successful requests:" in "\n".join(summary_lines(res))
+
+
+_VLLM_RANDOM = """
+import json, sys
+from vllm.benchmarks.datasets import RandomDataset
+from vllm.tokenizers import get_tokenizer
+reqs = RandomDataset(random_seed=int(sys.argv[2])).sample(
+    get_tokenizer(sys.argv[1]), int(sys.argv[3]), input_len=int(sys.argv[4]), output_len=4)
+print(json.dumps([r.prompt for r in reqs]))
+"""
+
+
+@pytest.mark.server
+def test_random_dataset_is_vllm_bench_serves(demo_server, demo_model, tmp_path) -> None:
+    """Same seed, same prompts as ``vllm bench serve --dataset-name random`` (vLLM's own
+    RandomDataset, run in a subprocess); the warm-ups come after them; a tokenizer folder
+    without tokenizer.json is a one-line error."""
+    size, allowed = tokenizer_vocab(demo_model)
+    special = {t["id"] for t in json.loads((demo_model / "tokenizer.json").read_text())
+               ["added_tokens"] if t["special"]}
+    assert size == 2048 and special and not special & set(allowed)
+    assert len(allowed) + len(special) == size
+    out = subprocess.run([sys.executable, "-c", _VLLM_RANDOM, str(demo_model), "3", "6", "40"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    spec = LoadSpec(num_prompts=6, input_len=40, output_len=4, concurrency=3,
+                    dataset="random", seed=3)
+    with httpx.Client(base_url=demo_server.url, timeout=30.0) as client:
+        ours = build_requests(spec, _Tokenizer(client, demo_server.served_name), 7, 3,
+                              (size, allowed))
+    assert [r.prompt for r in ours[:6]] == theirs
+    assert ours[6].prompt not in theirs  # the warm-up: a prompt of its own
+    res = _bench(demo_server, spec)
+    assert res["completed"] == 6 and res["load"]["dataset"] == "random"
+    # as the server counts them: vLLM's 39 tokens and the BOS (re-tokenizing landed on them)
+    assert {r["prompt_len"] for r in res["requests"]} == {40}
+    with pytest.raises(ConfigError, match="tokenizer.json"):
+        _bench(demo_server, LoadSpec(num_prompts=1, dataset="random", tokenizer=str(tmp_path)))
 
 
 @pytest.mark.server
