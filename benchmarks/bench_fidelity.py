@@ -91,7 +91,8 @@ def _process_cpu_s(pid: int) -> float | None:
 
 
 def quantdeck_bench(ns: argparse.Namespace, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "core.cli", "bench", ns.url, "--model", ns.model,
+    entry = [ns.quantdeck_entry] if ns.quantdeck_entry else ["-m", "core.cli"]
+    cmd = [sys.executable, *entry, "bench", ns.url, "--model", ns.model,
            "--concurrency", str(ns.concurrency), "--num-prompts", str(ns.num_prompts),
            "--input-len", str(ns.input_len), "--output-len", str(ns.output_len),
            "--seed", str(ns.seed), "--json", str(out), "--no-save", "--quiet"]
@@ -144,6 +145,9 @@ def main() -> int:
     sent.add_argument("--corpus", action="store_true",
                       help="Quantdeck sends its default prompts (English text), vLLM its "
                       "random dataset")
+    ap.add_argument("--quantdeck-entry", metavar="SCRIPT",
+                    help="run quantdeck bench through this script, not -m core.cli "
+                    "(benchmarks/vllm_like_client.py: the client doing vLLM's work per message)")
     ap.add_argument("--inproc-engine", action="store_true",
                     help="with --serve: vLLM's engine in one process (always for the demo)")
     ns = ap.parse_args()
