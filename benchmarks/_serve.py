@@ -6,22 +6,13 @@ import sys
 
 from core.ab import parse_arm
 from core.config import LaunchConfig
-from core.server import ServerProcess, free_port
-
-
-# vLLM's engine in the engine-core process itself (no worker process). The usual layout on a CPU
-# is three busy processes: the API server, the engine core, which spins on the worker's replies
-# for up to 1 s after each (shm_broadcast's busy loop), and the worker, pinned to one core. On a
-# two-core machine they and a client need more cores than there are, and the server flips
-# between two speeds from one run to the next, for either client (demo model, c=4: median TTFT
-# about 20 ms or 95-580 ms, tokens arriving in bursts). In one process it stays at the first.
-INPROC_ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+from core.server import ONE_PROCESS_ENGINE_ENV, ServerProcess, free_port
 
 
 def start_server(serve: str | None, demo_kv_bytes: int, *, inproc_engine: bool = False
                  ) -> ServerProcess:
     """Start it and wait until ready; exits with the log tail if it does not come up.
-    ``inproc_engine``: vLLM's engine without a worker process (see INPROC_ENGINE_ENV)."""
+    ``inproc_engine``: vLLM's engine without a worker process (see ONE_PROCESS_ENGINE_ENV)."""
     if serve:
         cfg = parse_arm(f"serve={serve}", LaunchConfig()).config
     else:
@@ -32,7 +23,7 @@ def start_server(serve: str | None, demo_kv_bytes: int, *, inproc_engine: bool =
         cfg.compilation.enforce_eager = True
         cfg.cache.kv_cache_memory_bytes = demo_kv_bytes
     cfg.server.port = free_port()
-    server = ServerProcess(cfg, extra_env=INPROC_ENGINE_ENV if inproc_engine else None)
+    server = ServerProcess(cfg, extra_env=ONE_PROCESS_ENGINE_ENV if inproc_engine else None)
     server.start()
     if not server.wait_ready(900):
         server.stop()

