@@ -17,8 +17,9 @@ By default each client makes its own prompts, both the same way: vLLM's random d
 Quantdeck's ``--dataset-name random`` (runs of consecutive token ids from random offsets).
 ``--corpus`` has Quantdeck send its default prompts instead, windows of English text: on a
 small or random-weight model the server's speed moves with the prompts' content (vLLM's own
-client: median TTFT 4.5 % higher on the text, here). ``--same-prompts`` has both send Quantdeck's text prompts, through a JSONL file
-(vLLM's custom dataset): the clients compared apart from what they send.
+client: median TTFT 4.5 % higher on the text, here). ``--same-prompts`` has both send
+Quantdeck's text prompts, through a JSONL file (vLLM's custom dataset): the clients compared
+apart from what they send.
 ``--keep DIR`` keeps every run's JSON (vLLM's with per-request detail). Each round also prints
 the CPU each client spent per request while measuring (Quantdeck: its event loop's thread;
 vLLM: its whole process between its "Starting main benchmark run" and result lines), which on

@@ -435,8 +435,7 @@ class Bench:
                 tok = None  # type: ignore[assignment]
             n = self.spec.num_prompts
             vocab = None
-            if self.spec.dataset == "random" and not (self.spec.prompts_file
-                                                      or self.spec.sharegpt):
+            if self.spec.dataset == "random":  # check(): never with a prompts file
                 folder = self.spec.tokenizer or self.model_root
                 if not folder:
                     raise ConfigError("--dataset-name random: the server does not say where "

@@ -107,7 +107,8 @@ def _add_load_options(p: argparse.ArgumentParser, slo: bool = True,
     g.add_argument("--prompts-file", metavar="JSONL", help="prompts instead of random ones: "
                    '{"prompt": ..., "output_len": ...} per line')
     g.add_argument("--sharegpt", metavar="JSON", help="a ShareGPT file")
-    g.add_argument("--dataset-name", choices=("corpus", "random"), default="corpus",
+    g.add_argument("--dataset-name", choices=("corpus", "random"),  # core.bench.DATASETS
+                   default="corpus",
                    help="synthetic prompts: windows of English text (corpus) or runs of "
                    "token ids from random offsets, as vllm bench serve's random dataset")
     g.add_argument("--tokenizer", metavar="PATH", help="random dataset: the tokenizer's "
