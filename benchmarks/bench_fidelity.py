@@ -147,8 +147,8 @@ def main() -> int:
                       help="Quantdeck sends its default prompts (English text), vLLM its "
                       "random dataset")
     ap.add_argument("--quantdeck-entry", metavar="SCRIPT",
-                    help="run quantdeck bench through this script, not -m core.cli "
-                    "(benchmarks/vllm_like_client.py: the client doing vLLM's work per message)")
+                    help="run quantdeck bench through this script (same arguments as "
+                    "`quantdeck bench`), not -m core.cli: a modified client tried out")
     ap.add_argument("--inproc-engine", action="store_true",
                     help="with --serve: vLLM's engine in one process (always for the demo)")
     ns = ap.parse_args()

@@ -6,6 +6,10 @@ numbers are comparable one to one:
 - TTFT: request sent -> first streamed chunk that carries a choice; ITL: gaps between later
   chunks; E2E latency: request sent -> last chunk; TPOT: (E2E - TTFT) / (output tokens - 1).
 - Output tokens come from the stream's ``usage`` (``stream_options.include_usage``).
+- Every streamed message is read as ``vllm bench serve`` reads it: parsed as JSON, its text kept
+  (``generated_text`` in each record), an error the server sends mid-stream failing the
+  request. The client's CPU per message matters: on a CPU-bound server it is taken from the
+  server, so a lighter client reads a faster server than ``vllm bench serve`` does.
 - Throughputs divide by the wall time of the whole run (first send -> last reply).
 - Goodput: completed requests whose TTFT, TPOT and E2E are all within the SLO limits (ms), per s.
 - Failed requests stay in the records and in ``failed``; nothing is dropped. Requests that were
@@ -21,6 +25,7 @@ set-up calls (model check, ``/tokenize``) go through httpx like the rest of Quan
 from __future__ import annotations
 
 import asyncio
+import codecs
 import gc
 import json
 import math
@@ -29,7 +34,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
 import httpx
 import numpy as np
@@ -138,6 +143,7 @@ class RequestRecord:
     itl: list[float] = field(default_factory=list)
     latency: float = 0.0
     output_tokens: int = 0
+    generated_text: str = ""
 
     @property
     def tpot(self) -> float:
@@ -609,25 +615,27 @@ class Bench:
                     text = await resp.text(errors="replace")
                     rec.error = f"HTTP {resp.status}: {text[:160]}"
                     return rec
-                buf = b""
-                async for chunk in resp.content.iter_any():
-                    now = time.perf_counter()  # when these events arrived
-                    buf += chunk
-                    *events, buf = buf.split(b"\n\n")
-                    for event in events:
-                        kind = _sse_kind(event)
-                        if kind == "token":
-                            if not first:
-                                first = True
-                                rec.ttft = now - st
-                            else:
-                                rec.itl.append(now - last)
-                            last = now
-                        elif kind == "usage":
-                            usage = json.loads(event[event.index(b"{"):])["usage"]
-                            rec.output_tokens = int(usage.get("completion_tokens") or 0)
-                            if usage.get("prompt_tokens") is not None:
-                                rec.prompt_len = int(usage["prompt_tokens"])
+                pieces: list[str] = []
+                async for now, message in _sse_messages(resp):
+                    kind, data = sse_message(message)
+                    if kind == "token":
+                        if not first:
+                            first = True
+                            rec.ttft = now - st
+                        else:
+                            rec.itl.append(now - last)
+                        last = now
+                        pieces.append(data["choices"][0].get("text") or "")
+                    elif kind == "usage":
+                        usage = data["usage"]
+                        rec.output_tokens = int(usage.get("completion_tokens") or 0)
+                        if usage.get("prompt_tokens") is not None:
+                            rec.prompt_len = int(usage["prompt_tokens"])
+                    elif kind == "error":
+                        rec.error = f"server error mid-stream: {_error_text(data)}"[:200]
+                rec.generated_text = "".join(pieces)
+                if rec.error:
+                    return rec
         except asyncio.CancelledError:
             rec.error = "cancelled in flight"
             return rec
@@ -644,22 +652,48 @@ class Bench:
         return rec
 
 
-def _sse_kind(event: bytes) -> str | None:
-    """What one server-sent event of a streamed completion carries: "token" (a chunk with a
-    choice, as ``vllm bench serve`` counts them), "usage" (the closing usage chunk) or None.
-    Cheap on purpose: the client shares the CPU with the server it measures, so only the
-    usage chunk is parsed as JSON."""
-    event = event.strip()
-    if not event.startswith(b"data: {"):
-        return None
-    if b'"choices":[{' in event:
-        return "token"
-    if b'"usage":{' in event:
-        return "usage"
-    obj = json.loads(event[6:])  # unusual spacing: decide on the parsed object
-    if obj.get("choices"):
-        return "token"
-    return "usage" if obj.get("usage") else None
+async def _sse_messages(resp: Any) -> AsyncIterator[tuple[float, str]]:
+    """The server-sent messages of a streamed response, each with when it arrived (the read
+    that completed it), split on blank lines after an incremental UTF-8 decode."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    buf, now = "", time.perf_counter()
+    async for chunk in resp.content.iter_any():
+        now = time.perf_counter()
+        buf += decoder.decode(chunk)
+        *messages, buf = buf.split("\n\n")
+        for message in messages:
+            yield now, message
+    buf += decoder.decode(b"", final=True)
+    if buf.strip():  # a last message without its blank line
+        yield now, buf
+
+
+def sse_message(message: str) -> tuple[str | None, dict[str, Any]]:
+    """One server-sent message of a streamed completion, read as ``vllm bench serve`` reads
+    it: its JSON payload and what it carries: "token" (a chunk with a choice, even one with
+    empty text), "usage" (the closing usage chunk), "error" (the server gave up mid-stream) or
+    None (``[DONE]``, SSE comments used as pings, other fields)."""
+    message = message.strip()
+    if not message.startswith("data:"):
+        return None, {}
+    payload = message[5:].strip()
+    if not payload or payload == "[DONE]":
+        return None, {}
+    data = json.loads(payload)
+    if not isinstance(data, dict):
+        return None, {}
+    if data.get("choices"):
+        return "token", data
+    if data.get("usage"):
+        return "usage", data
+    if data.get("error") or data.get("object") == "error":
+        return "error", data
+    return None, data
+
+
+def _error_text(data: dict[str, Any]) -> str:
+    err = data.get("error", data)
+    return str(err.get("message") or err) if isinstance(err, dict) else str(err)
 
 
 def records_from(result: dict[str, Any]) -> list[RequestRecord]:

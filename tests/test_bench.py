@@ -1,6 +1,7 @@
 """Load generator: aggregates as `vllm bench serve` computes them, against the real server."""
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -103,6 +104,14 @@ def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) ->
     assert {r["prompt_len"] for r in res["requests"]} == {48}
     assert {r["output_tokens"] for r in res["requests"]} == {16}
     assert all(len(r["itl"]) == 15 for r in res["requests"])
+    # the streamed text is kept, all of it: read back through the server's tokenizer it is
+    # about the 16 tokens sent (decoding then re-encoding may merge or split a few)
+    with httpx.Client(base_url=demo_server.url) as c:
+        for r in res["requests"]:
+            n = c.post("/tokenize", json={"model": demo_server.served_name,
+                                          "prompt": r["generated_text"],
+                                          "add_special_tokens": False}).json()["count"]
+            assert 8 <= n <= 32, (n, r["generated_text"])
     assert res["total_input_tokens"] == 12 * 48 and res["total_output_tokens"] == 12 * 16
     assert seen[-1] == (12, 12) and len(seen) == 12
     # the client's own CPU during the run: one thread, so never more than the run's wall time
@@ -270,18 +279,47 @@ def test_compare_marks_better_and_worse() -> None:
     assert rows["completed"]["b_better"] is None
 
 
-def test_sse_events_classified_like_vllm_bench() -> None:
-    from core.bench import _sse_kind
+def test_sse_messages_read_like_vllm_bench() -> None:
+    from core.bench import sse_message
 
-    tok = b'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"a"}]}'
-    usage = (b'data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":5,'
-             b'"completion_tokens":3}}')
-    assert _sse_kind(tok) == "token"
-    assert _sse_kind(tok.replace(b'"a"', b'""')) == "token"  # empty text still counts
-    assert _sse_kind(usage) == "usage"
-    assert _sse_kind(b"data: [DONE]") is None
-    assert _sse_kind(b": ping") is None
-    spaced = b'data: {"choices": [{"index": 0, "text": "x"}]}'
-    assert _sse_kind(spaced) == "token"
-    tricky = b'data: {"choices":[{"text":"\\"usage\\":{"}]}'  # the text mentions usage
-    assert _sse_kind(tricky) == "token"
+    tok = 'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"a"}]}'
+    usage = ('data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":5,'
+             '"completion_tokens":3}}')
+    assert sse_message(tok) == ("token", json.loads(tok[6:]))
+    assert sse_message(tok.replace('"a"', '""'))[0] == "token"  # empty text still counts
+    assert sse_message(usage)[1]["usage"]["completion_tokens"] == 3
+    assert sse_message(usage)[0] == "usage"
+    assert sse_message("data: [DONE]") == (None, {})
+    assert sse_message(": ping") == (None, {})
+    assert sse_message('data:{"choices": [{"index": 0, "text": "x"}]}')[0] == "token"
+    err = 'data: {"error": {"object": "error", "message": "engine dead", "code": 500}}'
+    assert sse_message(err)[0] == "error"
+    with pytest.raises(json.JSONDecodeError):
+        sse_message('data: {"choices": [')
+
+
+def test_sse_stream_split_anywhere_gives_the_same_messages() -> None:
+    """Network reads cut messages, and multi-byte characters, at any byte."""
+    from core.bench import _sse_messages
+
+    body = ('data: {"choices":[{"text":"Grüße"}]}\n\n: ping\n\n'
+            'data: {"choices":[{"text":"日本"}]}\n\ndata: [DONE]').encode()
+
+    class Content:
+        def __init__(self, cuts: list[int]) -> None:
+            self.parts = [body[i:j] for i, j in zip([0, *cuts], [*cuts, len(body)])]
+
+        async def iter_any(self):
+            for part in self.parts:
+                yield part
+
+    async def read(cuts: list[int]) -> list[str]:
+        resp = type("Resp", (), {"content": Content(cuts)})()
+        return [m async for _, m in _sse_messages(resp)]
+
+    whole = asyncio.run(read([]))
+    assert [m.strip() for m in whole] == ['data: {"choices":[{"text":"Grüße"}]}', ": ping",
+                                          'data: {"choices":[{"text":"日本"}]}', "data: [DONE]"]
+    for cut in range(1, len(body)):
+        assert asyncio.run(read([cut])) == whole, cut
+    assert asyncio.run(read(list(range(1, len(body))))) == whole  # one byte per read
