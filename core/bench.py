@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import gc
 import json
 import math
@@ -397,12 +398,19 @@ class Bench:
         self.api_key, self.slo, self.percentiles = api_key, dict(slo or {}), tuple(percentiles)
         self.on_record, self.stop_when = on_record, stop_when
         self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._wake: Callable[[], None] | None = None  # wakes the running loop on cancel
         self.ended: str | None = None  # why the run ended early
         self.client_cpu_s: float | None = None
         self.model_root: str | None = None
 
     def cancel(self) -> None:
-        self._cancel.set()
+        """From any thread: stop sending, abort the requests in flight (they count as failed)."""
+        with self._lock:
+            self._cancel.set()
+            if self._wake is not None:
+                with contextlib.suppress(RuntimeError):  # its loop has just closed
+                    self._wake()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -537,12 +545,19 @@ class Bench:
                 if self.on_record is not None:
                     self.on_record(rec, len(records), len(reqs))
 
+            # cancel() wakes the loop itself: no timer polls for it, since at batch 1 on a
+            # small box every wake-up of the client is taken from the server's cores
+            cancelled = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            with self._lock:
+                self._wake = lambda: loop.call_soon_threadsafe(cancelled.set)
+                if self._cancel.is_set():
+                    cancelled.set()
+
             async def watch_cancel() -> None:
-                while not stop.is_set():
-                    if self._cancel.is_set():
-                        self.ended = self.ended or "cancelled"
-                        stop.set()
-                    await asyncio.sleep(0.05)
+                await cancelled.wait()
+                self.ended = self.ended or "cancelled"
+                stop.set()
 
             watcher = asyncio.create_task(watch_cancel())
             tasks = []
@@ -559,27 +574,30 @@ class Bench:
                         await asyncio.wait_for(stop.wait(), timeout=gap)
                     except asyncio.TimeoutError:
                         pass
-            await self._gather_or_abort(tasks, stop)
+            try:
+                await self._gather_or_abort(tasks, watcher)
+            finally:
+                with self._lock:
+                    self._wake = None
             duration = time.perf_counter() - t0
             self.client_cpu_s = time.thread_time() - cpu0
             stop.set()
-            await watcher
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         records.sort(key=lambda r: r.index)
         return records, duration, started
 
-    async def _gather_or_abort(self, tasks: list[asyncio.Task[None]], stop: asyncio.Event
+    @staticmethod
+    async def _gather_or_abort(tasks: list[asyncio.Task[None]], watcher: asyncio.Task[None]
                                ) -> None:
-        """Wait for the requests; on cancel, abort those in flight (they count as failed)."""
-        pending = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, timeout=0.1)
-            if self._cancel.is_set() and pending:
-                self.ended = self.ended or "cancelled"
-                stop.set()
-                for t in pending:
-                    t.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                return
+        """Wait for the requests; once the cancel watcher ends, abort those in flight (they
+        count as failed)."""
+        everything = asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not everything.done():
+            for t in tasks:
+                t.cancel()
+        await everything
 
     async def _alive(self, client: aiohttp.ClientSession) -> bool:
         import aiohttp
