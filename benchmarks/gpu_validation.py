@@ -14,6 +14,7 @@ Model folders under ROOT: ``bf16``, ``gptq``, ``awq`` (shared/gpu/random_llama.p
 where present. ``--demo`` runs the CPU
 configurations on the demo model instead (a dry run of this script on a machine without GPU).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,18 +44,27 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "bnb4-converted-graphs": ("bnb-nf4", []),
 }
 DEMO = {"demo-eager": ("demo", ["--enforce-eager", "--kv-cache-memory-bytes", "128M"])}
-LOADS = {"b1": ["--concurrency", "1", "--num-prompts", "8", "--input-len", "128",
-                "--output-len", "256"],
-         "c64": ["--concurrency", "64", "--num-prompts", "256", "--input-len", "512",
-                 "--output-len", "128"]}
-DEMO_LOADS = {"b1": ["--concurrency", "1", "--num-prompts", "4", "--input-len", "64",
-                     "--output-len", "32"],
-              "c64": ["--concurrency", "8", "--num-prompts", "16", "--input-len", "64",
-                      "--output-len", "32"]}
+LOADS = {
+    "b1": ["--concurrency", "1", "--num-prompts", "8", "--input-len", "128", "--output-len", "256"],
+    "c64": [
+        "--concurrency",
+        "64",
+        "--num-prompts",
+        "256",
+        "--input-len",
+        "512",
+        "--output-len",
+        "128",
+    ],
+}
+DEMO_LOADS = {
+    "b1": ["--concurrency", "1", "--num-prompts", "4", "--input-len", "64", "--output-len", "32"],
+    "c64": ["--concurrency", "8", "--num-prompts", "16", "--input-len", "64", "--output-len", "32"],
+}
 
 
 def quantdeck(*args: str) -> list[str]:
-    return [sys.executable, "-m", "core.cli", *args]
+    return [sys.executable, "-m", "quantdeck.cli", *args]
 
 
 def wait_for(events: Path, proc: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
@@ -93,20 +103,35 @@ def nvml_peaks(record: Path) -> dict[str, Any]:
         except json.JSONDecodeError:
             continue
         for g in ev.get("gpus") or []:
-            for lst, key in ((util, "utilization_pct"), (mem, "memory_used_bytes"),
-                             (power, "power_w"), (temp, "temperature_c"),
-                             (server_mem, "server_memory_bytes")):
+            for lst, key in (
+                (util, "utilization_pct"),
+                (mem, "memory_used_bytes"),
+                (power, "power_w"),
+                (temp, "temperature_c"),
+                (server_mem, "server_memory_bytes"),
+            ):
                 if g.get(key) is not None:
                     lst.append(g[key])
-    return {"samples": len(util), "util_max_pct": max(util, default=None),
-            "mem_used_max_gib": max(mem, default=0) / 2**30 if mem else None,
-            "server_mem_max_gib": max(server_mem, default=0) / 2**30 if server_mem else None,
-            "power_max_w": max(power, default=None), "power_min_w": min(power, default=None),
-            "temp_max_c": max(temp, default=None)}
+    return {
+        "samples": len(util),
+        "util_max_pct": max(util, default=None),
+        "mem_used_max_gib": max(mem, default=0) / 2**30 if mem else None,
+        "server_mem_max_gib": max(server_mem, default=0) / 2**30 if server_mem else None,
+        "power_max_w": max(power, default=None),
+        "power_min_w": min(power, default=None),
+        "temp_max_c": max(temp, default=None),
+    }
 
 
-def run_one(name: str, model: Path, knobs: list[str], out: Path, loads: dict[str, list[str]],
-            port: int, timeout: float) -> dict[str, Any]:
+def run_one(
+    name: str,
+    model: Path,
+    knobs: list[str],
+    out: Path,
+    loads: dict[str, list[str]],
+    port: int,
+    timeout: float,
+) -> dict[str, Any]:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     args = [str(model), *knobs, "--port", str(port)]
@@ -120,9 +145,21 @@ def run_one(name: str, model: Path, knobs: list[str], out: Path, loads: dict[str
     t0 = time.time()
     events = d / "events.jsonl"
     with open(events, "wb") as f:
-        proc = subprocess.Popen(quantdeck("serve", *args, "--json-events", "--hz", "2",
-                                          "--record", str(d / "record.jsonl"), "--warmup", "2"),
-                                stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            quantdeck(
+                "serve",
+                *args,
+                "--json-events",
+                "--hz",
+                "2",
+                "--record",
+                str(d / "record.jsonl"),
+                "--warmup",
+                "2",
+            ),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     facts = wait_for(events, proc, timeout)
     res["facts"] = {k: v for k, v in facts.items() if k != "log_tail"}
     res["ready_wall_s"] = round(time.time() - t0, 1)
@@ -130,17 +167,41 @@ def run_one(name: str, model: Path, knobs: list[str], out: Path, loads: dict[str
         time.sleep(3)  # the warm-up requests
         url = f"http://127.0.0.1:{port}"
         for load, largs in loads.items():
-            b = subprocess.run(quantdeck("bench", url, *largs, "--json", str(d / f"{load}.json"),
-                                         "--no-save", "--quiet", "--label", f"{name}-{load}"),
-                               capture_output=True, text=True)
+            b = subprocess.run(
+                quantdeck(
+                    "bench",
+                    url,
+                    *largs,
+                    "--json",
+                    str(d / f"{load}.json"),
+                    "--no-save",
+                    "--quiet",
+                    "--label",
+                    f"{name}-{load}",
+                ),
+                capture_output=True,
+                text=True,
+            )
             if b.returncode not in (0, 1) or not (d / f"{load}.json").exists():
                 res[f"{load}_error"] = b.stderr.strip()[-500:]
                 continue
             r = json.loads((d / f"{load}.json").read_text())
-            res[load] = {k: r.get(k) for k in (
-                "completed", "failed", "duration", "output_throughput", "request_throughput",
-                "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
-                "median_itl_ms", "ended_early")}
+            res[load] = {
+                k: r.get(k)
+                for k in (
+                    "completed",
+                    "failed",
+                    "duration",
+                    "output_throughput",
+                    "request_throughput",
+                    "median_ttft_ms",
+                    "p99_ttft_ms",
+                    "median_tpot_ms",
+                    "p99_tpot_ms",
+                    "median_itl_ms",
+                    "ended_early",
+                )
+            }
     else:
         res["log_tail"] = facts.get("log_tail")
     proc.send_signal(signal.SIGINT)
@@ -175,8 +236,14 @@ def main() -> int:
     table, loads = (DEMO, DEMO_LOADS) if ns.demo else (CONFIGS, LOADS)
     if ns.b1_prompts:
         b1 = loads["b1"]
-        loads = {**loads, "b1": [*b1[:b1.index("--num-prompts") + 1], str(ns.b1_prompts),
-                                 *b1[b1.index("--num-prompts") + 2:]]}
+        loads = {
+            **loads,
+            "b1": [
+                *b1[: b1.index("--num-prompts") + 1],
+                str(ns.b1_prompts),
+                *b1[b1.index("--num-prompts") + 2 :],
+            ],
+        }
     names = list(table) if ns.demo else ns.configs.split(",")
     for name in names:
         sub, knobs = table[name]
@@ -185,14 +252,29 @@ def main() -> int:
             summary[name] = {"config": name, "skipped": f"no model at {model}"}
             continue
         t = time.time()
-        res = run_one(name, model, knobs if ns.demo else [*COMMON, *knobs], ns.out, loads,
-                      ns.port, ns.timeout)
+        res = run_one(
+            name, model, knobs if ns.demo else [*COMMON, *knobs], ns.out, loads, ns.port, ns.timeout
+        )
         res["total_s"] = round(time.time() - t, 1)
         summary[name] = res
         summary_path.write_text(json.dumps(summary, indent=1, default=str))
-        print(json.dumps({k: res.get(k) for k in ("config", "total_s", "ready_wall_s",
-                                                  "kv_tokens_error_pct", "b1", "c64")},
-                         default=str), flush=True)
+        print(
+            json.dumps(
+                {
+                    k: res.get(k)
+                    for k in (
+                        "config",
+                        "total_s",
+                        "ready_wall_s",
+                        "kv_tokens_error_pct",
+                        "b1",
+                        "c64",
+                    )
+                },
+                default=str,
+            ),
+            flush=True,
+        )
     return 0
 
 

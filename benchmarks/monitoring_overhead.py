@@ -9,6 +9,7 @@ then alternates the same load without and with the sampler (NVML + host + /metri
 the effect, so it also prints what one sample costs in CPU (the sampler's own tick and the
 server's work to answer the scrape) and the share of the machine that is at 2 Hz.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,18 +19,26 @@ import time
 
 import httpx
 import psutil
-
 from _serve import start_server
-from core.metrics import MetricsScraper
-from core.telemetry import ProcessWatch, Sampler
+
+from quantdeck.core.monitor import MetricsScraper, ProcessWatch, Sampler
 
 
 def load(url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> float:
     """Generated tokens per second of `requests` completions, `concurrency` at a time."""
+
     def one(i: int) -> int:
-        r = httpx.post(url + "/v1/completions", timeout=300, json={
-            "model": model, "prompt": f"Request {i}: the module", "max_tokens": max_tokens,
-            "ignore_eos": True, "temperature": 0})
+        r = httpx.post(
+            url + "/v1/completions",
+            timeout=300,
+            json={
+                "model": model,
+                "prompt": f"Request {i}: the module",
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0,
+            },
+        )
         return r.json()["usage"]["completion_tokens"]
 
     t = time.perf_counter()
@@ -46,8 +55,12 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--hz-cost-ticks", type=int, default=200,
-                    help="samples taken back to back to measure their CPU cost")
+    ap.add_argument(
+        "--hz-cost-ticks",
+        type=int,
+        default=200,
+        help="samples taken back to back to measure their CPU cost",
+    )
     a = ap.parse_args()
     server = None
     if a.url:
@@ -74,7 +87,7 @@ def main() -> None:
 
         for r in range(a.rounds):  # ABBA order: drifts of the machine cancel out
             first_off = r % 2 == 0
-            for monitor in ((False, True) if first_off else (True, False)):
+            for monitor in (False, True) if first_off else (True, False):
                 if monitor:
                     on.append(monitored())
                 else:
@@ -83,10 +96,12 @@ def main() -> None:
         ratio = statistics.mean(on) / statistics.mean(off)
         spread = statistics.pstdev(off) / statistics.mean(off)
         per_round = statistics.median(x / y for x, y in zip(on, off))
-        print(f"mean: none {statistics.mean(off):.1f} tok/s, monitored "
-              f"{statistics.mean(on):.1f} tok/s, ratio {ratio:.3f} (goal >= 0.98), median of "
-              f"the per-round ratios {per_round:.3f}; run-to-run spread of the unmonitored runs "
-              f"{spread:.1%}")
+        print(
+            f"mean: none {statistics.mean(off):.1f} tok/s, monitored "
+            f"{statistics.mean(on):.1f} tok/s, ratio {ratio:.3f} (goal >= 0.98), median of "
+            f"the per-round ratios {per_round:.3f}; run-to-run spread of the unmonitored runs "
+            f"{spread:.1%}"
+        )
         if pid is not None:
             cost(url, pid, a.hz_cost_ticks)
     finally:
@@ -130,12 +145,14 @@ def cost(url: str, pid: int, ticks: int) -> None:
     server = max(0.0, scraped - baseline) / ticks
     per_s = 2.0 * (own + server)
     path = "/metrics/?name[]=..." if sampler.scraper.filtered else "/metrics"
-    print(f"CPU per sample: {own * 1000:.2f} ms in the sampler + {server * 1000:.2f} ms in the "
-          f"server answering {path} ({ticks} ticks; the server's idle CPU over the same "
-          f"{wall:.1f} s subtracted); at 2 Hz {per_s:.1%} of one core, so at most "
-          f"{per_s / psutil.cpu_count():.2%} of this machine's {psutil.cpu_count()} cores "
-          f"(a throughput ratio of at least {1 - per_s / psutil.cpu_count():.3f} for a "
-          f"CPU-bound server)")
+    print(
+        f"CPU per sample: {own * 1000:.2f} ms in the sampler + {server * 1000:.2f} ms in the "
+        f"server answering {path} ({ticks} ticks; the server's idle CPU over the same "
+        f"{wall:.1f} s subtracted); at 2 Hz {per_s:.1%} of one core, so at most "
+        f"{per_s / psutil.cpu_count():.2%} of this machine's {psutil.cpu_count()} cores "
+        f"(a throughput ratio of at least {1 - per_s / psutil.cpu_count():.3f} for a "
+        f"CPU-bound server)"
+    )
 
 
 if __name__ == "__main__":

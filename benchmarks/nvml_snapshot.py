@@ -4,12 +4,13 @@
 
 Prints "no NVIDIA driver" on a machine without one (nothing to time).
 """
+
 from __future__ import annotations
 
 import statistics
 import time
 
-from core.telemetry import gpu_count, nvml_available, read_gpu
+from quantdeck.core.monitor.telemetry import gpu_count, nvml_available, read_gpu
 
 
 def main() -> None:
@@ -23,8 +24,10 @@ def main() -> None:
             t = time.perf_counter()
             g = read_gpu(i)
             xs.append((time.perf_counter() - t) * 1000)
-        print(f"GPU {i} {g.name}: median {statistics.median(xs):.3f} ms, max {max(xs):.3f} ms "
-              f"per snapshot (util {g.utilization_pct}%, {g.power_w} W) goal <= 1 ms")
+        print(
+            f"GPU {i} {g.name}: median {statistics.median(xs):.3f} ms, max {max(xs):.3f} ms "
+            f"per snapshot (util {g.utilization_pct}%, {g.power_w} W) goal <= 1 ms"
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Fills the store with 36,000 points, then times `refresh()` (setData of every cur
 downsampling, clip to view) plus the paint Qt then does, for each window (1 min, 10 min, 1 h),
 while new points keep arriving.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,11 +15,10 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import numpy as np  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+import numpy as np
+from PySide6.QtWidgets import QApplication
 
-from gui.monitor import MonitorPanel  # noqa: E402
-
+from quantdeck.gui.monitor import MonitorPanel
 
 _walk = np.full(12, 0.5)
 
@@ -27,14 +27,28 @@ def event(t: float, rng: np.random.Generator) -> dict:
     """Monitored series move like real ones: a bounded random walk, not white noise."""
     _walk[:] = np.clip(_walk + rng.normal(0, 0.02, 12), 0, 1)
     v = _walk
-    return {"event": "metrics", "t": t, "host_cpu_pct": 100 * v[0],
-            "host_ram_used_bytes": 2**30 * (8 + v[1]), "server_rss_bytes": 2**30 * 2,
-            "kv_blocks_used": 500 * v[2], "kv_blocks_total": 512, "kv_usage_pct": 100 * v[2],
-            "running": 10 * v[3], "waiting": 5 * v[4], "ttft_p50_ms": 50 * v[5],
-            "ttft_p99_ms": 90 * v[6], "itl_p50_ms": 5 * v[7], "itl_p99_ms": 9 * v[8],
-            "e2e_p50_ms": 500 * v[9], "e2e_p99_ms": 900 * v[10],
-            "prompt_tokens_per_s": 1000 * v[11], "generation_tokens_per_s": 800 * v[0],
-            "preemptions_per_s": 0.0, "gpus": []}
+    return {
+        "event": "metrics",
+        "t": t,
+        "host_cpu_pct": 100 * v[0],
+        "host_ram_used_bytes": 2**30 * (8 + v[1]),
+        "server_rss_bytes": 2**30 * 2,
+        "kv_blocks_used": 500 * v[2],
+        "kv_blocks_total": 512,
+        "kv_usage_pct": 100 * v[2],
+        "running": 10 * v[3],
+        "waiting": 5 * v[4],
+        "ttft_p50_ms": 50 * v[5],
+        "ttft_p99_ms": 90 * v[6],
+        "itl_p50_ms": 5 * v[7],
+        "itl_p99_ms": 9 * v[8],
+        "e2e_p50_ms": 500 * v[9],
+        "e2e_p99_ms": 900 * v[10],
+        "prompt_tokens_per_s": 1000 * v[11],
+        "generation_tokens_per_s": 800 * v[0],
+        "preemptions_per_s": 0.0,
+        "gpus": [],
+    }
 
 
 def main() -> None:
@@ -51,8 +65,9 @@ def main() -> None:
         m.add_event(event(t0 + i / 10, rng))
     fill = time.perf_counter() - t_fill
     series = sum(1 for c in m.curves)
-    print(f"filled {n} points x {series} series in {fill:.2f} s "
-          f"({fill / n * 1e6:.1f} us per event)")
+    print(
+        f"filled {n} points x {series} series in {fill:.2f} s ({fill / n * 1e6:.1f} us per event)"
+    )
     i = n
     for label in ("1 min", "10 min", "1 h"):
         m.window_box.setCurrentText(label)
@@ -66,10 +81,12 @@ def main() -> None:
             app.processEvents()  # Qt paints what changed
             times.append((time.perf_counter() - t) * 1000)
             upd.append((t1 - t) * 1000)
-        print(f"window {label:>6}: frame median {statistics.median(times):.2f} ms, "
-              f"p90 {sorted(times)[int(0.9 * len(times))]:.2f} ms (goal <= 5 ms); of which "
-              f"data update {statistics.median(upd):.2f} ms, paint "
-              f"{statistics.median(times) - statistics.median(upd):.2f} ms")
+        print(
+            f"window {label:>6}: frame median {statistics.median(times):.2f} ms, "
+            f"p90 {sorted(times)[int(0.9 * len(times))]:.2f} ms (goal <= 5 ms); of which "
+            f"data update {statistics.median(upd):.2f} ms, paint "
+            f"{statistics.median(times) - statistics.median(upd):.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""CPU a streamed message costs the client: Quantdeck's reader (core.bench) against the one of
-`vllm bench serve` (its StreamedResponseHandler and request loop), on a synthetic stream of
-one completion chunk per read, as batch-1 decoding delivers them; "bare" is the loop alone.
+"""CPU a streamed message costs the client: Quantdeck's reader (quantdeck.core.bench.client) against
+the one of `vllm bench serve` (its StreamedResponseHandler and request loop), on a synthetic stream
+of one completion chunk per read, as batch-1 decoding delivers them; "bare" is the loop alone.
 
     python benchmarks/sse_parse.py   # prints microseconds of CPU per message, twice each
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,12 +13,14 @@ import time
 
 from vllm.benchmarks.lib.endpoint_request_func import StreamedResponseHandler
 
-from core.bench import _sse_messages, sse_message
+from quantdeck.core.bench.client import _sse_messages, sse_message
 
-MESSAGE = (b'data: {"id":"cmpl-8f2a","object":"text_completion","created":1764700000,'
-           b'"model":"demo","choices":[{"index":0,"text":" word","logprobs":null,'
-           b'"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
-           b'"token_ids":null}],"usage":null}\n\n')
+MESSAGE = (
+    b'data: {"id":"cmpl-8f2a","object":"text_completion","created":1764700000,'
+    b'"model":"demo","choices":[{"index":0,"text":" word","logprobs":null,'
+    b'"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
+    b'"token_ids":null}],"usage":null}\n\n'
+)
 N = 20000  # messages a pass
 
 

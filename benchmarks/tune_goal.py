@@ -8,6 +8,7 @@ Runs ``quantdeck tune --strategy grid`` then ``--strategy coordinate`` and print
 coordinate search's best goodput as a share of the grid's best and its time as a share of the
 grid's (goal on a GPU: >= 95 % of the goodput in <= 1/3 of the time).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,30 @@ from pathlib import Path
 
 def tune(ns: argparse.Namespace, strategy: str) -> dict:
     out = ns.out / f"tune-{strategy}.json"
-    cmd = [sys.executable, "-m", "core.cli", "tune", ns.model, *shlex.split(ns.extra),
-           "--ttft-ms", str(ns.ttft_ms), "--tpot-ms", str(ns.tpot_ms), "--strategy", strategy,
-           "--concurrency", str(ns.concurrency), "--num-prompts", str(ns.num_prompts),
-           "--input-len", str(ns.input_len), "--output-len", str(ns.output_len),
-           "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "quantdeck.cli",
+        "tune",
+        ns.model,
+        *shlex.split(ns.extra),
+        "--ttft-ms",
+        str(ns.ttft_ms),
+        "--tpot-ms",
+        str(ns.tpot_ms),
+        "--strategy",
+        strategy,
+        "--concurrency",
+        str(ns.concurrency),
+        "--num-prompts",
+        str(ns.num_prompts),
+        "--input-len",
+        str(ns.input_len),
+        "--output-len",
+        str(ns.output_len),
+        "--json",
+        str(out),
+    ]
     if ns.space:
         cmd += ["--space", *ns.space]
     subprocess.run(cmd, check=True)
@@ -51,17 +71,24 @@ def main() -> int:
         return 1
     coord = tune(ns, "coordinate")
     g, c = grid["best"]["goodput"], coord["best"]["goodput"] or 0.0
-    print(f"grid: {len(grid['points'])} points, {grid['seconds']:.0f} s, best goodput {g:.2f} "
-          f"req/s at {grid['best']['values']}")
-    print(f"coordinate: {len(coord['points'])} points, {coord['seconds']:.0f} s, best goodput "
-          f"{c:.2f} req/s at {coord['best']['values']}")
+    print(
+        f"grid: {len(grid['points'])} points, {grid['seconds']:.0f} s, best goodput {g:.2f} "
+        f"req/s at {grid['best']['values']}"
+    )
+    print(
+        f"coordinate: {len(coord['points'])} points, {coord['seconds']:.0f} s, best goodput "
+        f"{c:.2f} req/s at {coord['best']['values']}"
+    )
     # the coordinate search's choice as the grid measured it: the share without the noise of
     # measuring the same point twice
-    same = next((p["goodput"] for p in grid["points"]
-                 if p["values"] == coord["best"]["values"]), None)
-    print(f"goodput share {c / g:.3f} (goal >= 0.95)"
-          + (f"; of its choice as the grid measured it {same / g:.3f}" if same else "")
-          + f"; time share {coord['seconds'] / grid['seconds']:.3f} (goal <= 0.333)")
+    same = next(
+        (p["goodput"] for p in grid["points"] if p["values"] == coord["best"]["values"]), None
+    )
+    print(
+        f"goodput share {c / g:.3f} (goal >= 0.95)"
+        + (f"; of its choice as the grid measured it {same / g:.3f}" if same else "")
+        + f"; time share {coord['seconds'] / grid['seconds']:.3f} (goal <= 0.333)"
+    )
     return 0
 
 

@@ -3,6 +3,7 @@
 The CLI prints ``str(error)`` and exits with code 2; the GUI shows the same line. Anything that
 is not a :class:`QuantdeckError` is a bug and keeps its traceback.
 """
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Settings shared by the HTTP clients that talk to vLLM servers."""
+
 from __future__ import annotations
 
 

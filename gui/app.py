@@ -1,15 +1,17 @@
 """Start the desktop panel: the window first, then the demo model (built in a worker if needed)."""
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QApplication
 
-from core.demo_model import default_demo_dir, ensure_demo_model, is_complete
-from gui.main_window import MainWindow
+from quantdeck.core.models import default_demo_dir, ensure_demo_model, is_complete
+from quantdeck.gui.main_window import MainWindow
 
 
 def build_window() -> MainWindow:

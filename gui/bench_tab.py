@@ -1,16 +1,18 @@
 """The Benchmark tab: a load against the running server, A/B runs, auto-tuning, run history.
 
-The jobs are core objects (:class:`core.bench.Bench`, :class:`core.ab.ABRun`,
-:class:`core.tune.Tuner`) run by a superqt worker; their callbacks arrive on the worker's
-thread and go into a queue that one QTimer drains (progress bar, live latency plot), so the UI
-thread never waits. Cancel calls the job's thread-safe ``cancel()``.
-"""
+The jobs are core objects (:class:`quantdeck.core.bench.client.Bench`,
+:class:`quantdeck.core.bench.ab.ABRun`, :class:`quantdeck.core.bench.tune.Tuner`) run by a superqt
+worker; their callbacks arrive on the worker's thread and go into a queue that one QTimer drains
+(progress bar, live latency plot), so the UI thread never waits. Cancel calls the job's thread-safe
+``cancel()``."""
+
 from __future__ import annotations
 
 import math
 import queue
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -37,31 +39,47 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.config import LaunchConfig
-from core.errors import QuantdeckError
-from gui.report import fmt as _fmt
+from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.launch import LaunchConfig
+from quantdeck.gui.report import fmt as _fmt
 
-ROWS = (("completed", "completed", "d"), ("failed", "failed", "d"),
-        ("duration", "duration s", ".2f"), ("output_throughput", "output tok/s", ".1f"),
-        ("request_throughput", "requests/s", ".2f"), ("request_goodput", "goodput req/s", ".2f"),
-        ("median_ttft_ms", "TTFT p50 ms", ".1f"), ("p99_ttft_ms", "TTFT p99 ms", ".1f"),
-        ("median_tpot_ms", "TPOT p50 ms", ".2f"), ("p99_tpot_ms", "TPOT p99 ms", ".2f"),
-        ("median_itl_ms", "ITL p50 ms", ".2f"), ("median_e2el_ms", "E2E p50 ms", ".0f"),
-        ("p99_e2el_ms", "E2E p99 ms", ".0f"), ("ended_early", "ended early", "s"))
+ROWS = (
+    ("completed", "completed", "d"),
+    ("failed", "failed", "d"),
+    ("duration", "duration s", ".2f"),
+    ("output_throughput", "output tok/s", ".1f"),
+    ("request_throughput", "requests/s", ".2f"),
+    ("request_goodput", "goodput req/s", ".2f"),
+    ("median_ttft_ms", "TTFT p50 ms", ".1f"),
+    ("p99_ttft_ms", "TTFT p99 ms", ".1f"),
+    ("median_tpot_ms", "TPOT p50 ms", ".2f"),
+    ("p99_tpot_ms", "TPOT p99 ms", ".2f"),
+    ("median_itl_ms", "ITL p50 ms", ".2f"),
+    ("median_e2el_ms", "E2E p50 ms", ".0f"),
+    ("p99_e2el_ms", "E2E p99 ms", ".0f"),
+    ("ended_early", "ended early", "s"),
+)
 
 
 class BenchTab(QWidget):
     finished = Signal(dict)  # the result of the last job (bench, ab or tune)
     failed = Signal(str)
 
-    def __init__(self, target: Callable[[], tuple[str | None, str | None, str | None]],
-                 launch_config: Callable[[], LaunchConfig],
-                 server_running: Callable[[], bool], parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        target: Callable[[], tuple[str | None, str | None, str | None]],
+        launch_config: Callable[[], LaunchConfig],
+        server_running: Callable[[], bool],
+        parent: QWidget | None = None,
+    ) -> None:
         """``target()`` gives (url, model, api_key) of the current server; ``launch_config()``
         the Launch tab's config (the base of A/B arms and tuning)."""
         super().__init__(parent)
-        self._target, self._launch_config, self._server_running = \
-            target, launch_config, server_running
+        self._target, self._launch_config, self._server_running = (
+            target,
+            launch_config,
+            server_running,
+        )
         self.job: Any = None
         self.worker: Any = None
         self.result: dict[str, Any] | None = None
@@ -89,9 +107,11 @@ class BenchTab(QWidget):
         self.dataset = QComboBox()
         self.dataset.addItem("English text", "corpus")
         self.dataset.addItem("random token ids (as vllm bench)", "random")
-        self.dataset.setToolTip("Synthetic prompts: windows of English text, or runs of token "
-                                "ids from random offsets as vllm bench serve's random dataset "
-                                "(read from the model's tokenizer.json)")
+        self.dataset.setToolTip(
+            "Synthetic prompts: windows of English text, or runs of token "
+            "ids from random offsets as vllm bench serve's random dataset "
+            "(read from the model's tokenizer.json)"
+        )
         self.slo_ttft = QDoubleSpinBox()
         self.slo_tpot = QDoubleSpinBox()
         for w in (self.slo_ttft, self.slo_tpot):
@@ -119,13 +139,18 @@ class BenchTab(QWidget):
         rl.addStretch(1)
         ab_page = QWidget()
         self.arms = QPlainTextEdit()
-        self.arms.setPlaceholderText("one arm per line: LABEL = OPTIONS\n"
-                                     "eager = --enforce-eager\ngraphs =")
+        self.arms.setPlaceholderText(
+            "one arm per line: LABEL = OPTIONS\neager = --enforce-eager\ngraphs ="
+        )
         self.arms.setPlainText("eager = --enforce-eager\ndefault =")
         al = QVBoxLayout(ab_page)
-        al.addWidget(QLabel("Each arm: the Launch tab's config with these options on top "
-                            "(a model path, --profile NAME, knobs); started, warmed, measured, "
-                            "stopped in turn."))
+        al.addWidget(
+            QLabel(
+                "Each arm: the Launch tab's config with these options on top "
+                "(a model path, --profile NAME, knobs); started, warmed, measured, "
+                "stopped in turn."
+            )
+        )
         al.addWidget(self.arms)
         tune_page = QWidget()
         self.space = QPlainTextEdit()
@@ -176,8 +201,9 @@ class BenchTab(QWidget):
         self.plot.setTitle("TTFT per request (live)", color="#333")
         self.plot.setLabel("bottom", "request (completion order)")
         self.plot.setLabel("left", "ms")
-        self.curve = self.plot.plot([], [], pen=None, symbol="o", symbolSize=5,
-                                    symbolBrush="#4e79a7", symbolPen=None)
+        self.curve = self.plot.plot(
+            [], [], pen=None, symbol="o", symbolSize=5, symbolBrush="#4e79a7", symbolPen=None
+        )
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["metric", "value"])
         self.table.verticalHeader().setVisible(False)
@@ -215,53 +241,79 @@ class BenchTab(QWidget):
 
     # -- building the job ----------------------------------------------------------------------
     def load_spec(self) -> Any:
-        from core.bench import LoadSpec
+        from quantdeck.core.bench import LoadSpec
 
-        return LoadSpec(num_prompts=self.num_prompts.value(), input_len=self.input_len.value(),
-                        output_len=self.output_len.value(), dataset=self.dataset.currentData(),
-                        concurrency=self.concurrency.value() or None,
-                        request_rate=self.rate.value() or math.inf)
+        return LoadSpec(
+            num_prompts=self.num_prompts.value(),
+            input_len=self.input_len.value(),
+            output_len=self.output_len.value(),
+            dataset=self.dataset.currentData(),
+            concurrency=self.concurrency.value() or None,
+            request_rate=self.rate.value() or math.inf,
+        )
 
     def slo(self) -> dict[str, float]:
-        return {k: w.value() for k, w in (("ttft", self.slo_ttft), ("tpot", self.slo_tpot))
-                if w.value() > 0}
+        return {
+            k: w.value()
+            for k, w in (("ttft", self.slo_ttft), ("tpot", self.slo_tpot))
+            if w.value() > 0
+        }
 
     def _make_job(self) -> Any:
         mode = self.modes.tabText(self.modes.currentIndex())
         on_event = self._queue.put
         if mode == "Run":
-            from core.bench import Bench
+            from quantdeck.core.bench import Bench
 
             url, model, key = self._target()
             if not url or not model:
                 raise QuantdeckError("no server: start or attach one first")
-            job = Bench(url, model, self.load_spec(), api_key=key, slo=self.slo(),
-                        on_record=lambda rec, done, total: on_event(
-                            {"event": "progress", "done": done, "total": total,
-                             "ttft_ms": rec.ttft * 1000 if rec.success else None}))
+            job = Bench(
+                url,
+                model,
+                self.load_spec(),
+                api_key=key,
+                slo=self.slo(),
+                on_record=lambda rec, done, total: on_event(
+                    {
+                        "event": "progress",
+                        "done": done,
+                        "total": total,
+                        "ttft_ms": rec.ttft * 1000 if rec.success else None,
+                    }
+                ),
+            )
             job.kind = "bench"
             return job
         if self._server_running():
-            raise QuantdeckError("stop the running server first: A/B and tuning start their "
-                                 "own servers, one at a time")
+            raise QuantdeckError(
+                "stop the running server first: A/B and tuning start their "
+                "own servers, one at a time"
+            )
         base = self._launch_config()
         if mode == "A/B":
-            from core.ab import ABRun, parse_arm
+            from quantdeck.core.bench import ABRun, parse_arm
 
             lines = [ln for ln in self.arms.toPlainText().splitlines() if ln.strip()]
             arms = [parse_arm(ln, base) for ln in lines]
             job = ABRun(arms, self.load_spec(), slo=self.slo(), on_event=on_event)
             job.kind = "ab"
             return job
-        from core.device import detect_device
-        from core.tune import Tuner, parse_space
+        from quantdeck.core.bench import Tuner, parse_space
+        from quantdeck.core.launch import detect_device
 
         items = [ln for ln in self.space.toPlainText().splitlines() if ln.strip()]
         spec = self.load_spec()
-        job = Tuner(base, spec, ttft_ms=self.tune_ttft.value(), tpot_ms=self.tune_tpot.value(),
-                    space=parse_space(items, detect_device(), spec.concurrency),
-                    strategy="grid" if self.grid.isChecked() else "coordinate",
-                    max_points=self.max_points.value(), on_event=on_event)
+        job = Tuner(
+            base,
+            spec,
+            ttft_ms=self.tune_ttft.value(),
+            tpot_ms=self.tune_tpot.value(),
+            space=parse_space(items, detect_device(), spec.concurrency),
+            strategy="grid" if self.grid.isChecked() else "coordinate",
+            max_points=self.max_points.value(),
+            on_event=on_event,
+        )
         job.kind = "tune"
         return job
 
@@ -309,16 +361,18 @@ class BenchTab(QWidget):
                 self.progress.setMaximum(ev["total"])
                 self.progress.setValue(ev["done"])
             elif kind == "arm":
-                self.status.setText(f"arm {ev['index'] + 1}/{ev['total']} {ev['label']}: "
-                                    f"{ev['stage']}")
+                self.status.setText(
+                    f"arm {ev['index'] + 1}/{ev['total']} {ev['label']}: {ev['stage']}"
+                )
                 if ev["stage"] == "starting":
                     self._ttfts = []
                     changed = True
             elif kind == "point":
                 vals = ", ".join(f"{k}={v}" for k, v in ev["values"].items())
-                self.status.setText(f"point {ev['index']} ({vals}): {ev['stage']}"
-                                    + (f" · goodput {ev['goodput']:.2f}"
-                                       if ev.get("goodput") is not None else ""))
+                self.status.setText(
+                    f"point {ev['index']} ({vals}): {ev['stage']}"
+                    + (f" · goodput {ev['goodput']:.2f}" if ev.get("goodput") is not None else "")
+                )
                 if ev["stage"] == "starting":
                     self._ttfts = []
                     changed = True
@@ -328,7 +382,7 @@ class BenchTab(QWidget):
             self.curve.setData(np.arange(len(self._ttfts)), np.asarray(self._ttfts))
 
     def _on_done(self, result: dict[str, Any]) -> None:
-        from core.runs import environment, save_run
+        from quantdeck.core.bench import environment, save_run
 
         self._drain()
         kind = getattr(self.job, "kind", "bench")
@@ -338,8 +392,8 @@ class BenchTab(QWidget):
             best = result.get("best")
             name = self.save_profile.text().strip()
             if best and name:
-                from core import profiles
-                from core.tune import apply_point
+                from quantdeck.core.bench import apply_point
+                from quantdeck.core.launch import profiles
 
                 profiles.save_profile(name, apply_point(self.job.base, best["values"]))
             label = label or f"tune-{result['strategy']}"
@@ -348,9 +402,10 @@ class BenchTab(QWidget):
         path = save_run(result, label)
         self.result = result
         self.show_result(result)
-        self.status.setText(f"{kind} done · saved {path.name}"
-                            + (f" · ended early: {result['ended_early']}"
-                               if result.get("ended_early") else ""))
+        self.status.setText(
+            f"{kind} done · saved {path.name}"
+            + (f" · ended early: {result['ended_early']}" if result.get("ended_early") else "")
+        )
         self.refresh_history()
         self.finished.emit(result)
 
@@ -372,8 +427,7 @@ class BenchTab(QWidget):
             cols = [a["label"] for a in result["arms"]]
             data = [a.get("result") or {} for a in result["arms"]]
         elif result.get("kind") == "tune":
-            cols = [", ".join(f"{k}={v}" for k, v in p["values"].items())
-                    for p in result["points"]]
+            cols = [", ".join(f"{k}={v}" for k, v in p["values"].items()) for p in result["points"]]
             data = [{**p, "request_goodput": p.get("goodput")} for p in result["points"]]
         else:
             cols, data = ["value"], [result]
@@ -388,19 +442,19 @@ class BenchTab(QWidget):
         self.table.resizeColumnsToContents()
 
     def refresh_history(self) -> None:
-        from core.runs import list_runs
+        from quantdeck.core.bench import list_runs
 
         self.history.clear()
         for p in list_runs():
             self.history.addItem(p.name)
 
     def _selected_runs(self) -> list[dict[str, Any]]:
-        from core.runs import load_run, runs_dir
+        from quantdeck.core.bench import load_run, runs_dir
 
         return [load_run(runs_dir() / it.text()) for it in self.history.selectedItems()]
 
     def compare_selected(self) -> None:
-        from core.runs import compare
+        from quantdeck.core.bench import compare
 
         try:
             runs = self._selected_runs()
@@ -413,18 +467,23 @@ class BenchTab(QWidget):
         rows = compare(*runs)
         self.table.clear()
         self.table.setColumnCount(4)
-        self.table.setHorizontalHeaderLabels(["metric", runs[0]["label"], runs[1]["label"],
-                                              "B / A"])
+        self.table.setHorizontalHeaderLabels(
+            ["metric", runs[0]["label"], runs[1]["label"], "B / A"]
+        )
         self.table.setRowCount(len(rows))
         for i, r in enumerate(rows):
-            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}" + \
-                {True: " better", False: " worse", None: ""}[r["b_better"]]
+            ratio = (
+                "-"
+                if r["ratio"] is None
+                else f"{r['ratio']:.3f}"
+                + {True: " better", False: " worse", None: ""}[r["b_better"]]
+            )
             for j, v in enumerate((r["metric"], _fmt(r["a"], ".2f"), _fmt(r["b"], ".2f"), ratio)):
                 self.table.setItem(i, j, QTableWidgetItem(v))
         self.table.resizeColumnsToContents()
 
     def write_report(self, folder: str | Path) -> Path | None:
-        from gui.report import write_report
+        from quantdeck.gui.report import write_report
 
         runs = self._selected_runs()
         if not runs:

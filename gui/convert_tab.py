@@ -1,14 +1,15 @@
 """The Convert tab: pick a target format, Convert, watch the job, then Launch the result.
 
-Jobs are :class:`core.quant_jobs.JobQueue` jobs (one subprocess each, hard cancel); its observer
-runs on the queue's worker thread and only puts events in a queue, which a QTimer drains.
-"""
+Jobs are :class:`quantdeck.core.convert.JobQueue` jobs (one subprocess each, hard cancel); its
+observer runs on the queue's worker thread and only puts events in a queue, which a QTimer drains."""
+
 from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
@@ -29,9 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.device import DeviceFacts
-from core.errors import QuantdeckError
-from core.quant_jobs import METHODS, JobQueue, QuantSpec
+from quantdeck.core.convert import METHODS, JobQueue, QuantSpec
+from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.launch import DeviceFacts
 
 COLUMNS = ("job", "model", "format", "state", "stage", "%", "ETA", "result")
 
@@ -47,11 +48,17 @@ def eta_text(started: float | None, pct: float, now: float | None = None) -> str
 
 class ConvertTab(QWidget):
     launch_requested = Signal(str)  # the converted model's folder
-    job_finished = Signal(object)  # core.quant_jobs.Job
+    job_finished = Signal(object)  # quantdeck.core.convert.jobs.Job
     quality_checked = Signal(object, dict)  # job, compare result
 
-    def __init__(self, source: Callable[[], str | None], device: DeviceFacts,
-                 parent: QWidget | None = None, *, jobs: JobQueue | None = None) -> None:
+    def __init__(
+        self,
+        source: Callable[[], str | None],
+        device: DeviceFacts,
+        parent: QWidget | None = None,
+        *,
+        jobs: JobQueue | None = None,
+    ) -> None:
         """``source()`` gives the model selected in the library."""
         super().__init__(parent)
         self._source = source
@@ -94,8 +101,10 @@ class ConvertTab(QWidget):
         self.launch_button = QPushButton("Launch converted model")
         self.launch_button.setEnabled(False)
         self.quality_button = QPushButton("Check quality")
-        self.quality_button.setToolTip("KL divergence, top-1 agreement and perplexity against "
-                                       "the source on held-out text (quantdeck compare)")
+        self.quality_button.setToolTip(
+            "KL divergence, top-1 agreement and perplexity against "
+            "the source on held-out text (quantdeck compare)"
+        )
         self.quality_button.setEnabled(False)
         self.quality_worker: Any = None
         self.log = QPlainTextEdit()
@@ -112,8 +121,7 @@ class ConvertTab(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setStretchLastSection(True)
         buttons = QHBoxLayout()
-        for b in (self.convert_button, self.cancel_button, self.launch_button,
-                  self.quality_button):
+        for b in (self.convert_button, self.cancel_button, self.launch_button, self.quality_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
         lay = QVBoxLayout(self)
@@ -148,13 +156,17 @@ class ConvertTab(QWidget):
         src = self._source()
         if src:
             self.out.setText(str(Path(src).parent / f"{Path(src).name}-{m.name}"))
-        where = "serves on this machine's vLLM" if (m.serves_on_cpu or self.device.is_cuda) \
+        where = (
+            "serves on this machine's vLLM"
+            if (m.serves_on_cpu or self.device.is_cuda)
             else "cannot serve on this CPU (no kernel): convert here, serve it on a GPU"
+        )
         self.method_note.setText(f"{m.bits}-bit, {m.quant_method}; {where}.")
 
     def _pick_calib(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Calibration text", "",
-                                              "Text (*.txt *.jsonl);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Calibration text", "", "Text (*.txt *.jsonl);;All files (*)"
+        )
         if path:
             self.calib.setText(path)
 
@@ -162,9 +174,14 @@ class ConvertTab(QWidget):
         src = self._source()
         if not src:
             raise QuantdeckError("select a model in the library first")
-        return QuantSpec(src=src, method=self.method.currentData(), out=self.out.text().strip(),
-                         calib=self.calib.text().strip() or None,
-                         samples=self.samples.value(), seq_len=self.seq_len.value())
+        return QuantSpec(
+            src=src,
+            method=self.method.currentData(),
+            out=self.out.text().strip(),
+            calib=self.calib.text().strip() or None,
+            samples=self.samples.value(),
+            seq_len=self.seq_len.value(),
+        )
 
     # -- jobs --------------------------------------------------------------------------------
     def convert(self) -> Any:
@@ -176,8 +193,9 @@ class ConvertTab(QWidget):
         row = self.table.rowCount()
         self.table.insertRow(row)
         self._rows[job.id] = row
-        for col, text in enumerate((str(job.id), Path(job.spec.src).name, job.spec.method,
-                                    "queued", "", "0", "-", "")):
+        for col, text in enumerate(
+            (str(job.id), Path(job.spec.src).name, job.spec.method, "queued", "", "0", "-", "")
+        ):
             self.table.setItem(row, col, QTableWidgetItem(text))
         bar = QProgressBar()
         bar.setRange(0, 100)
@@ -209,15 +227,14 @@ class ConvertTab(QWidget):
         """Run the quality check of the selected finished job in a worker."""
         from superqt.utils import create_worker
 
-        from core.quant_jobs import compare_quality
+        from quantdeck.core.convert import compare_quality
 
         job = self.selected_job()
         if job is None or job.state != "done" or not job.result:
             return
         self.quality_button.setEnabled(False)
         self._log(f"job {job.id}: quality check against {job.spec.src} …")
-        worker = create_worker(compare_quality, job.spec.src, job.result["out"],
-                               max_tokens=1024)
+        worker = create_worker(compare_quality, job.spec.src, job.result["out"], max_tokens=1024)
         worker.returned.connect(lambda res, j=job: self._on_quality(j, res))
         worker.errored.connect(lambda e, j=job: self._log(f"job {j.id}: {e}"))
         worker.finished.connect(self._on_quality_finished)
@@ -225,8 +242,10 @@ class ConvertTab(QWidget):
         worker.start()
 
     def _on_quality(self, job: Any, res: dict[str, Any]) -> None:
-        text = (f"KL {res['kl_mean']:.4f} · top-1 {res['top1_agreement']:.1%} · ppl "
-                f"{res['ppl_orig']:.1f} -> {res['ppl_quant']:.1f}")
+        text = (
+            f"KL {res['kl_mean']:.4f} · top-1 {res['top1_agreement']:.1%} · ppl "
+            f"{res['ppl_orig']:.1f} -> {res['ppl_quant']:.1f}"
+        )
         row = self._rows.get(job.id)
         if row is not None:
             self.table.item(row, 7).setText(self.table.item(row, 7).text() + " · " + text)
@@ -259,8 +278,9 @@ class ConvertTab(QWidget):
             kind = ev.get("event")
             if kind == "state":
                 self._set(job, 3, ev["state"])
-                self._log(f"job {job.id}: {ev['state']}"
-                          + (f": {ev['error']}" if ev.get("error") else ""))
+                self._log(
+                    f"job {job.id}: {ev['state']}" + (f": {ev['error']}" if ev.get("error") else "")
+                )
                 if ev["state"] == "running":
                     self._started[job.id] = ev.get("t", time.time())
                 if ev["state"] in ("done", "failed", "cancelled"):
@@ -278,8 +298,11 @@ class ConvertTab(QWidget):
                 if self._last_stage.get(job.id) != stage:
                     self._last_stage[job.id] = stage
                     rss = ev.get("rss_bytes")
-                    self._log(f"job {job.id}: {stage} ({pct:.0f}%"
-                              + (f", RSS {rss / 2**20:.0f} MiB" if rss else "") + ")")
+                    self._log(
+                        f"job {job.id}: {stage} ({pct:.0f}%"
+                        + (f", RSS {rss / 2**20:.0f} MiB" if rss else "")
+                        + ")"
+                    )
                 self._set(job, 6, eta_text(self._started.get(job.id), pct))
                 self.progress.setValue(int(pct))
 
@@ -292,8 +315,7 @@ class ConvertTab(QWidget):
             bar = self.table.cellWidget(self._rows[job.id], 5)
             if bar is not None:
                 bar.setValue(100)
-            self._set(job, 7, f"{r['scheme']} · {ratio:.0%} of the source · "
-                              f"{r['seconds']:.0f} s")
+            self._set(job, 7, f"{r['scheme']} · {ratio:.0%} of the source · {r['seconds']:.0f} s")
             self.message.setText(f"job {job.id} done: {r['out']}")
             self.progress.setValue(100)
         elif job.state == "failed":

@@ -1,9 +1,9 @@
 """The launch form, generated from the knob schema (no hand-written field list).
 
 bool -> checkbox (optional bool -> auto/on/off), Literal -> combo, bounded number -> spin box
-(optional -> "auto" at the bottom of the range), byte sizes and lists -> text with parsing.
-The form reads and writes a :class:`core.config.LaunchConfig`; edits emit ``changed``.
-"""
+(optional -> "auto" at the bottom of the range), byte sizes and lists -> text with parsing. The form
+reads and writes a :class:`quantdeck.core.launch.config.LaunchConfig`; edits emit ``changed``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,9 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.config import GROUPS, LaunchConfig
-from core.errors import ConfigError
-from core.knobs import Knob, check_value, iter_knobs, parse_text
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.launch import GROUPS, Knob, LaunchConfig, check_value, iter_knobs, parse_text
 
 _INT_MAX = 2**31 - 1
 _AUTO = "auto"
@@ -45,8 +44,11 @@ class KnobEditor:
             items = [True, False] if k.base is bool else list(k.choices or ())
             self._items = ([None] if k.optional else []) + items
             for it in self._items:
-                w.addItem(_AUTO if it is None else ("on" if it is True else "off" if it is False
-                                                    else str(it)))
+                w.addItem(
+                    _AUTO
+                    if it is None
+                    else ("on" if it is True else "off" if it is False else str(it))
+                )
             w.currentIndexChanged.connect(on_change)
         elif k.base is int and k.unit != "bytes" and (k.le or 0) <= _INT_MAX:
             w = QSpinBox()
@@ -90,8 +92,11 @@ class KnobEditor:
             return float(w.value())
         text = w.text()
         if k.base is list:
-            return [p.strip() for p in text.split(",") if p.strip()] if k.item is str else \
-                parse_text(k, text) or []
+            return (
+                [p.strip() for p in text.split(",") if p.strip()]
+                if k.item is str
+                else parse_text(k, text) or []
+            )
         if not text.strip():
             return None if k.optional else ""
         v = parse_text(k, text)
@@ -120,8 +125,9 @@ class KnobForm(QWidget):
 
     changed = Signal()
 
-    def __init__(self, parent: QWidget | None = None, *, skip: tuple[str, ...] = ("model",)
-                 ) -> None:
+    def __init__(
+        self, parent: QWidget | None = None, *, skip: tuple[str, ...] = ("model",)
+    ) -> None:
         super().__init__(parent)
         self.editors: dict[str, KnobEditor] = {}
         self._config = LaunchConfig()
@@ -171,8 +177,11 @@ class KnobForm(QWidget):
     def set_supported(self, flags: set[str] | None) -> None:
         """Grey out the knobs the chosen engine does not have."""
         for ed in self.editors.values():
-            flag = ed.knob.flag.split(".")[0] if ed.knob.flag.startswith(
-                "--compilation-config.") else ed.knob.flag
+            flag = (
+                ed.knob.flag.split(".")[0]
+                if ed.knob.flag.startswith("--compilation-config.")
+                else ed.knob.flag
+            )
             ok = flags is None or flag in flags
             ed.widget.setEnabled(ok)
             if not ok:

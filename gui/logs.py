@@ -1,5 +1,6 @@
 """The Logs tab: the server's log live, with level filter, search, highlighted lifecycle facts
 and the crash tail kept."""
+
 from __future__ import annotations
 
 import collections
@@ -43,10 +44,15 @@ class LogsPanel(QWidget):
         lay.addWidget(self.view, 1)
         self.level.currentIndexChanged.connect(self._on_filter_changed)
         self.search.textChanged.connect(self._on_filter_changed)
-        self._fmt = {"fact": _fmt("#1b5e20", bold=True), "state": _fmt("#0d47a1", bold=True),
-                     "WARNING": _fmt("#a65e00"), "ERROR": _fmt("#b71c1c"),
-                     "CRITICAL": _fmt("#b71c1c", bold=True), "INFO": _fmt(None),
-                     "DEBUG": _fmt("#777777")}
+        self._fmt = {
+            "fact": _fmt("#1b5e20", bold=True),
+            "state": _fmt("#0d47a1", bold=True),
+            "WARNING": _fmt("#a65e00"),
+            "ERROR": _fmt("#b71c1c"),
+            "CRITICAL": _fmt("#b71c1c", bold=True),
+            "INFO": _fmt(None),
+            "DEBUG": _fmt("#777777"),
+        }
 
     def _min_level(self) -> int:
         return {0: 0, 1: 1, 2: 2, 3: 3}[self.level.currentIndex()]
@@ -71,8 +77,10 @@ class LogsPanel(QWidget):
             entry = ("state", f"── {ev['state']} {extra}".rstrip())
             if ev["state"] == "crashed":
                 self.crash_tail = list(ev.get("log_tail") or [])
-                self.summary.setText(f"crashed: {ev.get('reason', '')} — last "
-                                     f"{len(self.crash_tail)} lines kept below")
+                self.summary.setText(
+                    f"crashed: {ev.get('reason', '')} — last "
+                    f"{len(self.crash_tail)} lines kept below"
+                )
             elif ev["state"] == "starting":
                 self.summary.setText("")
         elif kind == "fact":

@@ -1,4 +1,5 @@
 """The main window: model library on the left, the launch form and live planner on the right."""
+
 from __future__ import annotations
 
 import threading
@@ -12,13 +13,13 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QHBoxLayout,
-    QLineEdit,
-    QPushButton,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
     QProgressBar,
+    QPushButton,
     QScrollArea,
     QSplitter,
     QTabWidget,
@@ -26,25 +27,35 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core import profiles
-from core.advisor import Finding, advise
-from core.knobs import serve_command
-from core.profiles import config_dir
-from core.config import LaunchConfig
-from core.device import DeviceFacts, GiB, detect_device
-from core.errors import QuantdeckError
-from core.model_info import ModelInfo, inspect_model
-from core.planner import KvPlan, plan
-from gui.knob_form import KnobForm
-from gui.logs import LogsPanel
-from gui.playground import PlaygroundPanel
-from gui.server_control import QtServerController
+from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.launch import (
+    DeviceFacts,
+    Finding,
+    GiB,
+    KvPlan,
+    LaunchConfig,
+    advise,
+    detect_device,
+    plan,
+    profiles,
+    serve_command,
+    validate,
+)
+from quantdeck.core.models import ModelInfo, inspect_model
+from quantdeck.core.paths import config_dir
+from quantdeck.gui.knob_form import KnobForm
+from quantdeck.gui.logs import LogsPanel
+from quantdeck.gui.playground import PlaygroundPanel
+from quantdeck.gui.server_control import QtServerController
 
-SEGMENTS = (("weights", "weights_bytes", "#4e79a7"), ("activations", "activation_bytes",
-                                                     "#f28e2b"),
-            ("CUDA graphs", "cudagraph_bytes", "#e15759"), ("non-torch", "non_torch_bytes",
-                                                            "#76b7b2"),
-            ("KV cache", "kv_cache_bytes", "#59a14f"), ("free", "free_bytes", "#d0d0d0"))
+SEGMENTS = (
+    ("weights", "weights_bytes", "#4e79a7"),
+    ("activations", "activation_bytes", "#f28e2b"),
+    ("CUDA graphs", "cudagraph_bytes", "#e15759"),
+    ("non-torch", "non_torch_bytes", "#76b7b2"),
+    ("KV cache", "kv_cache_bytes", "#59a14f"),
+    ("free", "free_bytes", "#d0d0d0"),
+)
 
 
 def _warm_imports() -> None:
@@ -52,8 +63,13 @@ def _warm_imports() -> None:
     that the UI thread does not stall on them then; a thread yields the GIL every few ms."""
     import importlib
 
-    for name in ("superqt.utils", "core.server", "core.playground", "core.metrics",
-                 "core.telemetry"):
+    for name in (
+        "superqt.utils",
+        "quantdeck.core.runtime.server",
+        "quantdeck.core.runtime.chat",
+        "quantdeck.core.monitor.metrics",
+        "quantdeck.core.monitor.telemetry",
+    ):
         importlib.import_module(name)
 
 
@@ -78,7 +94,7 @@ class MemoryBar(QWidget):
             self._parts = [(d[key] / total, color) for _, key, color in SEGMENTS if d[key] > 0]
         self.update()
 
-    def paintEvent(self, _ev: Any) -> None:  # noqa: N802 (Qt's name)
+    def paintEvent(self, _ev: Any) -> None:
         qp = QPainter(self)
         x = 0.0
         w, h = self.width(), self.height()
@@ -100,12 +116,12 @@ class PlannerPanel(QWidget):
         self.figures.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.advice = QLabel()
         self.advice.setWordWrap(True)
-        for w in (QLabel("<b>Memory plan</b>"), self.bar, self.legend, self.figures,
-                  self.advice):
+        for w in (QLabel("<b>Memory plan</b>"), self.bar, self.legend, self.figures, self.advice):
             lay.addWidget(w)
         lay.addStretch(1)
-        self.legend.setText("  ".join(f"<span style='color:{c}'>■</span> {n}"
-                                      for n, _, c in SEGMENTS))
+        self.legend.setText(
+            "  ".join(f"<span style='color:{c}'>■</span> {n}" for n, _, c in SEGMENTS)
+        )
 
     def show_plan(self, p: KvPlan | None, findings: list[Any], error: str | None) -> None:
         self.bar.set_plan(p)
@@ -120,10 +136,15 @@ class PlannerPanel(QWidget):
             f"weights {p.weights_bytes / GiB:.2f} GiB · KV cache {p.kv_cache_bytes / GiB:.2f} GiB"
             f"<br>KV blocks {p.num_blocks:,} × {p.block_size} = {p.kv_cache_tokens:,} tokens"
             f"<br>max concurrency {p.max_concurrency}× at {p.max_model_len} tokens"
-            f"<br><b>{'fits' if fits else 'does not fit'}</b>")
-        self.advice.setText("<br>".join(
-            f"<span style='color:{'#c00' if f.level == 'error' else '#a60'}'>{f.level}: "
-            f"{f.message}</span>" for f in findings))
+            f"<br><b>{'fits' if fits else 'does not fit'}</b>"
+        )
+        self.advice.setText(
+            "<br>".join(
+                f"<span style='color:{'#c00' if f.level == 'error' else '#a60'}'>{f.level}: "
+                f"{f.message}</span>"
+                for f in findings
+            )
+        )
 
 
 class LaunchTab(QWidget):
@@ -188,8 +209,13 @@ class LaunchTab(QWidget):
         right = QVBoxLayout()
         right.addWidget(self.planner, 1)
         prof = QHBoxLayout()
-        for w in (QLabel("Profile"), self.profiles, self.save_profile, self.load_profile,
-                  self.delete_profile):
+        for w in (
+            QLabel("Profile"),
+            self.profiles,
+            self.save_profile,
+            self.load_profile,
+            self.delete_profile,
+        ):
             prof.addWidget(w)
         right.addLayout(prof)
         att = QHBoxLayout()
@@ -221,17 +247,20 @@ class LaunchTab(QWidget):
         self.load_profile.clicked.connect(self._on_load_profile)
         self.delete_profile.clicked.connect(self._on_delete_profile)
         self.attach_button.clicked.connect(
-            lambda: self.attach_requested.emit(self.attach_url.text().strip(),
-                                               self.attach_key.text().strip()))
+            lambda: self.attach_requested.emit(
+                self.attach_url.text().strip(), self.attach_key.text().strip()
+            )
+        )
         self._refresh_profiles()
         self.set_server_state("stopped")
 
     # -- model and knobs ---------------------------------------------------------------------
     def set_model(self, path: str, info: ModelInfo | None) -> None:
         self.model_path, self.info = path, info
-        self.model_label.setText(f"{Path(path).name} — {info.badge if info else '?'}"
-                                 + (f", {info.num_parameters / 1e6:,.1f} M parameters"
-                                    if info else ""))
+        self.model_label.setText(
+            f"{Path(path).name} — {info.badge if info else '?'}"
+            + (f", {info.num_parameters / 1e6:,.1f} M parameters" if info else "")
+        )
         self._on_form_changed()
 
     def config(self) -> LaunchConfig:
@@ -259,7 +288,7 @@ class LaunchTab(QWidget):
             self._update_start()
             return
         try:
-            cfg = self.config().validate()
+            cfg = validate(self.config())
             p = plan(cfg, self.info, self.device)
             self.findings = advise(cfg, self.info, self.device, p)
             self.planner.show_plan(p, self.findings, None)
@@ -267,10 +296,15 @@ class LaunchTab(QWidget):
             self.findings = [Finding("error", "", str(e))]
             self.planner.show_plan(None, [], str(e))
         notes = [f.message for f in self.findings if f.knob == "enforce_eager"]
-        self.eager_note.setText(notes[0] if notes else (
-            "Eager starts fastest; CUDA graphs decode up to 4-8x faster at batch 1 on a GPU."
-            if self.device.is_cuda else "On CPU, eager skips torch.compile: it starts "
-            "fastest."))
+        self.eager_note.setText(
+            notes[0]
+            if notes
+            else (
+                "Eager starts fastest; CUDA graphs decode up to 4-8x faster at batch 1 on a GPU."
+                if self.device.is_cuda
+                else "On CPU, eager skips torch.compile: it starts fastest."
+            )
+        )
         self._update_start()
 
     # -- server state ------------------------------------------------------------------------
@@ -287,14 +321,27 @@ class LaunchTab(QWidget):
 
     def set_server_state(self, state: str, detail: str = "") -> None:
         self._state = state
-        names = {"starting": "starting", "loading_weights": "loading weights",
-                 "profiling": "profiling memory", "compiling": "compiling",
-                 "capturing_cuda_graphs": "capturing CUDA graphs", "ready": "ready",
-                 "stopping": "stopping", "stopped": "stopped", "crashed": "crashed",
-                 "attached": "attached"}
+        names = {
+            "starting": "starting",
+            "loading_weights": "loading weights",
+            "profiling": "profiling memory",
+            "compiling": "compiling",
+            "capturing_cuda_graphs": "capturing CUDA graphs",
+            "ready": "ready",
+            "stopping": "stopping",
+            "stopped": "stopped",
+            "crashed": "crashed",
+            "attached": "attached",
+        }
         self.stage.setText(names.get(state, state) + (f" — {detail}" if detail else ""))
-        order = ("starting", "loading_weights", "profiling", "compiling",
-                 "capturing_cuda_graphs", "ready")
+        order = (
+            "starting",
+            "loading_weights",
+            "profiling",
+            "compiling",
+            "capturing_cuda_graphs",
+            "ready",
+        )
         if state in order:
             self.progress.setValue(int(100 * order.index(state) / (len(order) - 1)))
         elif state in ("stopped", "crashed"):
@@ -308,7 +355,7 @@ class LaunchTab(QWidget):
 
     def _on_start_clicked(self) -> None:
         try:
-            cfg = self.config().validate()
+            cfg = validate(self.config())
         except QuantdeckError as e:
             self.message.setText(str(e))
             return
@@ -319,7 +366,7 @@ class LaunchTab(QWidget):
         import shlex
 
         try:
-            text = shlex.join(serve_command(self.config().validate()))
+            text = shlex.join(serve_command(validate(self.config())))
         except QuantdeckError as e:
             self.message.setText(str(e))
             return
@@ -368,9 +415,13 @@ class MainWindow(QMainWindow):
 
     model_selected = Signal(str)
 
-    def __init__(self, device: DeviceFacts | None = None,
-                 controller: QtServerController | None = None, *,
-                 probe: bool = True) -> None:
+    def __init__(
+        self,
+        device: DeviceFacts | None = None,
+        controller: QtServerController | None = None,
+        *,
+        probe: bool = True,
+    ) -> None:
         """``probe``: ask the engine what it can do and scan the Hugging Face cache, in the
         background (tests of the form alone turn it off)."""
         super().__init__()
@@ -391,9 +442,9 @@ class MainWindow(QMainWindow):
         self._monitor_box = QWidget()
         QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
         self.logs = LogsPanel()
-        self.playground = PlaygroundPanel(lambda: (self.controller.url,
-                                                   self.controller.model_name,
-                                                   self.controller.api_key))
+        self.playground = PlaygroundPanel(
+            lambda: (self.controller.url, self.controller.model_name, self.controller.api_key)
+        )
         self.tabs.addTab(self.launch, "Launch")
         self.tabs.addTab(self._monitor_box, "Monitor")
         self.tabs.addTab(self.logs, "Logs")
@@ -402,7 +453,7 @@ class MainWindow(QMainWindow):
         self._bench_box = QWidget()
         QVBoxLayout(self._bench_box).setContentsMargins(0, 0, 0, 0)
         self.tabs.addTab(self._bench_box, "Benchmark")
-        from gui.convert_tab import ConvertTab
+        from quantdeck.gui.convert_tab import ConvertTab
 
         self.convert = ConvertTab(lambda: self.launch.model_path or None, self.device)
         self.tabs.addTab(self.convert, "Convert")
@@ -436,7 +487,8 @@ class MainWindow(QMainWindow):
         self.launch.start_requested.connect(self.controller.start)
         self.launch.stop_requested.connect(self.controller.stop)
         self.launch.attach_requested.connect(
-            lambda url, key: self.controller.attach(url, key or None))
+            lambda url, key: self.controller.attach(url, key or None)
+        )
         self.launch.profile_model_requested.connect(self._on_profile_model)
         self.controller.event.connect(self._on_server_event)
         self.controller.metrics.connect(self._on_metrics)
@@ -458,10 +510,10 @@ class MainWindow(QMainWindow):
         self.installEventFilter(self)
         QTimer.singleShot(0, self, self._start_unless_painting)
 
-    engine_ready = Signal(object)  # core.engine.Capabilities or an error string
+    engine_ready = Signal(object)  # quantdeck.core.runtime.engine.Capabilities or an error string
     hf_models = Signal(list)
 
-    def eventFilter(self, obj: Any, ev: Any) -> bool:  # noqa: N802 (Qt's name)
+    def eventFilter(self, obj: Any, ev: Any) -> bool:
         if obj is self and ev.type() == QEvent.Paint and not self._painted:
             self._painted = True
             self.removeEventFilter(self)
@@ -490,7 +542,7 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self, lambda: self.monitor)
 
     def _probe_engine(self) -> None:
-        from core.engine import EngineEnv
+        from quantdeck.core.runtime import EngineEnv
 
         try:
             result: Any = EngineEnv().capabilities()
@@ -506,12 +558,13 @@ class MainWindow(QMainWindow):
             self.launch.engine_label.setText(f"engine: {caps}")
             return
         self.capabilities = caps
-        self.launch.engine_label.setText(f"engine: vLLM {caps.vllm_version} ({caps.platform}),"
-                                         f" torch {caps.torch_version}")
+        self.launch.engine_label.setText(
+            f"engine: vLLM {caps.vllm_version} ({caps.platform}), torch {caps.torch_version}"
+        )
         self.launch.form.set_supported(caps.flags)
 
     def _scan_hf_cache(self) -> None:
-        from core.library import scan_hf_cache
+        from quantdeck.core.models import scan_hf_cache
 
         found = [(e.path, e.info) for e in scan_hf_cache() if e.info is not None]
         try:
@@ -527,7 +580,7 @@ class MainWindow(QMainWindow):
         text = settings.value("last_config")
         if not text:
             return
-        from core.knobs import from_yaml
+        from quantdeck.core.launch import from_yaml
 
         try:
             cfg = from_yaml(str(text), where="last session")
@@ -541,12 +594,13 @@ class MainWindow(QMainWindow):
     def monitor(self) -> Any:
         """The Monitor panel (built on first use)."""
         if self._monitor is None:
-            from gui.monitor import MonitorPanel
+            from quantdeck.gui.monitor import MonitorPanel
 
             self._monitor = MonitorPanel()
             self._monitor_box.layout().addWidget(self._monitor)
-            self._monitor.alert.connect(lambda msg: self.logs.add_event(
-                {"event": "state", "state": "alert", "reason": msg}))
+            self._monitor.alert.connect(
+                lambda msg: self.logs.add_event({"event": "state", "state": "alert", "reason": msg})
+            )
             self._monitor.open_button.clicked.connect(self._on_open_recording)
         return self._monitor
 
@@ -554,13 +608,13 @@ class MainWindow(QMainWindow):
     def bench(self) -> Any:
         """The Benchmark tab (built on first use: pyqtgraph)."""
         if self._bench is None:
-            from gui.bench_tab import BenchTab
+            from quantdeck.gui.bench_tab import BenchTab
 
             self._bench = BenchTab(
-                lambda: (self.controller.url, self.controller.model_name,
-                         self.controller.api_key),
+                lambda: (self.controller.url, self.controller.model_name, self.controller.api_key),
                 self.launch.config,
-                lambda: self.controller.state not in ("stopped", "crashed"))
+                lambda: self.controller.state not in ("stopped", "crashed"),
+            )
             self._bench_box.layout().addWidget(self._bench)
         return self._bench
 
@@ -569,8 +623,7 @@ class MainWindow(QMainWindow):
             self.bench  # noqa: B018 (builds it)
 
     # -- library -----------------------------------------------------------------------------
-    def add_model(self, path: Path, select: bool = False, info: ModelInfo | None = None
-                  ) -> None:
+    def add_model(self, path: Path, select: bool = False, info: ModelInfo | None = None) -> None:
         """Add a model folder to the library (``info``: already inspected, e.g. by a scan)."""
         for i in range(self.library.count()):
             if self.library.item(i).data(Qt.UserRole)[0] == str(path):
@@ -591,7 +644,7 @@ class MainWindow(QMainWindow):
             self.library.setCurrentItem(item)
 
     def _scan_folder(self, folder: Path) -> None:
-        from core.library import scan_folders
+        from quantdeck.core.models import scan_folders
 
         try:
             for e in scan_folders([folder]):
@@ -621,7 +674,8 @@ class MainWindow(QMainWindow):
             self.library_info.setText(
                 f"{info.architecture} · {info.num_parameters / 1e6:,.1f} M params · "
                 f"{info.weights_bytes / 2**20:,.1f} MiB · {info.num_layers} layers · "
-                f"kv heads {info.num_kv_heads}" + (f" · {q.method} {q.scheme}" if q else ""))
+                f"kv heads {info.num_kv_heads}" + (f" · {q.method} {q.scheme}" if q else "")
+            )
         self.launch.set_model(path, info)
         self.convert.source_changed()
         self.model_selected.emit(path)
@@ -634,8 +688,9 @@ class MainWindow(QMainWindow):
         if self.launch.start_button.isEnabled():
             self.launch.start_button.click()
         else:
-            self.launch.message.setText(self.launch.start_button.toolTip()
-                                        or "this model cannot start with these settings")
+            self.launch.message.setText(
+                self.launch.start_button.toolTip() or "this model cannot start with these settings"
+            )
 
     def _on_profile_model(self, path: str) -> None:
         self.add_model(Path(path), select=True)
@@ -646,10 +701,15 @@ class MainWindow(QMainWindow):
         kind = ev.get("event")
         if kind == "state":
             st = ev["state"]
-            colors = {"ready": "#2e7d32", "crashed": "#c62828", "stopped": "#777",
-                      "attached": "#2e7d32"}
-            self.state_label.setText(f"<span style='color:{colors.get(st, '#ef6c00')}'>●</span>"
-                                     f" {st}")
+            colors = {
+                "ready": "#2e7d32",
+                "crashed": "#c62828",
+                "stopped": "#777",
+                "attached": "#2e7d32",
+            }
+            self.state_label.setText(
+                f"<span style='color:{colors.get(st, '#ef6c00')}'>●</span> {st}"
+            )
             if st in ("ready", "attached"):
                 self.url_label.setText(self.controller.url or "")
                 if st == "attached":
@@ -661,8 +721,10 @@ class MainWindow(QMainWindow):
             detail = ev.get("reason", "") if st == "crashed" else ""
             self.launch.set_server_state(st, detail)
             if st == "crashed":
-                self.launch.message.setText(f"The server crashed: {ev.get('reason', '')}. "
-                                            "Its last log lines are in the Logs tab.")
+                self.launch.message.setText(
+                    f"The server crashed: {ev.get('reason', '')}. "
+                    "Its last log lines are in the Logs tab."
+                )
         elif kind == "progress":
             self.launch.set_progress(ev["stage"], ev["pct"])
 
@@ -673,11 +735,13 @@ class MainWindow(QMainWindow):
             g = gpus[0]
             self.status_label.setText(
                 f"{self.device.label} · util {g.get('utilization_pct')}% · "
-                f"{(g.get('memory_used_bytes') or 0) / 2**30:.1f} GiB · {g.get('power_w')} W")
+                f"{(g.get('memory_used_bytes') or 0) / 2**30:.1f} GiB · {g.get('power_w')} W"
+            )
         else:
             self.status_label.setText(
                 f"{self.device.label} · CPU {ev.get('host_cpu_pct', 0):.0f}% · RAM "
-                f"{ev.get('host_ram_used_bytes', 0) / 2**30:.1f} GiB")
+                f"{ev.get('host_ram_used_bytes', 0) / 2**30:.1f} GiB"
+            )
 
     def _on_server_error(self, msg: str) -> None:
         self.launch.message.setText(msg)
@@ -686,14 +750,15 @@ class MainWindow(QMainWindow):
     def _on_open_recording(self) -> None:
         from PySide6.QtWidgets import QFileDialog
 
-        path, _ = QFileDialog.getOpenFileName(self, "Open a recording", "",
-                                              "Recordings (*.jsonl *.jsonl.gz);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a recording", "", "Recordings (*.jsonl *.jsonl.gz);;All files (*)"
+        )
         if path:
             self.open_recording(path)
 
     def open_recording(self, path: str) -> int:
         """Replay a recording into the Monitor (and its facts into Logs); returns events."""
-        from core.recording import read_recording
+        from quantdeck.core.monitor import read_recording
 
         try:
             rec = read_recording(path)
@@ -711,8 +776,8 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"replay: {Path(path).name} ({rec.duration_s:.0f} s)")
         return len(rec.events)
 
-    def closeEvent(self, ev: Any) -> None:  # noqa: N802 (Qt's name)
-        from core.knobs import to_yaml
+    def closeEvent(self, ev: Any) -> None:
+        from quantdeck.core.launch import to_yaml
 
         settings = gui_settings()
         settings.setValue("geometry", self.saveGeometry())

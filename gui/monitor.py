@@ -1,4 +1,5 @@
-"""The Monitor tab: live pyqtgraph plots over a :class:`core.timeseries.TimeSeriesStore`.
+"""The Monitor tab: live pyqtgraph plots over a
+:class:`quantdeck.core.monitor.timeseries.TimeSeriesStore`.
 
 Curves are created once and updated from one QTimer (10 Hz), only when the store changed, with
 peak-decimated data (about two points per pixel) that the store keeps ready for long windows.
@@ -7,6 +8,7 @@ axes and legends are plain Qt path / pixmap items, text is cached as pixmaps, an
 set here (pyqtgraph's autorange scans every curve on every update). Live events and replayed
 recordings feed the same store, so a recording from a GPU host looks exactly as if live.
 """
+
 from __future__ import annotations
 
 import time
@@ -19,13 +21,13 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
     QGraphicsItem,
     QGraphicsPathItem,
     QGraphicsPixmapItem,
     QGraphicsView,
-    QComboBox,
-    QDoubleSpinBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -33,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.timeseries import TimeSeriesStore
+from quantdeck.core.monitor import TimeSeriesStore
 
 BACKGROUND = "w"  # the plots' background (the grid's and light curves' shades are on it)
 LIGHT = 110 / 255  # the p99 curves' shade of their p50 colour
@@ -44,17 +46,28 @@ COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b0
 # p99 curves are drawn in the p50 colour, lighter.
 PLOTS: dict[str, list[tuple[str, str, int, bool]]] = {
     "Host CPU %": [("host_cpu_pct", "CPU %", 0, False)],
-    "Memory (GiB)": [("host_ram_used_gib", "host RAM", 0, False),
-                     ("server_rss_gib", "server RSS", 1, False)],
-    "KV-cache blocks": [("kv_blocks_used", "used", 4, False),
-                        ("kv_blocks_total", "total", 4, True)],
+    "Memory (GiB)": [
+        ("host_ram_used_gib", "host RAM", 0, False),
+        ("server_rss_gib", "server RSS", 1, False),
+    ],
+    "KV-cache blocks": [
+        ("kv_blocks_used", "used", 4, False),
+        ("kv_blocks_total", "total", 4, True),
+    ],
     "KV-cache usage %": [("kv_usage_pct", "usage %", 4, False)],
     "Requests": [("running", "running", 0, False), ("waiting", "waiting", 1, False)],
-    "Latency (ms)": [("ttft_p50_ms", "TTFT p50", 0, False), ("ttft_p99_ms", "TTFT p99", 0, True),
-                     ("itl_p50_ms", "ITL p50", 1, False), ("itl_p99_ms", "ITL p99", 1, True),
-                     ("e2e_p50_ms", "E2E p50", 2, False), ("e2e_p99_ms", "E2E p99", 2, True)],
-    "Tokens / s": [("prompt_tokens_per_s", "prompt", 0, False),
-                   ("generation_tokens_per_s", "generation", 4, False)],
+    "Latency (ms)": [
+        ("ttft_p50_ms", "TTFT p50", 0, False),
+        ("ttft_p99_ms", "TTFT p99", 0, True),
+        ("itl_p50_ms", "ITL p50", 1, False),
+        ("itl_p99_ms", "ITL p99", 1, True),
+        ("e2e_p50_ms", "E2E p50", 2, False),
+        ("e2e_p99_ms", "E2E p99", 2, True),
+    ],
+    "Tokens / s": [
+        ("prompt_tokens_per_s", "prompt", 0, False),
+        ("generation_tokens_per_s", "generation", 4, False),
+    ],
     "Preemptions / s": [("preemptions_per_s", "preemptions", 2, False)],
 }
 
@@ -62,8 +75,9 @@ PLOTS: dict[str, list[tuple[str, str, int, bool]]] = {
 def _gpu_plots(n: int) -> dict[str, list[tuple[str, str, int, bool]]]:
     return {
         "GPU utilisation %": [(f"gpu{i}_util_pct", f"GPU {i}", i % 7, False) for i in range(n)],
-        "GPU memory (GiB)": [(f"gpu{i}_memory_used_gib", f"GPU {i}", i % 7, False)
-                             for i in range(n)],
+        "GPU memory (GiB)": [
+            (f"gpu{i}_memory_used_gib", f"GPU {i}", i % 7, False) for i in range(n)
+        ],
         "GPU power (W)": [(f"gpu{i}_power_w", f"GPU {i}", i % 7, False) for i in range(n)],
     }
 
@@ -71,8 +85,16 @@ def _gpu_plots(n: int) -> dict[str, list[tuple[str, str, int, bool]]]:
 def _blend(fg: QColor, alpha: float, bg: QColor) -> QColor:
     """The opaque colour of ``fg`` at ``alpha`` (0..1) over ``bg``: the raster engine draws
     opaque lines without reading the pixels under them, several times faster."""
-    return QColor.fromRgbF(*(b + (f - b) * alpha for f, b in (
-        (fg.redF(), bg.redF()), (fg.greenF(), bg.greenF()), (fg.blueF(), bg.blueF()))))
+    return QColor.fromRgbF(
+        *(
+            b + (f - b) * alpha
+            for f, b in (
+                (fg.redF(), bg.redF()),
+                (fg.greenF(), bg.greenF()),
+                (fg.blueF(), bg.blueF()),
+            )
+        )
+    )
 
 
 class _Curve(QGraphicsPathItem):
@@ -88,7 +110,7 @@ class _Curve(QGraphicsPathItem):
         self.xData = self.yData = np.empty(0)
         self.bounds: tuple[float, float] | None = None  # y min, max; None: no finite data
 
-    def setData(self, x: Any, y: Any) -> None:  # noqa: N802 (pyqtgraph's name)
+    def setData(self, x: Any, y: Any) -> None:
         self.xData, self.yData = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
         with np.errstate(invalid="ignore"):
             lo = np.fmin.reduce(self.yData) if len(self.yData) else np.nan
@@ -96,10 +118,13 @@ class _Curve(QGraphicsPathItem):
         self.bounds = None if np.isnan(lo) else (float(lo), float(hi))
         if self.bounds is None:  # nothing finite to show
             self.xData = self.yData = np.empty(0)
-        self.setPath(pg.arrayToQPath(self.xData, self.yData, connect="finite")
-                     if self.bounds else QPainterPath())
+        self.setPath(
+            pg.arrayToQPath(self.xData, self.yData, connect="finite")
+            if self.bounds
+            else QPainterPath()
+        )
 
-    def getData(self) -> tuple[np.ndarray, np.ndarray]:  # noqa: N802 (pyqtgraph's name)
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:
         return self.xData, self.yData
 
 
@@ -126,8 +151,9 @@ class _Grid:
         vb = self.plot.vb
         (x0, x1), (y0, y1) = vb.viewRange()
         fg, bg = self.plot.getAxis("left").pen().color(), self.background
-        contrast = max(abs(fg.redF() - bg.redF()), abs(fg.greenF() - bg.greenF()),
-                       abs(fg.blueF() - bg.blueF()))
+        contrast = max(
+            abs(fg.redF() - bg.redF()), abs(fg.greenF() - bg.greenF()), abs(fg.blueF() - bg.blueF())
+        )
         paths: list[tuple[int, QPainterPath]] = []
         for axis, lo, hi, px in (("bottom", x0, x1, vb.width()), ("left", y0, y1, vb.height())):
             if px <= 0 or hi <= lo:
@@ -174,8 +200,9 @@ class _AxisPixmap(QGraphicsPixmapItem):
         if self.axis.picture is not None:
             return
         br = self.axis.boundingRect()
-        pm = QPixmap(max(1, int(np.ceil(br.width() * ratio))),
-                     max(1, int(np.ceil(br.height() * ratio))))
+        pm = QPixmap(
+            max(1, int(np.ceil(br.width() * ratio))), max(1, int(np.ceil(br.height() * ratio)))
+        )
         pm.setDevicePixelRatio(ratio)
         pm.fill(Qt.transparent)
         qp = QPainter(pm)
@@ -216,8 +243,13 @@ class MonitorPanel(QWidget):
 
     alert = Signal(str)  # a threshold was crossed: the message
 
-    def __init__(self, store: TimeSeriesStore | None = None, parent: QWidget | None = None,
-                 *, fps: float = 10.0) -> None:
+    def __init__(
+        self,
+        store: TimeSeriesStore | None = None,
+        parent: QWidget | None = None,
+        *,
+        fps: float = 10.0,
+    ) -> None:
         super().__init__(parent)
         self.store = store or TimeSeriesStore()
         self._drawn_version = -1
@@ -260,8 +292,15 @@ class MonitorPanel(QWidget):
         self.open_button = QPushButton("Open recording…")
         self.png_button.clicked.connect(lambda: self._ask_export("png"))
         self.csv_button.clicked.connect(lambda: self._ask_export("csv"))
-        for w in (QLabel("Window"), self.window_box, self.pause_box, QLabel("Alert: p99 TTFT >"),
-                  self.ttft_limit, QLabel("KV >"), self.kv_limit):
+        for w in (
+            QLabel("Window"),
+            self.window_box,
+            self.pause_box,
+            QLabel("Alert: p99 TTFT >"),
+            self.ttft_limit,
+            QLabel("KV >"),
+            self.kv_limit,
+        ):
             bar.addWidget(w)
         bar.addStretch(1)
         for w in (self.open_button, self.png_button, self.csv_button):
@@ -296,8 +335,7 @@ class MonitorPanel(QWidget):
         self._alert_lines.clear()
         spec = dict(PLOTS)
         if gpus:
-            spec = {**_gpu_plots(gpus), **{k: v for k, v in PLOTS.items()
-                                           if k != "Host CPU %"}}
+            spec = {**_gpu_plots(gpus), **{k: v for k, v in PLOTS.items() if k != "Host CPU %"}}
         for n, (title, series) in enumerate(spec.items()):
             if n and n % 3 == 0:
                 self.graphics.nextRow()
@@ -307,16 +345,18 @@ class MonitorPanel(QWidget):
             # a fixed width for the tick labels (7 digits): pyqtgraph would widen the axis
             # to each new label, relaying out and repainting all plots several times in a row
             left = p.getAxis("left")
-            left.setWidth(QFontMetrics(left.style["tickFont"] or QFont()).horizontalAdvance(
-                "-000000") + left.style["tickTextOffset"][0] + 6)
+            left.setWidth(
+                QFontMetrics(left.style["tickFont"] or QFont()).horizontalAdvance("-000000")
+                + left.style["tickTextOffset"][0]
+                + 6
+            )
             # the store hands over peak-decimated data, about two points per pixel, and the
             # ranges are set here from that data: pyqtgraph neither clips, downsamples nor
             # autoranges (its autorange walks every curve's data on every update)
             p.setClipToView(False)
             p.vb.disableAutoRange()
             p.setXRange(-self.window_s, 0, padding=0)
-            p.vb.sigRangeChangedManually.connect(
-                lambda *_, title=title: self._manual_y.add(title))
+            p.vb.sigRangeChangedManually.connect(lambda *_, title=title: self._manual_y.add(title))
             p.autoBtn.clicked.connect(lambda *_, title=title: self._manual_y.discard(title))
             p.setLabel("bottom", "s")
             p.setMouseEnabled(x=False, y=True)
@@ -348,8 +388,10 @@ class MonitorPanel(QWidget):
             self.plots[title] = p
             self._grids[title] = _Grid(p, pg.mkColor(BACKGROUND))
         self.graphics.ci.setFlag(QGraphicsItem.ItemHasNoContents, True)
-        for key, plot, limit in (("ttft", "Latency (ms)", self.ttft_limit),
-                                 ("kv", "KV-cache usage %", self.kv_limit)):
+        for key, plot, limit in (
+            ("ttft", "Latency (ms)", self.ttft_limit),
+            ("kv", "KV-cache usage %", self.kv_limit),
+        ):
             pen = pg.mkPen("#c00", width=1, style=pg.QtCore.Qt.DotLine)
             line = pg.InfiniteLine(angle=0, pen=pen)
             line.setVisible(limit.value() > 0)
@@ -397,7 +439,7 @@ class MonitorPanel(QWidget):
         if not force and len(stale) > 1:
             self._axes_timer.start()
 
-    def showEvent(self, ev: Any) -> None:  # noqa: N802 (Qt's name)
+    def showEvent(self, ev: Any) -> None:
         super().showEvent(ev)
         self._sync_axes_soon()
 
@@ -452,10 +494,10 @@ class MonitorPanel(QWidget):
         self._check_alerts()
 
     def _check_alerts(self) -> None:
-        checks = (("ttft", "ttft_p99_ms", self.ttft_limit.value(), "p99 TTFT {v:.0f} ms > "
-                   "{lim:.0f} ms"),
-                  ("kv", "kv_usage_pct", self.kv_limit.value(), "KV-cache usage {v:.1f}% > "
-                   "{lim:.0f}%"))
+        checks = (
+            ("ttft", "ttft_p99_ms", self.ttft_limit.value(), "p99 TTFT {v:.0f} ms > {lim:.0f} ms"),
+            ("kv", "kv_usage_pct", self.kv_limit.value(), "KV-cache usage {v:.1f}% > {lim:.0f}%"),
+        )
         messages = []
         for key, series, lim, fmt in checks:
             v = self.store.latest(series)
@@ -478,8 +520,9 @@ class MonitorPanel(QWidget):
         return self.store.to_csv(path)
 
     def _ask_export(self, kind: str) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, f"Export {kind.upper()}", f"monitor.{kind}",
-                                              f"{kind.upper()} (*.{kind})")
+        path, _ = QFileDialog.getSaveFileName(
+            self, f"Export {kind.upper()}", f"monitor.{kind}", f"{kind.upper()} (*.{kind})"
+        )
         if path:
             (self.export_png if kind == "png" else self.export_csv)(path)
 

@@ -1,8 +1,10 @@
 """The Playground tab: chat or completion against the running server, streamed in a worker,
 with sampling parameters and per-reply TTFT and tokens/s."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QTextCursor
@@ -18,14 +20,18 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from core.errors import QuantdeckError
+
+from quantdeck.core.errors import QuantdeckError
 
 
 class PlaygroundPanel(QWidget):
-    reply_finished = Signal(object)  # core.playground.ReplyStats
+    reply_finished = Signal(object)  # quantdeck.core.runtime.chat.ReplyStats
 
-    def __init__(self, target: Callable[[], tuple[str | None, str | None, str | None]],
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        target: Callable[[], tuple[str | None, str | None, str | None]],
+        parent: QWidget | None = None,
+    ) -> None:
         """``target()`` returns (url, model, api_key) of the current server, or Nones."""
         super().__init__(parent)
         self._target = target
@@ -55,8 +61,12 @@ class PlaygroundPanel(QWidget):
         self.clear_button = QPushButton("Clear")
         self.stats = QLabel("—")
         params = QFormLayout()
-        for label, w in (("Mode", self.mode), ("Temperature", self.temperature),
-                         ("Top-p", self.top_p), ("Max tokens", self.max_tokens)):
+        for label, w in (
+            ("Mode", self.mode),
+            ("Temperature", self.temperature),
+            ("Top-p", self.top_p),
+            ("Max tokens", self.max_tokens),
+        ):
             params.addRow(label, w)
         side = QVBoxLayout()
         side.addLayout(params)
@@ -99,16 +109,25 @@ class PlaygroundPanel(QWidget):
         self.input.clear()
         from superqt.utils import thread_worker
 
-        from core.playground import stream
+        from quantdeck.core.runtime import stream
 
-        kw = dict(api_key=key, max_tokens=self.max_tokens.value(),
-                  temperature=self.temperature.value(), top_p=self.top_p.value())
+        kw = dict(
+            api_key=key,
+            max_tokens=self.max_tokens.value(),
+            temperature=self.temperature.value(),
+            top_p=self.top_p.value(),
+        )
 
         @thread_worker
         def run() -> Any:
             last = None
-            for delta, st in stream(url, model, messages=list(self.history) if chat else None,
-                                    prompt=None if chat else text, **kw):
+            for delta, st in stream(
+                url,
+                model,
+                messages=list(self.history) if chat else None,
+                prompt=None if chat else text,
+                **kw,
+            ):
                 last = st
                 if delta:
                     yield delta
@@ -132,8 +151,10 @@ class PlaygroundPanel(QWidget):
         tps = st.tokens_per_s
         self.stats.setText(
             f"TTFT {st.ttft_ms:.0f} ms · {st.completion_tokens} tokens · "
-            f"{tps:.1f} tok/s · {st.finish_reason}" if st.ttft_ms is not None and tps
-            else f"{st.completion_tokens} tokens · {st.finish_reason}")
+            f"{tps:.1f} tok/s · {st.finish_reason}"
+            if st.ttft_ms is not None and tps
+            else f"{st.completion_tokens} tokens · {st.finish_reason}"
+        )
         self._write("\n")
         self._idle()  # ready for the next message when listeners hear of this one
         self.reply_finished.emit(st)

@@ -3,16 +3,17 @@
 With ``--png OUT`` it renders off screen (no display needed), saves the plots and exits; the
 GPU validation's screenshots in docs/ are made this way from the H200 recordings.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from core.recording import Recording, read_recording
+from quantdeck.core.monitor import Recording, read_recording
 
 
 def _window_for(rec: Recording) -> str:
-    from gui.monitor import WINDOWS
+    from quantdeck.gui.monitor import WINDOWS
 
     ts = [e["t"] for e in rec.of("metrics") if "t" in e]
     span = (max(ts) - min(ts)) if ts else 0.0
@@ -22,22 +23,25 @@ def _window_for(rec: Recording) -> str:
     return list(WINDOWS)[-1]
 
 
-def main(path: str, png: str | None = None, size: tuple[int, int] = (1400, 900),
-         title: str | None = None) -> int:
+def main(
+    path: str, png: str | None = None, size: tuple[int, int] = (1400, 900), title: str | None = None
+) -> int:
     rec = read_recording(path)  # one-line errors before Qt starts
     if png and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication, QLabel, QVBoxLayout, QWidget
 
-    from gui.monitor import MonitorPanel
+    from quantdeck.gui.monitor import MonitorPanel
 
     app = QApplication.instance() or QApplication([])
     box = QWidget()
     box.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
     title = title or rec.header.get("title") or rec.header.get("model") or Path(path).name
-    label = QLabel(f"<b>{title}</b> · {rec.duration_s:.0f} s recorded · "
-                   f"{len(rec.of('metrics'))} samples"
-                   + (f" · {rec.header['note']}" if rec.header.get("note") else ""))
+    label = QLabel(
+        f"<b>{title}</b> · {rec.duration_s:.0f} s recorded · "
+        f"{len(rec.of('metrics'))} samples"
+        + (f" · {rec.header['note']}" if rec.header.get("note") else "")
+    )
     panel = MonitorPanel(parent=box)
     lay = QVBoxLayout(box)
     lay.addWidget(label)

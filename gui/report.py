@@ -4,6 +4,7 @@ Charts: output throughput per run (bars), TTFT and end-to-end latency CDFs from 
 records, the batch-1 decode roofline where the device's bandwidth is known, and for a tune run
 goodput per point. Renders off screen when there is no display.
 """
+
 from __future__ import annotations
 
 import html
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gui.monitor import COLORS
+from quantdeck.gui.monitor import COLORS
 
 
 def flatten(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -23,11 +24,23 @@ def flatten(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r.get("kind") == "ab":
             for a in r["arms"]:
                 if a.get("result"):
-                    out.append({"label": a["label"], "result": a["result"],
-                                "roofline": a.get("roofline") or {}, "facts": a.get("facts")})
+                    out.append(
+                        {
+                            "label": a["label"],
+                            "result": a["result"],
+                            "roofline": a.get("roofline") or {},
+                            "facts": a.get("facts"),
+                        }
+                    )
         elif r.get("kind") != "tune":
-            out.append({"label": r.get("label") or r.get("model_id"), "result": r,
-                        "roofline": {}, "facts": {}})
+            out.append(
+                {
+                    "label": r.get("label") or r.get("model_id"),
+                    "result": r,
+                    "roofline": {},
+                    "facts": {},
+                }
+            )
     return out
 
 
@@ -64,8 +77,14 @@ def throughput_chart(items: list[dict[str, Any]], path: Path) -> None:
 
     w = _plot("Output throughput", "", "tokens/s")
     ys = [it["result"].get("output_throughput") or 0.0 for it in items]
-    w.addItem(pg.BarGraphItem(x=np.arange(len(ys)), height=ys, width=0.6,
-                              brushes=[COLORS[i % len(COLORS)] for i in range(len(ys))]))
+    w.addItem(
+        pg.BarGraphItem(
+            x=np.arange(len(ys)),
+            height=ys,
+            width=0.6,
+            brushes=[COLORS[i % len(COLORS)] for i in range(len(ys))],
+        )
+    )
     ax = w.getAxis("bottom")
     ax.setTicks([[(i, it["label"]) for i, it in enumerate(items)]])
     _save(w, path)
@@ -81,8 +100,13 @@ def cdf_chart(items: list[dict[str, Any]], field: str, title: str, path: Path) -
         if not vals:
             continue
         ys = np.arange(1, len(vals) + 1) / len(vals)
-        w.plot(vals, ys, pen=pg.mkPen(COLORS[i % len(COLORS)], width=2), stepMode=None,
-               name=it["label"])
+        w.plot(
+            vals,
+            ys,
+            pen=pg.mkPen(COLORS[i % len(COLORS)], width=2),
+            stepMode=None,
+            name=it["label"],
+        )
     _save(w, path)
 
 
@@ -95,10 +119,19 @@ def roofline_chart(items: list[dict[str, Any]], path: Path) -> bool:
     w = _plot("Decode per sequence vs batch-1 roofline", "", "tokens/s per sequence")
     for k, (i, it) in enumerate(rows):
         roof = it["roofline"]
-        w.addItem(pg.BarGraphItem(x=[k - 0.15], height=[roof["roofline_tok_s"]], width=0.3,
-                                  brush="#dddddd"))
-        w.addItem(pg.BarGraphItem(x=[k + 0.15], height=[roof.get("decode_tok_s_per_seq", 0)],
-                                  width=0.3, brush=COLORS[i % len(COLORS)]))
+        w.addItem(
+            pg.BarGraphItem(
+                x=[k - 0.15], height=[roof["roofline_tok_s"]], width=0.3, brush="#dddddd"
+            )
+        )
+        w.addItem(
+            pg.BarGraphItem(
+                x=[k + 0.15],
+                height=[roof.get("decode_tok_s_per_seq", 0)],
+                width=0.3,
+                brush=COLORS[i % len(COLORS)],
+            )
+        )
     w.getAxis("bottom").setTicks([[(k, it["label"]) for k, (i, it) in enumerate(rows)]])
     _save(w, path)
     return True
@@ -110,18 +143,25 @@ def tune_chart(run: dict[str, Any], path: Path) -> None:
     w = _plot("Goodput per tuning point (in order measured)", "point", "requests/s")
     pts = run["points"]
     ys = [p.get("goodput") or 0.0 for p in pts]
-    brushes = ["#59a14f" if p.get("meets") else ("#bbbbbb" if p.get("dropped") else "#e15759")
-               for p in pts]
-    w.addItem(pg.BarGraphItem(x=np.arange(1, len(ys) + 1), height=ys, width=0.6,
-                              brushes=brushes))
+    brushes = [
+        "#59a14f" if p.get("meets") else ("#bbbbbb" if p.get("dropped") else "#e15759") for p in pts
+    ]
+    w.addItem(pg.BarGraphItem(x=np.arange(1, len(ys) + 1), height=ys, width=0.6, brushes=brushes))
     _save(w, path)
 
 
-_COLS = (("output_throughput", "out tok/s", ".1f"), ("request_throughput", "req/s", ".2f"),
-         ("request_goodput", "goodput", ".2f"), ("median_ttft_ms", "TTFT p50", ".1f"),
-         ("p99_ttft_ms", "TTFT p99", ".1f"), ("median_tpot_ms", "TPOT p50", ".2f"),
-         ("p99_tpot_ms", "TPOT p99", ".2f"), ("median_e2el_ms", "E2E p50", ".0f"),
-         ("completed", "done", "d"), ("failed", "failed", "d"))
+_COLS = (
+    ("output_throughput", "out tok/s", ".1f"),
+    ("request_throughput", "req/s", ".2f"),
+    ("request_goodput", "goodput", ".2f"),
+    ("median_ttft_ms", "TTFT p50", ".1f"),
+    ("p99_ttft_ms", "TTFT p99", ".1f"),
+    ("median_tpot_ms", "TPOT p50", ".2f"),
+    ("p99_tpot_ms", "TPOT p99", ".2f"),
+    ("median_e2el_ms", "E2E p50", ".0f"),
+    ("completed", "done", "d"),
+    ("failed", "failed", "d"),
+)
 
 
 def fmt(v: Any, spec: str) -> str:
@@ -138,52 +178,75 @@ def write_report(runs: list[dict[str, Any]], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     _app()
     items = flatten(runs)
-    parts = ["<!doctype html><meta charset='utf-8'><title>Quantdeck report</title>",
-             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-             "td:first-child,th:first-child{text-align:left}</style>",
-             "<h1>Quantdeck benchmark report</h1>"]
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>Quantdeck report</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+        "td:first-child,th:first-child{text-align:left}</style>",
+        "<h1>Quantdeck benchmark report</h1>",
+    ]
     if items:
-        parts.append("<table><tr><th>run</th>" + "".join(f"<th>{h}</th>" for _, h, _ in _COLS)
-                     + "<th>kernel</th><th>roofline</th></tr>")
+        parts.append(
+            "<table><tr><th>run</th>"
+            + "".join(f"<th>{h}</th>" for _, h, _ in _COLS)
+            + "<th>kernel</th><th>roofline</th></tr>"
+        )
         for it in items:
             r = it["result"]
             frac = it["roofline"].get("fraction_of_roofline")
-            parts.append("<tr><td>" + html.escape(str(it["label"])) + "</td>"
-                         + "".join(f"<td>{html.escape(fmt(r.get(k), s))}</td>" for k, _, s in _COLS)
-                         + f"<td>{html.escape(str((it['facts'] or {}).get('quantization_kernel', '')))}"
-                         + f"</td><td>{fmt(frac * 100 if frac else None, '.0f')}"
-                         + ("%" if frac else "") + "</td></tr>")
+            parts.append(
+                "<tr><td>"
+                + html.escape(str(it["label"]))
+                + "</td>"
+                + "".join(f"<td>{html.escape(fmt(r.get(k), s))}</td>" for k, _, s in _COLS)
+                + f"<td>{html.escape(str((it['facts'] or {}).get('quantization_kernel', '')))}"
+                + f"</td><td>{fmt(frac * 100 if frac else None, '.0f')}"
+                + ("%" if frac else "")
+                + "</td></tr>"
+            )
         parts.append("</table>")
         throughput_chart(items, out / "throughput.png")
         cdf_chart(items, "ttft", "TTFT distribution", out / "ttft_cdf.png")
         cdf_chart(items, "latency", "End-to-end latency distribution", out / "e2el_cdf.png")
-        parts += ["<h2>Charts</h2>", "<img src='throughput.png'>", "<img src='ttft_cdf.png'>",
-                  "<img src='e2el_cdf.png'>"]
+        parts += [
+            "<h2>Charts</h2>",
+            "<img src='throughput.png'>",
+            "<img src='ttft_cdf.png'>",
+            "<img src='e2el_cdf.png'>",
+        ]
         if roofline_chart(items, out / "roofline.png"):
             parts.append("<img src='roofline.png'>")
     for n, run in enumerate(r for r in runs if r.get("kind") == "tune"):
         name = f"tune_{n}.png"
         tune_chart(run, out / name)
         best = run.get("best") or {}
-        parts.append(f"<h2>Tuning ({html.escape(run['strategy'])}, targets p99 TTFT "
-                     f"{run['slo_ms']['ttft']:g} ms, p99 TPOT {run['slo_ms']['tpot']:g} ms)</h2>")
-        parts.append("<table><tr><th>point</th><th>values</th><th>goodput</th><th>meets</th>"
-                     "<th>TTFT p99</th><th>TPOT p99</th><th>note</th></tr>")
+        parts.append(
+            f"<h2>Tuning ({html.escape(run['strategy'])}, targets p99 TTFT "
+            f"{run['slo_ms']['ttft']:g} ms, p99 TPOT {run['slo_ms']['tpot']:g} ms)</h2>"
+        )
+        parts.append(
+            "<table><tr><th>point</th><th>values</th><th>goodput</th><th>meets</th>"
+            "<th>TTFT p99</th><th>TPOT p99</th><th>note</th></tr>"
+        )
         for i, p in enumerate(run["points"], 1):
             vals = ", ".join(f"{k}={v}" for k, v in p["values"].items())
             mark = " (best)" if p["values"] == best.get("values") else ""
-            parts.append(f"<tr><td>{i}{mark}</td><td>{html.escape(vals)}</td>"
-                         f"<td>{fmt(p.get('goodput'), '.2f')}</td><td>{p.get('meets')}</td>"
-                         f"<td>{fmt(p.get('p99_ttft_ms'), '.0f')}</td>"
-                         f"<td>{fmt(p.get('p99_tpot_ms'), '.1f')}</td>"
-                         f"<td>{html.escape(str(p.get('dropped') or p.get('error') or ''))}</td>"
-                         "</tr>")
+            parts.append(
+                f"<tr><td>{i}{mark}</td><td>{html.escape(vals)}</td>"
+                f"<td>{fmt(p.get('goodput'), '.2f')}</td><td>{p.get('meets')}</td>"
+                f"<td>{fmt(p.get('p99_ttft_ms'), '.0f')}</td>"
+                f"<td>{fmt(p.get('p99_tpot_ms'), '.1f')}</td>"
+                f"<td>{html.escape(str(p.get('dropped') or p.get('error') or ''))}</td>"
+                "</tr>"
+            )
         parts.append(f"</table><img src='{name}'>")
     env = next((r.get("env") for r in runs if r.get("env")), None)
     if env:
-        parts.append("<h2>Environment</h2><pre>" + html.escape(
-            "\n".join(f"{k}: {v}" for k, v in env.items())) + "</pre>")
+        parts.append(
+            "<h2>Environment</h2><pre>"
+            + html.escape("\n".join(f"{k}: {v}" for k, v in env.items()))
+            + "</pre>"
+        )
     index = out / "index.html"
     index.write_text("\n".join(parts), encoding="utf-8")
     return index

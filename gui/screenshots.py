@@ -5,15 +5,17 @@ load while the Monitor fills, runs a small benchmark, saves launch.png, monitor.
 playground.png, benchmark.png, stops the server, converts the demo model to W8A8 (convert.png)
 and exits 0 (1 if the server never became ready).
 """
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from PySide6.QtWidgets import QApplication
 
-from core.demo_model import ensure_demo_model
+from quantdeck.core.models import ensure_demo_model
 
 
 def _wait(app: QApplication, cond: Callable[[], bool], timeout: float) -> bool:
@@ -67,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
     out = Path(argv[0] if argv else "screenshots")
     out.mkdir(parents=True, exist_ok=True)
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from gui.main_window import MainWindow
+    from quantdeck.gui.main_window import MainWindow
 
     win = MainWindow()
     win.resize(1600, 1000)
@@ -81,10 +83,14 @@ def main(argv: Sequence[str]) -> int:
     _wait(app, lambda: False, 0.5)
     launch.grab().save(str(out / "launch.png"))
     launch.start_button.click()
-    if not _wait(app, lambda: win.controller.state in ("ready", "crashed"), 600) or \
-            win.controller.state != "ready":
-        print(f"screenshots: the server did not become ready ({win.controller.state})",
-              file=sys.stderr)
+    if (
+        not _wait(app, lambda: win.controller.state in ("ready", "crashed"), 600)
+        or win.controller.state != "ready"
+    ):
+        print(
+            f"screenshots: the server did not become ready ({win.controller.state})",
+            file=sys.stderr,
+        )
         win.close()
         return 1
     _wait(app, lambda: False, 1.0)
@@ -92,8 +98,10 @@ def main(argv: Sequence[str]) -> int:
     loader = _background_load(win.controller.url, win.controller.model_name, 25)
     pg = win.playground
     win.tabs.setCurrentWidget(pg)
-    for mode, text in (("chat", "What does the import statement do?"),
-                       ("completion", "A class definition is")):
+    for mode, text in (
+        ("chat", "What does the import statement do?"),
+        ("completion", "A class definition is"),
+    ):
         pg.mode.setCurrentText(mode)
         pg.max_tokens.setValue(48)
         pg.input.setPlainText(text)

@@ -1,10 +1,10 @@
 """Qt side of the server: core events delivered on the UI thread, process control in workers.
 
-:class:`QtServerController` owns at most one :class:`core.server.ServerProcess` (or an attached
-URL) and one :class:`core.telemetry.Sampler`. Every blocking step (engine probe, spawn, stop,
-HTTP) runs in a worker thread; core callbacks arrive from those threads and are re-emitted as
-Qt signals, which Qt queues onto the UI thread.
-"""
+:class:`QtServerController` owns at most one :class:`quantdeck.core.runtime.server.ServerProcess`
+(or an attached URL) and one :class:`quantdeck.core.monitor.telemetry.Sampler`. Every blocking step
+(engine probe, spawn, stop, HTTP) runs in a worker thread; core callbacks arrive from those threads
+and are re-emitted as Qt signals, which Qt queues onto the UI thread."""
+
 from __future__ import annotations
 
 import threading
@@ -12,11 +12,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from core.config import LaunchConfig
-from core.errors import QuantdeckError
+from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.launch import LaunchConfig
 
-# core.server / metrics / telemetry (httpx, prometheus_client, psutil) are imported where used:
-# the window shows before they load.
+# The server, metrics and telemetry modules (httpx, prometheus_client, psutil) are imported
+# where used: the window shows before they load.
 
 # The servers the panel starts run this much nicer than the panel: the vLLM CPU engine keeps
 # every core busy while it serves, and the UI thread, which needs little CPU but needs it
@@ -34,9 +34,9 @@ class QtServerController(QObject):
 
     def __init__(self, parent: QObject | None = None, *, hz: float = 2.0) -> None:
         super().__init__(parent)
-        self.server: Any = None  # core.server.ServerProcess
-        self.attached: Any = None  # core.server.AttachedServer
-        self.sampler: Any = None  # core.telemetry.Sampler
+        self.server: Any = None  # quantdeck.core.runtime.server.ServerProcess
+        self.attached: Any = None  # quantdeck.core.runtime.server.AttachedServer
+        self.sampler: Any = None  # quantdeck.core.monitor.telemetry.Sampler
         self.hz = hz
         self.state = "stopped"
         self._lock = threading.Lock()
@@ -68,15 +68,19 @@ class QtServerController(QObject):
         self.event.emit(ev)
 
     def _start_sampler(self) -> None:
-        from core.metrics import MetricsScraper
-        from core.telemetry import ProcessWatch, Sampler
+        from quantdeck.core.monitor import MetricsScraper, ProcessWatch, Sampler
 
         self._stop_sampler()
         url = self.server.url if self.server else self.attached.url if self.attached else None
         if url is None:
             return
-        key = (self.server.cfg.server.api_key if self.server else
-               self.attached.api_key if self.attached else None)
+        key = (
+            self.server.cfg.server.api_key
+            if self.server
+            else self.attached.api_key
+            if self.attached
+            else None
+        )
         watch = ProcessWatch(self.server.pid) if self.server else None
         s = Sampler(hz=self.hz, scraper=MetricsScraper(url, api_key=key), watch=watch)
         s.subscribe(lambda sample: self.metrics.emit(sample.to_event()))
@@ -109,8 +113,9 @@ class QtServerController(QObject):
     # -- actions -----------------------------------------------------------------------------
     def start(self, cfg: LaunchConfig) -> threading.Thread:
         """Spawn a server for ``cfg`` (stopping the current one first)."""
+
         def body() -> None:
-            from core.server import ServerProcess
+            from quantdeck.core.runtime import ServerProcess
 
             self._shutdown()
             srv = ServerProcess(cfg, nice=SERVER_NICE)
@@ -118,6 +123,7 @@ class QtServerController(QObject):
                 self.server, self.attached = srv, None
             self._unsub = srv.subscribe(self._on_core_event)
             srv.start()
+
         return self._run(body, "quantdeck-start")
 
     def stop(self) -> threading.Thread:
@@ -128,16 +134,18 @@ class QtServerController(QObject):
 
     def attach(self, url: str, api_key: str | None = None) -> threading.Thread:
         def body() -> None:
-            from core.server import AttachedServer
+            from quantdeck.core.runtime import AttachedServer
 
             self._shutdown()
             att = AttachedServer(url, api_key=api_key)
             models = att.check()
             with self._lock:
                 self.attached, self.server = att, None
-            self._on_core_event({"event": "state", "state": "attached", "url": att.url,
-                                 "models": models})
+            self._on_core_event(
+                {"event": "state", "state": "attached", "url": att.url, "models": models}
+            )
             self._start_sampler()
+
         return self._run(body, "quantdeck-attach")
 
     def _shutdown(self) -> None:

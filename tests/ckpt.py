@@ -1,5 +1,6 @@
 """Write checkpoints for inspector and planner tests: real config.json and safetensors headers,
 with data regions left as sparse holes (a 16 GB 8B-shaped checkpoint takes no disk)."""
+
 from __future__ import annotations
 
 import json
@@ -8,10 +9,18 @@ from pathlib import Path
 from typing import Any
 
 LLAMA3_8B: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
 }
 BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1, "F8_E4M3": 1, "I8": 1}
@@ -71,7 +80,7 @@ def write_checkpoint(root: Path, cfg: dict[str, Any], tensors=None, shards: int 
     weight_map = {}
     for s in range(shards):
         name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        part = tensors[s * per:(s + 1) * per]
+        part = tensors[s * per : (s + 1) * per]
         write_safetensors(root / name, part)
         weight_map.update({t[0]: name for t in part})
     (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))

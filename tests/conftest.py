@@ -1,4 +1,5 @@
 """Shared fixtures: isolated user dirs, the demo model built once per session."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ os.environ.setdefault("QUANTDECK_CACHE_DIR", str(CACHE / "quantdeck-cache"))
 
 def alive_pids(pids: set[int]) -> list[int]:
     """The pids of ``pids`` that are still running (zombies count as gone)."""
-    from core.server import alive_pids as alive
+    from quantdeck.core.runtime.server import alive_pids as alive
 
     return sorted(alive(pids))
 
@@ -35,7 +36,7 @@ def _isolated_user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.fixture(scope="session")
 def demo_model() -> Path:
     """The built-in demo model, built once and cached between runs (recipe-versioned)."""
-    from core.demo_model import DEMO_MODEL_NAME, ensure_demo_model
+    from quantdeck.core.models.demo import DEMO_MODEL_NAME, ensure_demo_model
 
     return ensure_demo_model(CACHE / DEMO_MODEL_NAME)
 
@@ -47,8 +48,8 @@ def demo_server(demo_model: Path, tmp_path_factory: pytest.TempPathFactory):
     ``server.events`` holds every event since the first start. Tests that stop or crash it
     start it again before they return.
     """
-    from core.config import LaunchConfig
-    from core.server import ServerProcess, free_port
+    from quantdeck.core.launch import LaunchConfig
+    from quantdeck.core.runtime import ServerProcess, free_port
 
     cfg = LaunchConfig()
     cfg.model.model = str(demo_model)

@@ -3,6 +3,7 @@
 These start their own servers (one at a time): the session's demo server is stopped first and
 started again afterwards, so two servers never share the two cores.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from core import profiles
-from core.ab import ABRun, Arm
-from core.bench import LoadSpec, RequestRecord
-from core.cli import main as cli_main
-from core.config import LaunchConfig
-from core.errors import ConfigError
-from core.runs import load_run
-from core.server import ONE_PROCESS_ENGINE_ENV
-from core.tune import Tuner, apply_point
+from quantdeck.cli import main as cli_main
+from quantdeck.core.bench import Tuner, apply_point, load_run
+from quantdeck.core.bench.ab import ABRun, Arm
+from quantdeck.core.bench.client import LoadSpec, RequestRecord
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.launch import LaunchConfig, profiles
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
 
 def _demo_cfg(demo_model: Path, **scheduler) -> LaunchConfig:
@@ -57,12 +56,17 @@ def test_ab_and_tune_refuse_bad_input(demo_model) -> None:
 
 def test_hopeless_points_are_dropped(demo_model) -> None:
     """Once a point has more misses than the best point had requests to spare, it stops."""
-    t = Tuner(_demo_cfg(demo_model), LoadSpec(num_prompts=10), ttft_ms=100, tpot_ms=50,
-              space={"max_num_seqs": [1, 2]})
+    t = Tuner(
+        _demo_cfg(demo_model),
+        LoadSpec(num_prompts=10),
+        ttft_ms=100,
+        tpot_ms=50,
+        space={"max_num_seqs": [1, 2]},
+    )
     good = RequestRecord(0, 8, 8, success=True, ttft=0.05, latency=0.4, output_tokens=8)
     slow = RequestRecord(1, 8, 8, success=True, ttft=0.5, latency=0.9, output_tokens=8)
     assert t._hopeless([slow] * 9) is None  # no best point yet: nothing to beat
-    from core.tune import Point
+    from quantdeck.core.bench.tune import Point
 
     t.best = Point({"max_num_seqs": 1}, goodput=2.0, result={"good_completed": 8})
     assert t._hopeless([good] * 5 + [slow] * 2) is None  # 2 misses: could still tie
@@ -73,12 +77,17 @@ class _ScoredTuner(Tuner):
     """The search's walk over a known goodput curve: measure() scores instead of serving."""
 
     def __init__(self, curve: dict[int, float], start: int) -> None:
-        super().__init__(_demo_cfg(Path("demo"), max_num_seqs=start), LoadSpec(num_prompts=4),
-                         ttft_ms=100, tpot_ms=50, space={"max_num_seqs": sorted(curve)})
+        super().__init__(
+            _demo_cfg(Path("demo"), max_num_seqs=start),
+            LoadSpec(num_prompts=4),
+            ttft_ms=100,
+            tpot_ms=50,
+            space={"max_num_seqs": sorted(curve)},
+        )
         self.curve, self.order = curve, []
 
     def measure(self, values):
-        from core.tune import Point
+        from quantdeck.core.bench.tune import Point
 
         point = Point(dict(values), goodput=self.curve[values["max_num_seqs"]])
         if point.key() not in self.points:
@@ -115,9 +124,15 @@ def test_ab_two_configs_end_to_end(demo_model, no_demo_server, tmp_path) -> None
     events = []
     # warm-ups at the load's concurrency: the first batch of 8 on a fresh server is slow
     spec = LoadSpec(num_prompts=16, input_len=32, output_len=16, concurrency=8, warmups=8)
-    run = ABRun([Arm("seqs-2", _demo_cfg(demo_model, max_num_seqs=2)),
-                 Arm("seqs-8", _demo_cfg(demo_model, max_num_seqs=8))], spec,
-                warmups=1, on_event=events.append)
+    run = ABRun(
+        [
+            Arm("seqs-2", _demo_cfg(demo_model, max_num_seqs=2)),
+            Arm("seqs-8", _demo_cfg(demo_model, max_num_seqs=8)),
+        ],
+        spec,
+        warmups=1,
+        on_event=events.append,
+    )
     res = run.run()
     a, b = res["arms"]
     assert [a["label"], b["label"]] == ["seqs-2", "seqs-8"]
@@ -143,15 +158,42 @@ def test_ab_two_configs_end_to_end(demo_model, no_demo_server, tmp_path) -> None
 
 @pytest.mark.server
 @pytest.mark.usefixtures("one_process_engine")
-def test_three_point_tune_saves_best_profile(demo_model, no_demo_server, tmp_path,
-                                             capsys) -> None:
+def test_three_point_tune_saves_best_profile(demo_model, no_demo_server, tmp_path, capsys) -> None:
     out = tmp_path / "tune.json"
     # from one sequence at a time the search walks up: 1, 4, 8
-    rc = cli_main(["tune", str(demo_model), "--enforce-eager", "--kv-cache-memory-bytes",
-                   "128M", "--max-num-seqs", "1", "--space", "max_num_seqs=1,4,8", "--concurrency", "8",
-                   "--num-prompts", "12", "--input-len", "32", "--output-len", "12",
-                   "--ttft-ms", "3000", "--tpot-ms", "500", "--max-points", "3",
-                   "--warmup", "1", "--save-profile", "tuned", "--json", str(out)])
+    rc = cli_main(
+        [
+            "tune",
+            str(demo_model),
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            "128M",
+            "--max-num-seqs",
+            "1",
+            "--space",
+            "max_num_seqs=1,4,8",
+            "--concurrency",
+            "8",
+            "--num-prompts",
+            "12",
+            "--input-len",
+            "32",
+            "--output-len",
+            "12",
+            "--ttft-ms",
+            "3000",
+            "--tpot-ms",
+            "500",
+            "--max-points",
+            "3",
+            "--warmup",
+            "1",
+            "--save-profile",
+            "tuned",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     res = json.loads(out.read_text())
     pts = res["points"]

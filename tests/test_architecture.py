@@ -1,37 +1,95 @@
 """The shape rules of the design card, checked on every run."""
+
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_contracts() -> None:
-    """import-linter (pyproject.toml): core never imports Qt; nothing imports torch/vllm except
-    the subprocess entry points named there."""
+    """import-linter (pyproject.toml): the layers cli > gui > core jobs > shared core; core
+    never imports Qt or the front end; only the worker subprocesses import torch/vLLM."""
     exe = Path(sys.executable).with_name("lint-imports")
     r = subprocess.run([str(exe)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 2 kept, 0 broken" in r.stdout
+    assert "Contracts: 3 kept, 0 broken" in r.stdout
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = (
+        code + "\nimport sys, json\n"
+        "print(json.dumps(sorted(n for n in ('torch', 'vllm', 'transformers', 'PySide6', "
+        "'pyqtgraph', 'superqt') if n in sys.modules)))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_core_loads_no_qt_torch_or_vllm() -> None:
+    """``import quantdeck.core`` and every package face of it stay plain Python."""
+    faces = "launch models runtime monitor bench convert workers".split()
+    code = "import quantdeck.core\n" + "".join(f"import quantdeck.core.{f}\n" for f in faces)
+    assert _loaded_after(code) == []
 
 
 def test_gui_process_imports_no_torch_or_vllm() -> None:
-    """Importing every core and gui module leaves torch, vllm and transformers unloaded."""
+    """Importing every module of the GUI process (core, gui, cli; the workers apart from their
+    protocol) leaves torch, vllm and transformers unloaded."""
     code = (
-        "import importlib, pkgutil, sys, json\n"
-        "import core, gui\n"
-        "for pkg in (core, gui):\n"
+        "import importlib, pkgutil\n"
+        "import quantdeck.core, quantdeck.gui, quantdeck.cli\n"
+        "for pkg in (quantdeck.core, quantdeck.gui, quantdeck.cli):\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
-        "        if m.name.rsplit('.', 1)[-1] in ('demo_train',) or '_entry' in m.name:\n"
+        "        if m.name.startswith('quantdeck.core.workers.') and "
+        "not m.name.endswith('.protocol') or m.name.endswith('__main__'):\n"
         "            continue\n"
         "        importlib.import_module(m.name)\n"
-        "print(json.dumps(sorted(n for n in ('torch', 'vllm', 'transformers') "
-        "if n in sys.modules)))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       env={"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"})
+    loaded = _loaded_after(code)
+    assert [n for n in loaded if n in ("torch", "vllm", "transformers")] == []
+    assert "PySide6" in loaded  # the walk did reach the GUI
+
+
+def test_wheel_has_one_top_level_name(tmp_path: Path) -> None:
+    """``pip wheel .``: everything lives under ``quantdeck/`` (core, gui, cli, assets)."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+    (wheel,) = tmp_path.glob("quantdeck-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"quantdeck"}
+    for must in (
+        "quantdeck/core/runtime/server.py",
+        "quantdeck/gui/app.py",
+        "quantdeck/cli/main.py",
+        "quantdeck/assets/corpus/train.txt",
+        "quantdeck/core/py.typed",
+    ):
+        assert must in names

@@ -1,4 +1,5 @@
 """Load generator: aggregates as `vllm bench serve` computes them, against the real server."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,18 +9,26 @@ import random
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import numpy as np
 import pytest
 
-from core.bench import (Bench, LoadSpec, RequestRecord, _Tokenizer, build_requests,
-                        compute_metrics, parse_slo, records_from, summary_lines,
-                        tokenizer_vocab)
-from core.cli import main as cli_main
-from core.errors import ConfigError, ServerError
-from core.runs import compare, load_run, save_run
+from quantdeck.cli import main as cli_main
+from quantdeck.core.bench import compare, load_run, save_run
+from quantdeck.core.bench.client import (
+    Bench,
+    LoadSpec,
+    RequestRecord,
+    _Tokenizer,
+    build_requests,
+    compute_metrics,
+    parse_slo,
+    records_from,
+    summary_lines,
+    tokenizer_vocab,
+)
+from quantdeck.core.errors import ConfigError, ServerError
 
 
 def _random_records(n: int, seed: int) -> list[RequestRecord]:
@@ -30,11 +39,20 @@ def _random_records(n: int, seed: int) -> list[RequestRecord]:
         out = rng.choice([1, 2, 5, 17])
         itl = [rng.uniform(0.001, 0.05) for _ in range(out - 1)] if ok else []
         ttft = rng.uniform(0.01, 0.8)
-        recs.append(RequestRecord(i, rng.randint(5, 300), out, success=ok,
-                                  error="" if ok else "HTTP 500", start_time=rng.uniform(0, 3),
-                                  ttft=ttft if ok else 0.0, itl=itl,
-                                  latency=ttft + sum(itl) if ok else 0.0,
-                                  output_tokens=out if ok else 0))
+        recs.append(
+            RequestRecord(
+                i,
+                rng.randint(5, 300),
+                out,
+                success=ok,
+                error="" if ok else "HTTP 500",
+                start_time=rng.uniform(0, 3),
+                ttft=ttft if ok else 0.0,
+                itl=itl,
+                latency=ttft + sum(itl) if ok else 0.0,
+                output_tokens=out if ok else 0,
+            )
+        )
     return recs
 
 
@@ -48,23 +66,39 @@ def test_metrics_equal_vllm_bench_serve_calculation(seed: int) -> None:
     recs = _random_records(40, seed)
     slo = {"ttft": 400.0, "tpot": 30.0, "e2el": 900.0}
     ours = compute_metrics(recs, 3.7, slo, (50.0, 90.0, 99.0))
-    outs = [RequestFuncOutput(success=r.success, latency=r.latency, output_tokens=r.output_tokens,
-                              ttft=r.ttft, itl=list(r.itl), prompt_len=r.prompt_len,
-                              start_time=r.start_time) for r in recs]
-    reqs = [SampleRequest(prompt="x", prompt_len=r.prompt_len, expected_output_len=r.output_len)
-            for r in recs]
+    outs = [
+        RequestFuncOutput(
+            success=r.success,
+            latency=r.latency,
+            output_tokens=r.output_tokens,
+            ttft=r.ttft,
+            itl=list(r.itl),
+            prompt_len=r.prompt_len,
+            start_time=r.start_time,
+        )
+        for r in recs
+    ]
+    reqs = [
+        SampleRequest(prompt="x", prompt_len=r.prompt_len, expected_output_len=r.output_len)
+        for r in recs
+    ]
     theirs, _ = calculate_metrics(reqs, outs, 3.7, None, [50.0, 90.0, 99.0], slo)
     assert ours["completed"] == theirs.completed
     assert ours["failed"] == theirs.failed
     assert ours["total_input_tokens"] == theirs.total_input
     assert ours["total_output_tokens"] == theirs.total_output
-    for key in ("request_throughput", "request_goodput", "output_throughput",
-                "total_token_throughput"):
+    for key in (
+        "request_throughput",
+        "request_goodput",
+        "output_throughput",
+        "total_token_throughput",
+    ):
         assert ours[key] == pytest.approx(getattr(theirs, key)), key
     for name in ("ttft", "tpot", "itl", "e2el"):
         for stat in ("mean", "median", "std"):
             assert ours[f"{stat}_{name}_ms"] == pytest.approx(
-                getattr(theirs, f"{stat}_{name}_ms")), (stat, name)
+                getattr(theirs, f"{stat}_{name}_ms")
+            ), (stat, name)
         for p, v in getattr(theirs, f"percentiles_{name}_ms"):
             assert ours[f"p{p:g}_{name}_ms"] == pytest.approx(v), (p, name)
 
@@ -76,16 +110,21 @@ def test_slo_and_load_errors() -> None:
     for bad in ([], ["ttft"], ["speed:5"], ["ttft:fast"], ["ttft:0"]):
         with pytest.raises(ConfigError):
             parse_slo(bad)
-    for spec in (LoadSpec(num_prompts=0), LoadSpec(concurrency=0), LoadSpec(request_rate=0),
-                 LoadSpec(burstiness=-1), LoadSpec(prompts_file="/nonexistent.jsonl"),
-                 LoadSpec(prompts_file="a", sharegpt="b"), LoadSpec(dataset="sharegpt"),
-                 LoadSpec(dataset="random", sharegpt=__file__)):
+    for spec in (
+        LoadSpec(num_prompts=0),
+        LoadSpec(concurrency=0),
+        LoadSpec(request_rate=0),
+        LoadSpec(burstiness=-1),
+        LoadSpec(prompts_file="/nonexistent.jsonl"),
+        LoadSpec(prompts_file="a", sharegpt="b"),
+        LoadSpec(dataset="sharegpt"),
+        LoadSpec(dataset="random", sharegpt=__file__),
+    ):
         with pytest.raises(ConfigError):
             spec.check()
 
 
 # -- against the real server ------------------------------------------------------------------
-
 
 
 def _bench(server, spec: LoadSpec, **kw) -> dict:
@@ -96,9 +135,13 @@ def _bench(server, spec: LoadSpec, **kw) -> dict:
 def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) -> None:
     seen = []
     spec = LoadSpec(num_prompts=12, input_len=48, output_len=16, concurrency=3, seed=7)
-    res = Bench(demo_server.url, demo_server.served_name, spec,
-                slo={"ttft": 1e9, "tpot": 1e9},
-                on_record=lambda rec, done, total: seen.append((done, total))).run()
+    res = Bench(
+        demo_server.url,
+        demo_server.served_name,
+        spec,
+        slo={"ttft": 1e9, "tpot": 1e9},
+        on_record=lambda rec, done, total: seen.append((done, total)),
+    ).run()
     assert res["completed"] == 12 and res["failed"] == 0
     # exact prompt lengths as the server counts them, and exactly max_tokens out (ignore_eos)
     assert {r["prompt_len"] for r in res["requests"]} == {48}
@@ -108,9 +151,14 @@ def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) ->
     # about the 16 tokens sent (decoding then re-encoding may merge or split a few)
     with httpx.Client(base_url=demo_server.url) as c:
         for r in res["requests"]:
-            n = c.post("/tokenize", json={"model": demo_server.served_name,
-                                          "prompt": r["generated_text"],
-                                          "add_special_tokens": False}).json()["count"]
+            n = c.post(
+                "/tokenize",
+                json={
+                    "model": demo_server.served_name,
+                    "prompt": r["generated_text"],
+                    "add_special_tokens": False,
+                },
+            ).json()["count"]
             assert 8 <= n <= 32, (n, r["generated_text"])
     assert res["total_input_tokens"] == 12 * 48 and res["total_output_tokens"] == 12 * 16
     assert seen[-1] == (12, 12) and len(seen) == 12
@@ -149,19 +197,28 @@ def test_random_dataset_is_vllm_bench_serves(demo_server, demo_model, tmp_path) 
     RandomDataset, run in a subprocess); the warm-ups come after them; a tokenizer folder
     without tokenizer.json is a one-line error."""
     size, allowed = tokenizer_vocab(demo_model)
-    special = {t["id"] for t in json.loads((demo_model / "tokenizer.json").read_text())
-               ["added_tokens"] if t["special"]}
+    special = {
+        t["id"]
+        for t in json.loads((demo_model / "tokenizer.json").read_text())["added_tokens"]
+        if t["special"]
+    }
     assert size == 2048 and special and not special & set(allowed)
     assert len(allowed) + len(special) == size
-    out = subprocess.run([sys.executable, "-c", _VLLM_RANDOM, str(demo_model), "3", "6", "40"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _VLLM_RANDOM, str(demo_model), "3", "6", "40"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     theirs = json.loads(out.stdout.strip().splitlines()[-1])
-    spec = LoadSpec(num_prompts=6, input_len=40, output_len=4, concurrency=3,
-                    dataset="random", seed=3)
+    spec = LoadSpec(
+        num_prompts=6, input_len=40, output_len=4, concurrency=3, dataset="random", seed=3
+    )
     with httpx.Client(base_url=demo_server.url, timeout=30.0) as client:
-        ours = build_requests(spec, _Tokenizer(client, demo_server.served_name), 7, 3,
-                              (size, allowed))
+        ours = build_requests(
+            spec, _Tokenizer(client, demo_server.served_name), 7, 3, (size, allowed)
+        )
     assert [r.prompt for r in ours[:6]] == theirs
     assert ours[6].prompt not in theirs  # the warm-up: a prompt of its own
     res = _bench(demo_server, spec)
@@ -188,8 +245,13 @@ def test_goodput_tight_slo_counts_only_good_requests(demo_server) -> None:
 @pytest.mark.server
 def test_poisson_rate_and_prompt_file(demo_server, tmp_path) -> None:
     f = tmp_path / "prompts.jsonl"
-    f.write_text("\n".join(json.dumps({"prompt": p, "output_len": n}) for p, n in
-                           (("The cat sat on", 4), ("Once upon a time", 6))) + "\n")
+    f.write_text(
+        "\n".join(
+            json.dumps({"prompt": p, "output_len": n})
+            for p, n in (("The cat sat on", 4), ("Once upon a time", 6))
+        )
+        + "\n"
+    )
     spec = LoadSpec(num_prompts=6, prompts_file=str(f), request_rate=4.0, seed=1, warmups=0)
     res = _bench(demo_server, spec)
     assert res["completed"] == 6 and res["request_rate"] == 4.0
@@ -202,16 +264,50 @@ def test_poisson_rate_and_prompt_file(demo_server, tmp_path) -> None:
 @pytest.mark.server
 def test_bench_cli_errors_and_json(demo_server, tmp_path, capsys) -> None:
     out = tmp_path / "r.json"
-    rc = cli_main(["bench", demo_server.url, "--num-prompts", "4", "--input-len", "16",
-                   "--output-len", "4", "--concurrency", "2", "--json", str(out), "--quiet",
-                   "--slo-ttft-ms", "100000", "--label", "cli"])
+    rc = cli_main(
+        [
+            "bench",
+            demo_server.url,
+            "--num-prompts",
+            "4",
+            "--input-len",
+            "16",
+            "--output-len",
+            "4",
+            "--concurrency",
+            "2",
+            "--json",
+            str(out),
+            "--quiet",
+            "--slo-ttft-ms",
+            "100000",
+            "--label",
+            "cli",
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
-    for key in ("completed", "failed", "duration", "request_throughput", "output_throughput",
-                "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
-                "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
-                "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms",
-                "p99_e2el_ms", "request_goodput"):
+    for key in (
+        "completed",
+        "failed",
+        "duration",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "median_e2el_ms",
+        "p99_e2el_ms",
+        "request_goodput",
+    ):
         assert key in data, key
     assert data["env"]["vllm_version"] == data["server_version"]
     assert data["label"] == "cli"
@@ -280,11 +376,10 @@ def test_compare_marks_better_and_worse() -> None:
 
 
 def test_sse_messages_read_like_vllm_bench() -> None:
-    from core.bench import sse_message
+    from quantdeck.core.bench.client import sse_message
 
     tok = 'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"a"}]}'
-    usage = ('data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":5,'
-             '"completion_tokens":3}}')
+    usage = 'data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}'
     assert sse_message(tok) == ("token", json.loads(tok[6:]))
     assert sse_message(tok.replace('"a"', '""'))[0] == "token"  # empty text still counts
     assert sse_message(usage)[1]["usage"]["completion_tokens"] == 3
@@ -300,10 +395,12 @@ def test_sse_messages_read_like_vllm_bench() -> None:
 
 def test_sse_stream_split_anywhere_gives_the_same_messages() -> None:
     """Network reads cut messages, and multi-byte characters, at any byte."""
-    from core.bench import _sse_messages
+    from quantdeck.core.bench.client import _sse_messages
 
-    body = ('data: {"choices":[{"text":"Grüße"}]}\n\n: ping\n\n'
-            'data: {"choices":[{"text":"日本"}]}\n\ndata: [DONE]').encode()
+    body = (
+        'data: {"choices":[{"text":"Grüße"}]}\n\n: ping\n\n'
+        'data: {"choices":[{"text":"日本"}]}\n\ndata: [DONE]'
+    ).encode()
 
     class Content:
         def __init__(self, cuts: list[int]) -> None:
@@ -318,8 +415,12 @@ def test_sse_stream_split_anywhere_gives_the_same_messages() -> None:
         return [m async for _, m in _sse_messages(resp)]
 
     whole = asyncio.run(read([]))
-    assert [m.strip() for m in whole] == ['data: {"choices":[{"text":"Grüße"}]}', ": ping",
-                                          'data: {"choices":[{"text":"日本"}]}', "data: [DONE]"]
+    assert [m.strip() for m in whole] == [
+        'data: {"choices":[{"text":"Grüße"}]}',
+        ": ping",
+        'data: {"choices":[{"text":"日本"}]}',
+        "data: [DONE]",
+    ]
     for cut in range(1, len(body)):
         assert asyncio.run(read([cut])) == whole, cut
     assert asyncio.run(read(list(range(1, len(body))))) == whole  # one byte per read

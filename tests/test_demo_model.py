@@ -1,4 +1,5 @@
 """The built-in demo model: its build, its files, and that it really learned something."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from core import demo_model
-from core.demo_model import (
+from quantdeck.core.errors import ModelError
+from quantdeck.core.models import demo as demo_model
+from quantdeck.core.models.demo import (
     DEMO_MODEL_NAME,
     MARKER_NAME,
     default_demo_dir,
     ensure_demo_model,
     is_complete,
 )
-from core.errors import ModelError
 
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "assets" / "corpus" / "heldout.txt"
@@ -42,8 +43,15 @@ def leftovers(parent: Path) -> list[str]:
 
 
 def test_files_exist(demo_model: Path) -> None:
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "special_tokens_map.json", "generation_config.json", MARKER_NAME):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+        MARKER_NAME,
+    ):
         assert (demo_model / name).is_file(), name
     assert is_complete(demo_model)
     assert leftovers(demo_model.parent) == []
@@ -54,9 +62,15 @@ def test_config_shape(demo_model: Path) -> None:
     assert cfg["architectures"] == ["LlamaForCausalLM"]
     assert cfg["model_type"] == "llama"
     expected = {
-        "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 768,
-        "vocab_size": 2048, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 768,
+        "vocab_size": 2048,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
         "tie_word_embeddings": False,
     }
     for key, value in expected.items():
@@ -87,9 +101,22 @@ def test_loss_decreased(demo_model: Path) -> None:
 def test_short_build_events(tmp_path: Path) -> None:
     """The real builder's stdout protocol, on a 3-step run."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "core.demo_train", str(tmp_path / "o"),
-                           "--steps", "3", "--seed", "7"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.core.workers.demo_train",
+            str(tmp_path / "o"),
+            "--steps",
+            "3",
+            "--seed",
+            "7",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     events = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -126,17 +153,24 @@ def test_auto_tokenizer_and_chat_template(demo_model: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(str(demo_model))
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == (
-        "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
+        "<|begin_of_text|>",
+        "<|end_of_text|>",
+        "<|pad|>",
+    )
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (0, 1, 2)
     ids = tok(SENTENCE)["input_ids"]
     assert ids[0] == 0 and ids.count(0) == 1
     assert tok.decode(ids, skip_special_tokens=True) == SENTENCE
 
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": "What is a class?"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is a class?"},
+    ]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == ("<|begin_of_text|><|system|>\nBe brief.<|end_of_text|>\n"
-                    "<|user|>\nWhat is a class?<|end_of_text|>\n<|assistant|>\n")
+    assert text == (
+        "<|begin_of_text|><|system|>\nBe brief.<|end_of_text|>\n"
+        "<|user|>\nWhat is a class?<|end_of_text|>\n<|assistant|>\n"
+    )
     no_prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
     assert not no_prompt.endswith("<|assistant|>\n")
     chat_ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -175,7 +209,7 @@ def test_greedy_generation_is_text(demo_model: Path) -> None:
     inputs = tok("The return value of a function", return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=20, do_sample=False)
-    new = tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    new = tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     print(f"generation: {new!r}")
     words = new.split()
     assert len(words) >= 5
@@ -243,10 +277,13 @@ def test_missing_interpreter_raises_model_error(tmp_path: Path) -> None:
 
 
 def test_build_dying_midway_keeps_old_target(tmp_path: Path) -> None:
-    python = _wrapper(tmp_path, textwrap.dedent("""\
+    python = _wrapper(
+        tmp_path,
+        textwrap.dedent("""\
         echo '{"event": "progress", "stage": "tokenizer", "pct": 0.0}'
         echo "killed by the test" >&2
-        exit 1"""))
+        exit 1"""),
+    )
     target = tmp_path / DEMO_MODEL_NAME
     target.mkdir()
     (target / "partial").write_text("from an interrupted build")
@@ -260,13 +297,16 @@ def test_build_dying_midway_keeps_old_target(tmp_path: Path) -> None:
 
 def test_incomplete_target_is_replaced(tmp_path: Path) -> None:
     # A stand-in builder that writes the files at once, to check the move into place.
-    python = _wrapper(tmp_path, textwrap.dedent("""\
+    python = _wrapper(
+        tmp_path,
+        textwrap.dedent("""\
         out="$3"
         for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
           echo '{}' > "$out/$f"
         done
         echo 'not json'
-        echo '{"event": "done", "out": "'"$out"'", "seconds": 0.1, "final_loss": 1.0}'"""))
+        echo '{"event": "done", "out": "'"$out"'", "seconds": 0.1, "final_loss": 1.0}'"""),
+    )
     target = tmp_path / DEMO_MODEL_NAME
     target.mkdir()
     (target / "stale").write_text("left from an interrupted build")
@@ -282,8 +322,20 @@ def test_incomplete_target_is_replaced(tmp_path: Path) -> None:
 
 def test_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "core.demo_train", str(tmp_path / "o"),
-                           "--steps", "-3"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.core.workers.demo_train",
+            str(tmp_path / "o"),
+            "--steps",
+            "-3",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "--steps" in proc.stderr
@@ -298,5 +350,6 @@ def test_same_seed_is_byte_identical(demo_model: Path, tmp_path: Path) -> None:
     stages = [e["stage"] for e in events if e["event"] == "progress"]
     assert stages[0] == "tokenizer" and stages[-1] == "save" and "train" in stages
     assert events[-1]["event"] == "done"
-    assert events[-1]["final_loss"] == json.loads((demo_model / MARKER_NAME).read_text())[
-        "final_loss"]
+    assert (
+        events[-1]["final_loss"] == json.loads((demo_model / MARKER_NAME).read_text())["final_loss"]
+    )

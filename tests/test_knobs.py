@@ -1,4 +1,5 @@
 """The one schema: every knob declared fully, and every product of the walker round-trips."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,10 +10,8 @@ import random
 import pytest
 import yaml
 
-from core import knobs, profiles
-from core.config import GROUPS, LaunchConfig
-from core.errors import ConfigError
-from core.knobs import iter_knobs
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.launch import GROUPS, LaunchConfig, iter_knobs, knobs, profiles
 
 
 def test_every_knob_is_declared_fully() -> None:
@@ -62,7 +61,7 @@ def _random_config(rng: random.Random) -> LaunchConfig:
     cfg.scheduler.max_num_batched_tokens = None  # cross-field rules are tested below
     cfg.scheduler.max_num_active_seqs = None
     cfg.parallel.distributed_executor_backend = None
-    return cfg.validate()
+    return knobs.validate(cfg)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -82,8 +81,10 @@ def test_args_round_trip(seed: int) -> None:
     for a in it:
         if a == "--compilation-config":
             for key, v in json.loads(next(it)).items():
-                flat += [f"--compilation-config.{key}", *([str(x) for x in v]
-                                                           if isinstance(v, list) else [str(v)])]
+                flat += [
+                    f"--compilation-config.{key}",
+                    *([str(x) for x in v] if isinstance(v, list) else [str(v)]),
+                ]
         else:
             flat.append(a)
     p = argparse.ArgumentParser()
@@ -107,7 +108,8 @@ def test_args_only_differ_from_vllm_defaults() -> None:
     assert "--enforce-eager" in args and "--no-enable-prefix-caching" in args
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(128 * 2**20)
     assert json.loads(args[args.index("--compilation-config") + 1]) == {
-        "cudagraph_mode": "PIECEWISE"}
+        "cudagraph_mode": "PIECEWISE"
+    }
     assert knobs.serve_command(cfg)[:3] == ["vllm", "serve", "/m"]
 
 
@@ -126,39 +128,46 @@ def test_yaml_is_what_vllm_serve_config_reads() -> None:
     cfg.scheduler.max_num_seqs = 32
     cfg.compilation.enforce_eager = True
     data = yaml.safe_load(knobs.to_yaml(cfg))
-    assert data == {"model": "/m", "max-num-seqs": 32, "enforce-eager": True,
-                    "host": "127.0.0.1"}
+    assert data == {"model": "/m", "max-num-seqs": 32, "enforce-eager": True, "host": "127.0.0.1"}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("gpu-memory-utilization: 1.5", "above the maximum"),
-    ("gpu-memory-utilization: 0", "greater than 0"),
-    ("max-num-seqs: -1", "below the minimum"),
-    ("block-size: 17", "not one of"),
-    ("dtype: int3", "not one of"),
-    ("enforce-eager: maybe", "not a valid bool"),
-    ("no-such-knob: 1", "unknown setting 'no-such-knob'"),
-    ("[1, 2", "not valid YAML"),
-    ("- a\n- b", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gpu-memory-utilization: 1.5", "above the maximum"),
+        ("gpu-memory-utilization: 0", "greater than 0"),
+        ("max-num-seqs: -1", "below the minimum"),
+        ("block-size: 17", "not one of"),
+        ("dtype: int3", "not one of"),
+        ("enforce-eager: maybe", "not a valid bool"),
+        ("no-such-knob: 1", "unknown setting 'no-such-knob'"),
+        ("[1, 2", "not valid YAML"),
+        ("- a\n- b", "expected a mapping"),
+    ],
+)
 def test_bad_profile_values(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         knobs.from_yaml(text)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"max_num_seqs": 64, "max_num_batched_tokens": 32}, "smaller than scheduler.max_num_seqs"),
-    ({"enable_chunked_prefill": False, "max_num_batched_tokens": 512, "max_model_len": 1024},
-     "chunked prefill off"),
-    ({"lora_modules": ["a=/x"]}, "enable_lora is off"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"max_num_seqs": 64, "max_num_batched_tokens": 32}, "smaller than scheduler.max_num_seqs"),
+        (
+            {"enable_chunked_prefill": False, "max_num_batched_tokens": 512, "max_model_len": 1024},
+            "chunked prefill off",
+        ),
+        ({"lora_modules": ["a=/x"]}, "enable_lora is off"),
+    ],
+)
 def test_contradictory_knobs(change: dict, message: str) -> None:
     cfg = LaunchConfig()
     cfg.model.model = "/m"
     for name, v in change.items():
         knobs.knob_by_name(name).set(cfg, v)
     with pytest.raises(ConfigError, match=message):
-        cfg.validate()
+        knobs.validate(cfg)
 
 
 def test_profiles_save_load_delete(tmp_path) -> None:

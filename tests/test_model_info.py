@@ -1,4 +1,5 @@
 """The inspector reads config.json and safetensors headers only, and names what is wrong."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,21 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ckpt import LLAMA3_8B, llama_tensors, write_checkpoint
-from core.errors import ModelError
-from core.model_info import inspect_model, parse_quantization
 
-TINY = dict(LLAMA3_8B, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-            max_position_embeddings=2048)
+from quantdeck.core.errors import ModelError
+from quantdeck.core.models.info import inspect_model, parse_quantization
+
+TINY = dict(
+    LLAMA3_8B,
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=1000,
+    max_position_embeddings=2048,
+)
 
 
 def test_8b_shape_sharded_sparse(tmp_path: Path) -> None:
@@ -25,8 +33,14 @@ def test_8b_shape_sharded_sparse(tmp_path: Path) -> None:
     assert info.architecture == "LlamaForCausalLM" and info.model_type == "llama"
     assert info.num_parameters == 8_030_261_248  # Llama-3-8B's published count
     assert info.weights_bytes == 2 * info.num_parameters
-    assert (info.num_layers, info.hidden_size, info.num_attention_heads, info.num_kv_heads,
-            info.head_dim, info.vocab_size) == (32, 4096, 32, 8, 128, 128256)
+    assert (
+        info.num_layers,
+        info.hidden_size,
+        info.num_attention_heads,
+        info.num_kv_heads,
+        info.head_dim,
+        info.vocab_size,
+    ) == (32, 4096, 32, 8, 128, 128256)
     assert info.max_position_embeddings == 8192 and info.torch_dtype == "bfloat16"
     assert info.safetensors_files == 4 and info.quantization is None
     assert info.kv_bytes_per_token() == 2 * 32 * 8 * 128 * 2
@@ -38,34 +52,95 @@ def test_demo_model_facts(demo_model: Path) -> None:
     assert info.architecture == "LlamaForCausalLM"
     assert (info.num_layers, info.hidden_size, info.num_kv_heads, info.head_dim) == (4, 256, 2, 64)
     assert info.weights_bytes == (demo_model / "model.safetensors").stat().st_size - (
-        8 + struct.unpack("<Q", (demo_model / "model.safetensors").read_bytes()[:8])[0])
+        8 + struct.unpack("<Q", (demo_model / "model.safetensors").read_bytes()[:8])[0]
+    )
 
 
 QUANT_CONFIGS = [
-    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
-     ("gptq", 4, 128, "W4A16"), "GPTQ-4"),
-    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True},
-     ("awq", 4, 128, "W4A16"), "AWQ-4"),
+    (
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
+        ("gptq", 4, 128, "W4A16"),
+        "GPTQ-4",
+    ),
+    (
+        {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": 128,
+            "version": "gemm",
+            "zero_point": True,
+        },
+        ("awq", 4, 128, "W4A16"),
+        "AWQ-4",
+    ),
     ({"quant_method": "fp8", "activation_scheme": "dynamic"}, ("fp8", 8, None, "FP8"), "FP8"),
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
-     ("bitsandbytes", 4, 64, "nf4"), "BnB-4"),
-    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, ("bitsandbytes", 8, None, "int8"),
-     "BnB-8"),
-    ({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {
-        "group_0": {"targets": ["Linear"],
+    (
+        {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+        ("bitsandbytes", 4, 64, "nf4"),
+        "BnB-4",
+    ),
+    (
+        {"quant_method": "bitsandbytes", "load_in_8bit": True},
+        ("bitsandbytes", 8, None, "int8"),
+        "BnB-8",
+    ),
+    (
+        {
+            "quant_method": "compressed-tensors",
+            "format": "int-quantized",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
                     "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
-                    "input_activations": {"num_bits": 8, "type": "int", "dynamic": True,
-                                          "strategy": "token"}}}},
-     ("compressed-tensors", 8, None, "W8A8-INT8"), "W8A8"),
-    ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {
-        "group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
-                    "input_activations": {"num_bits": 8, "type": "float", "dynamic": True,
-                                          "strategy": "token"}}}},
-     ("compressed-tensors", 8, None, "W8A8-FP8"), "FP8"),
-    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {
-        "group_0": {"weights": {"num_bits": 4, "type": "int", "strategy": "group",
-                                "group_size": 128}}}},
-     ("compressed-tensors", 4, 128, "W4A16"), "W4A16"),
+                    "input_activations": {
+                        "num_bits": 8,
+                        "type": "int",
+                        "dynamic": True,
+                        "strategy": "token",
+                    },
+                }
+            },
+        },
+        ("compressed-tensors", 8, None, "W8A8-INT8"),
+        "W8A8",
+    ),
+    (
+        {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "config_groups": {
+                "group_0": {
+                    "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                    "input_activations": {
+                        "num_bits": 8,
+                        "type": "float",
+                        "dynamic": True,
+                        "strategy": "token",
+                    },
+                }
+            },
+        },
+        ("compressed-tensors", 8, None, "W8A8-FP8"),
+        "FP8",
+    ),
+    (
+        {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {
+                "group_0": {
+                    "weights": {
+                        "num_bits": 4,
+                        "type": "int",
+                        "strategy": "group",
+                        "group_size": 128,
+                    }
+                }
+            },
+        },
+        ("compressed-tensors", 4, 128, "W4A16"),
+        "W4A16",
+    ),
 ]
 
 
@@ -84,9 +159,11 @@ def test_gptq_packed_parameters(tmp_path: Path) -> None:
         if ".layers." in name and name.endswith("proj.weight"):
             out_f, in_f = shape
             base = name[: -len(".weight")]
-            tensors += [(base + ".qweight", "I32", [in_f // 8, out_f]),
-                        (base + ".qzeros", "I32", [in_f // 128, out_f // 8]),
-                        (base + ".scales", "F16", [in_f // 128, out_f])]
+            tensors += [
+                (base + ".qweight", "I32", [in_f // 8, out_f]),
+                (base + ".qzeros", "I32", [in_f // 128, out_f // 8]),
+                (base + ".scales", "F16", [in_f // 128, out_f]),
+            ]
         else:
             tensors.append((name, "F16", shape))
     info = inspect_model(write_checkpoint(tmp_path / "g", cfg, tensors))
@@ -100,20 +177,34 @@ def _bad(tmp_path: Path) -> Path:
     return write_checkpoint(tmp_path / "m", TINY)
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda r: __import__("shutil").rmtree(r), "no such folder"),
-    (lambda r: (r / "config.json").unlink(), "no config.json"),
-    (lambda r: (r / "config.json").write_text("{not json"), "corrupt JSON"),
-    (lambda r: (r / "config.json").write_text(json.dumps(dict(TINY, architectures=["BertModel"]))),
-     "unknown architecture 'BertModel'"),
-    (lambda r: (r / "config.json").write_text(json.dumps({"architectures": ["FooForCausalLM"]})),
-     "'num_hidden_layers' missing"),
-    (lambda r: (r / "model.safetensors").unlink(), "no \\*.safetensors"),
-    (lambda r: _truncate(r / "model.safetensors", 5), "truncated safetensors file \\(no header"),
-    (lambda r: _truncate(r / "model.safetensors", 1000), "exceeds the file"),
-    (lambda r: _truncate(r / "model.safetensors", -10), "truncated safetensors file"),
-    (lambda r: _scribble(r / "model.safetensors"), "not JSON"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda r: __import__("shutil").rmtree(r), "no such folder"),
+        (lambda r: (r / "config.json").unlink(), "no config.json"),
+        (lambda r: (r / "config.json").write_text("{not json"), "corrupt JSON"),
+        (
+            lambda r: (r / "config.json").write_text(
+                json.dumps(dict(TINY, architectures=["BertModel"]))
+            ),
+            "unknown architecture 'BertModel'",
+        ),
+        (
+            lambda r: (r / "config.json").write_text(
+                json.dumps({"architectures": ["FooForCausalLM"]})
+            ),
+            "'num_hidden_layers' missing",
+        ),
+        (lambda r: (r / "model.safetensors").unlink(), "no \\*.safetensors"),
+        (
+            lambda r: _truncate(r / "model.safetensors", 5),
+            "truncated safetensors file \\(no header",
+        ),
+        (lambda r: _truncate(r / "model.safetensors", 1000), "exceeds the file"),
+        (lambda r: _truncate(r / "model.safetensors", -10), "truncated safetensors file"),
+        (lambda r: _scribble(r / "model.safetensors"), "not JSON"),
+    ],
+)
 def test_bad_models(tmp_path: Path, damage, message) -> None:
     root = _bad(tmp_path)
     damage(root)

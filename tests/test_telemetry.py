@@ -1,4 +1,5 @@
 """Telemetry (NVML wrapper, host, server processes), the sampler, and recordings."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from core import telemetry
-from core.errors import ConfigError
-from core.recording import Recorder, read_recording, replay
-from core.telemetry import NA, ProcessWatch, Sampler, nvml_call, read_telemetry
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.monitor import telemetry
+from quantdeck.core.monitor.recording import Recorder, read_recording, replay
+from quantdeck.core.monitor.telemetry import NA, ProcessWatch, Sampler, nvml_call, read_telemetry
 
 
 def test_no_driver_is_a_state_not_an_error() -> None:
@@ -39,19 +40,19 @@ def test_failed_nvml_reading_is_na(monkeypatch: pytest.MonkeyPatch) -> None:
         NVML_TEMPERATURE_GPU = 0
         NVML_CLOCK_SM = 1
 
-        def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802 (NVML's names)
+        def nvmlDeviceGetHandleByIndex(self, i):
             return object()
 
-        def nvmlDeviceGetName(self, h):  # noqa: N802
+        def nvmlDeviceGetName(self, h):
             return b"NVIDIA H200"
 
-        def nvmlDeviceGetUtilizationRates(self, h):  # noqa: N802
+        def nvmlDeviceGetUtilizationRates(self, h):
             return Util()
 
-        def nvmlDeviceGetPowerUsage(self, h):  # noqa: N802
+        def nvmlDeviceGetPowerUsage(self, h):
             return 310868
 
-        def nvmlDeviceGetMemoryInfo(self, h):  # noqa: N802
+        def nvmlDeviceGetMemoryInfo(self, h):
             raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
 
     monkeypatch.setitem(telemetry._state, "tried", True)
@@ -72,12 +73,14 @@ def test_process_watch_sums_the_tree() -> None:
 
 def test_process_watch_follows_the_tree() -> None:
     """A child that appears is summed once the tree is re-read; one that exits is dropped."""
-    code = ("import subprocess, sys, time\n"
-            "time.sleep(0.5)\n"
-            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
-            "print(c.pid, flush=True)\n"
-            "c.wait()\n"  # reaped at once when killed: no zombie left in the tree
-            "time.sleep(30)\n")
+    code = (
+        "import subprocess, sys, time\n"
+        "time.sleep(0.5)\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "print(c.pid, flush=True)\n"
+        "c.wait()\n"  # reaped at once when killed: no zombie left in the tree
+        "time.sleep(30)\n"
+    )
     root = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         w, slow = ProcessWatch(root.pid, tree_s=0.2), ProcessWatch(root.pid, tree_s=60)
@@ -115,9 +118,11 @@ def test_sampler_ticks_and_stops() -> None:
 def test_recording_round_trip(tmp_path: Path) -> None:
     p = tmp_path / "r.jsonl"
     rec = Recorder(p, {"source": "test", "config": {"max-num-seqs": 8}})
-    events = [{"event": "state", "state": "starting", "t": 1.0},
-              {"event": "metrics", "t": 2.0, "kv_usage_pct": 5.0, "gpus": []},
-              {"event": "metrics", "t": 2.5, "kv_usage_pct": 7.5, "gpus": []}]
+    events = [
+        {"event": "state", "state": "starting", "t": 1.0},
+        {"event": "metrics", "t": 2.0, "kv_usage_pct": 5.0, "gpus": []},
+        {"event": "metrics", "t": 2.5, "kv_usage_pct": 7.5, "gpus": []},
+    ]
     for e in events:
         rec.write(e)
     rec.close()

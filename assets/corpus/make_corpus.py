@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-
 from pydoc_data.topics import topics
 
 HERE = Path(__file__).resolve().parent
@@ -23,8 +22,18 @@ HELDOUT_MAX_TOPIC = 12_000  # keep many small topics rather than one big one
 
 _UNDERLINE = re.compile(r"^\s*([*=\-~^#])\1{2,}\s*$")
 _EMPHASIS = re.compile(r"\*\*(.+?)\*\*|\*(\S(?:.*?\S)?)\*")
-_ASCII = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"',
-                        "\u2013": "-", "\u2014": "-", "\u2026": "...", "\u00a0": " "})
+_ASCII = str.maketrans(
+    {
+        "\u2019": "'",
+        "\u2018": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u2013": "-",
+        "\u2014": "-",
+        "\u2026": "...",
+        "\u00a0": " ",
+    }
+)
 
 
 def _is_code_block(lines: list[str]) -> bool:
@@ -71,7 +80,8 @@ def main() -> None:
     train = [n for n in sorted(topics) if n not in heldout]
     (HERE / "train.txt").write_text("\n\n".join(cleaned[n] for n in train), encoding="utf-8")
     (HERE / "heldout.txt").write_text(
-        "\n\n".join(cleaned[n] for n in sorted(heldout)), encoding="utf-8")
+        "\n\n".join(cleaned[n] for n in sorted(heldout)), encoding="utf-8"
+    )
     print("heldout topics:", ", ".join(sorted(heldout)))
 
 

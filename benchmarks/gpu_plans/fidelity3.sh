@@ -11,7 +11,7 @@ import sys
 from transformers import AutoTokenizer
 from vllm.benchmarks.datasets import RandomDataset
 from vllm.tokenizers import get_tokenizer
-from core.bench import random_dataset, tokenizer_vocab
+from quantdeck.core.bench.client import random_dataset, tokenizer_vocab
 path = sys.argv[1]
 theirs = [r.prompt for r in RandomDataset(random_seed=0).sample(
     get_tokenizer(path), 16, input_len=512, output_len=128)]

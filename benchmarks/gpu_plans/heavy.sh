@@ -1,7 +1,7 @@
 # Fifth GPU session, second lease: is it the client's work per message? quantdeck bench made to
 # do what vllm bench serve does with every streamed message (json.loads, keep the text), against
 # vllm bench serve, same prompts (both random, same seed), c=16, as fidelity3.sh.
-# (It ran benchmarks/vllm_like_client.py, since folded into core.bench's own client and removed.)
+# (It ran benchmarks/vllm_like_client.py, since folded into quantdeck.core.bench.client's own client and removed.)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 launch="--enforce-eager --max-model-len 2048 --gpu-memory-utilization 0.85"
 write_models 1b $base/models1b bf16

@@ -12,7 +12,7 @@ write_models 1b $base/models1b bf16
 stamp "models written"
 python3 "$repo/benchmarks/metrics_parse.py" 2>&1 | tail -3 | tee $results/metrics_parse.txt
 for m in w8a8 bnb-nf4; do
-  OMP_NUM_THREADS=6 python3 -m core.cli quantize $base/models/bf16 --method $m \
+  OMP_NUM_THREADS=6 python3 -m quantdeck.cli quantize $base/models/bf16 --method $m \
     --out $base/models/$m --json-events > $results/quantize-$m.jsonl 2>&1 &
 done
 python3 benchmarks/bench_fidelity.py --serve "$base/models1b/bf16 $launch" --rounds 2 \

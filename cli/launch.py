@@ -1,0 +1,109 @@
+"""Launch planning: the memory plan, the `vllm serve` command, profiles."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from quantdeck.cli._common import (
+    AddCommand,
+    add_device,
+    add_model_and_knobs,
+    config_from,
+    device_from,
+    human_bytes,
+    print_json,
+)
+from quantdeck.core.launch import LaunchConfig, knobs, profiles
+
+
+def _plan_and_advise(ns: argparse.Namespace) -> tuple[LaunchConfig, Any, Any, list[Any]]:
+    from quantdeck.core.launch import advise, plan
+    from quantdeck.core.models import inspect_model
+
+    cfg = config_from(ns)
+    info = inspect_model(cfg.model.model)
+    dev = device_from(ns)
+    kv = plan(cfg, info, dev)
+    return cfg, info, kv, advise(cfg, info, dev, kv)
+
+
+def cmd_plan(ns: argparse.Namespace) -> int:
+    cfg, info, kv, findings = _plan_and_advise(ns)
+    out = kv.to_json()
+    out["model"] = info.path
+    out["errors"] = [f.message for f in findings if f.level == "error"]
+    out["warnings"] = [f.message for f in findings if f.level == "warning"]
+    out["fits"] = kv.fits and not out["errors"]
+    if ns.json:
+        print_json(out)
+        return 0
+    print(f"device        {kv.device}")
+    print(f"model         {info.path} ({info.badge})")
+    for label, key in (
+        ("budget", "budget_bytes"),
+        ("weights", "weights_bytes"),
+        ("activations", "activation_bytes"),
+        ("CUDA graphs", "cudagraph_bytes"),
+        ("non-torch", "non_torch_bytes"),
+        ("KV cache", "kv_cache_bytes"),
+    ):
+        print(f"{label:<13} {human_bytes(out[key])}")
+    print(
+        f"KV cache      {kv.kv_cache_tokens:,} tokens in {kv.num_blocks:,} blocks of "
+        f"{kv.block_size} ({human_bytes(kv.kv_bytes_per_token)} per token)"
+    )
+    print(f"concurrency   {kv.max_concurrency}x at max_model_len {kv.max_model_len}")
+    print(f"fits          {'yes' if out['fits'] else 'no'}")
+    for m in out["errors"]:
+        print(f"error: {m}")
+    for m in out["warnings"]:
+        print(f"warning: {m}")
+    return 0
+
+
+def cmd_command(ns: argparse.Namespace) -> int:
+    cfg = config_from(ns)
+    if ns.yaml:
+        sys.stdout.write(knobs.to_yaml(cfg))
+    else:
+        import shlex
+
+        print(shlex.join(knobs.serve_command(cfg)))
+    return 0
+
+
+def cmd_profile(ns: argparse.Namespace) -> int:
+    if ns.action == "list":
+        for name in profiles.list_profiles():
+            print(name)
+    elif ns.action == "show":
+        sys.stdout.write(knobs.to_yaml(profiles.load_profile(ns.name)))
+    elif ns.action == "delete":
+        profiles.delete_profile(ns.name)
+    elif ns.action == "save":
+        path = profiles.save_profile(ns.name, config_from(ns))
+        print(path)
+    return 0
+
+
+def register(add: AddCommand) -> None:
+    sp = add("plan", cmd_plan, "predict memory split and KV cache of a launch, with advice")
+    add_model_and_knobs(sp)
+    add_device(sp)
+    sp.add_argument("--json", action="store_true")
+
+    sp = add("command", cmd_command, "print the `vllm serve` command (or its --config YAML)")
+    add_model_and_knobs(sp)
+    sp.add_argument("--yaml", action="store_true", help="print the YAML instead")
+
+    sp = add("profile", cmd_profile, "save, show, list or delete launch profiles")
+    psub = sp.add_subparsers(dest="action", required=True, metavar="ACTION")
+    psub.add_parser("list", help="list saved profiles")
+    for action in ("show", "delete"):
+        pa = psub.add_parser(action, help=f"{action} a profile")
+        pa.add_argument("name")
+    pa = psub.add_parser("save", help="save a profile from a model and knobs")
+    pa.add_argument("name")
+    add_model_and_knobs(pa)

@@ -1,0 +1,26 @@
+"""Benchmarks: the load, its prompts and statistics, the client, A/B runs, tuning, saved runs."""
+
+from quantdeck.core.bench.ab import ABRun, parse_arm
+from quantdeck.core.bench.client import Bench
+from quantdeck.core.bench.load import LoadSpec, parse_slo
+from quantdeck.core.bench.runs import compare, environment, list_runs, load_run, runs_dir, save_run
+from quantdeck.core.bench.stats import summary_lines
+from quantdeck.core.bench.tune import Tuner, apply_point, parse_space
+
+__all__ = [
+    "ABRun",
+    "apply_point",
+    "Bench",
+    "compare",
+    "environment",
+    "list_runs",
+    "load_run",
+    "LoadSpec",
+    "parse_arm",
+    "parse_slo",
+    "parse_space",
+    "runs_dir",
+    "save_run",
+    "summary_lines",
+    "Tuner",
+]

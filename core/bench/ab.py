@@ -1,0 +1,231 @@
+"""A/B comparison: one load against several launch configs in turn.
+
+Each arm is started, warmed, measured and stopped before the next starts, so the arms never
+share the machine. The result keeps per arm: its config, the server's start-up facts (kernel,
+KV tokens, ready time), the planner's figures, the benchmark result (per-request records too)
+and, where the device's memory bandwidth is known, the batch-1 decode roofline
+(weights bytes / bandwidth) with how close the measured per-sequence decode rate came to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quantdeck.core.bench.client import Bench, LoadSpec
+from quantdeck.core.errors import ConfigError, ServerError
+from quantdeck.core.launch import LaunchConfig, knobs, profiles, to_dict, validate
+from quantdeck.core.runtime import EngineEnv, ServerProcess, free_port, warm_up
+
+EventFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Arm:
+    label: str
+    config: LaunchConfig
+
+
+class _ArmParser(argparse.ArgumentParser):
+    """Parses one arm's options; a mistake is a ConfigError, not an exit."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(" ".join(message.split()))
+
+
+def parse_arm(text: str, base: LaunchConfig) -> Arm:
+    """``LABEL=OPTIONS``: the base config with a model path, --profile and knobs on top."""
+    label, sep, opts = text.partition("=")
+    if not sep or not label.strip():
+        raise ConfigError(f"--arm {text!r}: expected LABEL=OPTIONS, e.g. eager=--enforce-eager")
+    label = label.strip()
+    ap = _ArmParser(prog="--arm", add_help=False)
+    ap.add_argument("path", nargs="?")
+    ap.add_argument("--profile")
+    knobs.add_cli_options(ap)
+    try:
+        ns = ap.parse_args(shlex.split(opts))
+    except (ConfigError, ValueError) as e:
+        raise ConfigError(f"--arm {label}: {e}") from None
+    cfg = base
+    if ns.profile:
+        p = Path(ns.profile)
+        cfg = profiles.load_file(p) if p.exists() else profiles.load_profile(ns.profile)
+    cfg = knobs.apply_cli_options(cfg, ns)
+    if ns.path:
+        cfg.model.model = ns.path
+    return Arm(label, validate(cfg))
+
+
+def roofline(server: ServerProcess) -> dict[str, Any]:
+    """Batch-1 decode ceiling: every token reads all weights once from device memory."""
+    dev = server.device()
+    bw = dev.memory_bandwidth_bytes_per_s
+    weights = server.plan.weights_bytes if server.plan else None
+    if not bw or not weights:
+        return {}
+    return {"weights_bytes": weights, "bandwidth_bytes_per_s": bw, "roofline_tok_s": bw / weights}
+
+
+def attach_roofline(arm: dict[str, Any]) -> None:
+    """Measured decode rate per sequence (1000 / median TPOT) against the roofline."""
+    roof, res = arm.get("roofline") or {}, arm.get("result") or {}
+    tpot = res.get("median_tpot_ms")
+    if roof.get("roofline_tok_s") and tpot:
+        rate = 1000.0 / tpot
+        roof["decode_tok_s_per_seq"] = rate
+        roof["fraction_of_roofline"] = rate / roof["roofline_tok_s"]
+
+
+class ABRun:
+    """Runs the arms in turn. ``run()`` blocks (call it from a worker); ``cancel()`` stops the
+    arm in progress (its partial result is kept) and skips the rest."""
+
+    def __init__(
+        self,
+        arms: list[Arm],
+        spec: LoadSpec,
+        *,
+        slo: dict[str, float] | None = None,
+        engine: EngineEnv | None = None,
+        warmups: int = 2,
+        ready_timeout: float = 900.0,
+        on_event: EventFn | None = None,
+        stop_when: Callable[[list[Any]], str | None] | None = None,
+    ) -> None:
+        labels = [a.label for a in arms]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"arm labels must differ: {', '.join(labels)}")
+        spec.check()
+        self.arms, self.spec, self.slo = arms, spec, dict(slo or {})
+        self.engine, self.warmups, self.ready_timeout = engine, warmups, ready_timeout
+        self.on_event = on_event or (lambda ev: None)
+        self.stop_when = stop_when
+        self._cancel = threading.Event()
+        self._bench: Bench | None = None
+        self._server: ServerProcess | None = None
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        if self._bench is not None:
+            self._bench.cancel()
+
+    def _emit(self, **ev: Any) -> None:
+        self.on_event({"t": time.time(), **ev})
+
+    def preflight(self) -> None:
+        """Every arm's config is valid and its model readable, before the first start."""
+        for arm in self.arms:
+            ServerProcess(self._cfg(arm), engine=self.engine).preflight()
+
+    def _cfg(self, arm: Arm) -> LaunchConfig:
+        cfg = arm.config.copy()
+        cfg.server.port = free_port(cfg.server.host)
+        return cfg
+
+    def run(self) -> dict[str, Any]:
+        if len(self.arms) < 2:
+            raise ConfigError("an A/B comparison needs at least two arms")
+        self.preflight()
+        results = []
+        for i, arm in enumerate(self.arms):
+            if self._cancel.is_set():
+                results.append(
+                    {"label": arm.label, "config": to_dict(arm.config), "skipped": "cancelled"}
+                )
+                continue
+            self._emit(
+                event="arm", index=i, total=len(self.arms), label=arm.label, stage="starting"
+            )
+            results.append(self.run_arm(arm, i))
+        for r in results:
+            attach_roofline(r)
+        return {
+            "kind": "ab",
+            "date": time.strftime("%Y%m%d-%H%M%S"),
+            "load": self.spec.__dict__,
+            "slo_ms": self.slo or None,
+            "arms": results,
+            "cancelled": self._cancel.is_set(),
+        }
+
+    def run_arm(self, arm: Arm, index: int) -> dict[str, Any]:
+        server = ServerProcess(self._cfg(arm), engine=self.engine)
+        self._server = server
+        out: dict[str, Any] = {"label": arm.label, "config": to_dict(arm.config)}
+        server.subscribe(
+            lambda ev: (
+                self._emit(event="arm_server", index=index, **ev)
+                if ev.get("event") in ("state", "progress")
+                else None
+            )
+        )
+        t0 = time.time()
+        try:
+            server.start()
+            deadline = time.time() + self.ready_timeout
+            while not server.wait_ready(0.5):
+                if (
+                    self._cancel.is_set()
+                    or server.state in ("crashed", "stopped")
+                    or time.time() > deadline
+                ):
+                    break
+            if self._cancel.is_set():
+                out["error"] = "cancelled"
+                return out
+            if server.state != "ready":
+                out["error"] = (
+                    f"server did not become ready ({server.state}): "
+                    + " | ".join(list(server.log_tail)[-3:])
+                )[:500]
+                return out
+            out["ready_s"] = round(time.time() - t0, 1)
+            out["warmup"] = warm_up(server, self.warmups)
+            self._emit(
+                event="arm", index=index, total=len(self.arms), label=arm.label, stage="measuring"
+            )
+            if self._cancel.is_set():
+                out["error"] = "cancelled"
+                return out
+            self._bench = Bench(
+                server.url,
+                server.served_name,
+                self.spec,
+                api_key=server.cfg.server.api_key,
+                slo=self.slo,
+                stop_when=self.stop_when,
+                on_record=lambda rec, done, total: self._emit(
+                    event="progress",
+                    index=index,
+                    done=done,
+                    total=total,
+                    ttft_ms=rec.ttft * 1000 if rec.success else None,
+                ),
+            )
+            out["result"] = self._bench.run()
+        except (ServerError, ConfigError) as e:
+            out["error"] = str(e)
+        finally:
+            self._bench = None
+            out["facts"] = dict(server.facts)
+            out["plan"] = server.plan.to_json() if server.plan else None
+            out["roofline"] = roofline(server) if server.plan else {}
+            if server.running:
+                server.stop()
+            self._server = None
+            self._emit(
+                event="arm",
+                index=index,
+                total=len(self.arms),
+                label=arm.label,
+                stage="done",
+                error=out.get("error"),
+            )
+        return out

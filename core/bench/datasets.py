@@ -1,0 +1,220 @@
+"""The prompts of a run: exact-length windows of English text, ``vllm bench serve``'s random
+dataset prompt for prompt, or the user's JSONL / ShareGPT files."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+
+from quantdeck.core.errors import ConfigError, ServerError
+from quantdeck.core.paths import CORPUS
+
+if TYPE_CHECKING:
+    pass
+
+from quantdeck.core.bench.load import LoadSpec, Request
+
+
+class _Tokenizer:
+    """The server's own tokenizer, through vLLM's /tokenize and /detokenize routes."""
+
+    def __init__(self, client: httpx.Client, model: str) -> None:
+        self.client, self.model = client, model
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = self.client.post(path, json={"model": self.model, **body})
+        if r.status_code == 404:
+            raise ServerError(f"the server has no {path} route; give --prompts-file instead")
+        if r.status_code != 200:
+            raise ServerError(f"{path}: HTTP {r.status_code}: {r.text[:160]}")
+        return r.json()
+
+    def encode(self, text: str, special: bool) -> list[int]:
+        return list(
+            self._post("/tokenize", {"prompt": text, "add_special_tokens": special})["tokens"]
+        )
+
+    def count(self, text: str) -> int:
+        return int(self._post("/tokenize", {"prompt": text})["count"])
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._post("/detokenize", {"tokens": ids})["prompt"])
+
+
+def _corpus_text() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(CORPUS.glob("*.txt")))
+
+
+def exact_prompt(tok: _Tokenizer, source: list[int], length: int, rng: random.Random) -> Request:
+    """Text that the server counts as exactly ``length`` prompt tokens (special tokens
+    included), cut from ``source`` at a random place; token ids if text cannot hit it."""
+    extra = tok.count("") if length > 1 else 0  # BOS and friends the server adds
+    want = max(1, length - extra)
+    start = rng.randrange(0, max(1, len(source) - want))
+    n = want
+    for _ in range(4):
+        ids = (source * (1 + (start + n) // len(source)))[start : start + n]
+        text = tok.decode(ids)
+        got = tok.count(text)
+        if got == length:
+            return Request(text, length, 0)
+        n = max(1, n + (length - got))
+    ids = (source * (1 + (start + length) // len(source)))[start : start + length]
+    return Request(ids, length, 0)  # token ids: exact by construction
+
+
+def tokenizer_vocab(folder: str | Path) -> tuple[int, list[int]]:
+    """What ``vllm bench serve``'s random dataset draws from: the tokenizer's base vocabulary
+    size (``vocab_size``) and its ids less the special tokens, read from ``tokenizer.json``
+    (no tokenizer library needed)."""
+    path = Path(folder) / "tokenizer.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        vocab = data["model"]["vocab"]  # a dict (BPE, WordPiece) or a list (Unigram)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: not found; --dataset-name random needs the tokenizer's "
+            "folder (--tokenizer PATH)"
+        ) from None
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"{path}: not a tokenizer.json with a model vocabulary") from None
+    special = {int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special")}
+    ids = [i for i in range(len(vocab)) if i not in special]
+    if not ids:
+        raise ConfigError(f"{path}: no ordinary tokens")
+    return len(vocab), ids
+
+
+def random_dataset(
+    tok: _Tokenizer,
+    vocab: tuple[int, list[int]],
+    input_len: int,
+    output_len: int,
+    count: int,
+    measured: int,
+    seed: int,
+) -> list[Request]:
+    """``vllm bench serve --dataset-name random --seed SEED`` (range ratio 0, no prefix),
+    prompt for prompt: request i is the text of ``allowed[(offset_i + i + k) % len(allowed)]``,
+    k < input_len - special tokens, re-tokenized until it is that long (random ids appended
+    or the tail cut, at most 10 times; like vLLM's, a prompt can stay a token or two off).
+    The first ``measured`` are vLLM's requests; the rest (warm-ups) continue its generator."""
+    vocab_size, allowed = vocab
+    rng = np.random.default_rng(seed)
+    special = tok.count("")  # the BOS and friends the server adds to text
+    inner = input_len - special
+    if inner < 1:
+        raise ConfigError(
+            f"--input-len {input_len} leaves no token next to the tokenizer's "
+            f"{special} special one(s)"
+        )
+
+    def sample(n: int, first: int) -> list[Request]:
+        if first == 0:  # vLLM draws the lengths, then the offsets
+            rng.integers(inner, inner + 1, size=n)
+            rng.integers(output_len, output_len + 1, size=n)
+        offsets = rng.integers(0, vocab_size, size=n)
+        out = []
+        for j in range(n):
+            i = first + j
+            seq = [allowed[(int(offsets[j]) + i + k) % len(allowed)] for k in range(inner)]
+            tries = 10
+            while True:
+                text = tok.decode(seq)
+                seq = tok.encode(text, False)
+                if tries <= 0 or len(seq) == inner:
+                    break
+                if len(seq) < inner:
+                    seq += rng.integers(0, vocab_size, size=inner - len(seq)).tolist()
+                else:
+                    seq = seq[:inner]
+                tries -= 1
+            out.append(Request(text, input_len + len(seq) - inner, output_len))
+        return out
+
+    reqs = sample(min(count, measured), 0)
+    if count > measured:
+        reqs += sample(count - measured, measured)
+    return reqs
+
+
+def build_requests(
+    spec: LoadSpec,
+    tok: _Tokenizer | None,
+    count: int,
+    seed: int,
+    vocab: tuple[int, list[int]] | None = None,
+) -> list[Request]:
+    """The first ``spec.num_prompts`` are measured, the rest warm-ups. ``vocab``: what
+    ``dataset="random"`` draws from (:func:`tokenizer_vocab`)."""
+    rng = random.Random(seed)
+    if spec.prompts_file:
+        rows = _read_jsonl(spec.prompts_file)
+        reqs = []
+        for i in range(count):
+            row = rows[i % len(rows)]
+            n = tok.count(row["prompt"]) if tok else 0
+            reqs.append(Request(row["prompt"], n, int(row.get("output_len", spec.output_len))))
+        return reqs
+    if spec.sharegpt:
+        pairs = _read_sharegpt(spec.sharegpt)
+        rng.shuffle(pairs)
+        reqs = []
+        for i in range(count):
+            human, reply = pairs[i % len(pairs)]
+            n = tok.count(human) if tok else 0
+            out = len(tok.encode(reply, False)) if tok else spec.output_len
+            reqs.append(Request(human, n, max(1, out)))
+        return reqs
+    assert tok is not None
+    if spec.dataset == "random":
+        if not vocab:
+            raise ConfigError("--dataset-name random needs the tokenizer's vocabulary")
+        return random_dataset(
+            tok, vocab, spec.input_len, spec.output_len, count, spec.num_prompts, seed
+        )
+    source = tok.encode(_corpus_text(), False)
+    reqs = []
+    for _ in range(count):
+        r = exact_prompt(tok, source, spec.input_len, rng)
+        r.output_len = spec.output_len
+        reqs.append(r)
+    return reqs
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{path}:{n}: not a JSON line") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise ConfigError(f"{path}:{n}: expected an object with a 'prompt' string")
+        rows.append(row)
+    if not rows:
+        raise ConfigError(f"{path}: no prompts")
+    return rows
+
+
+def _read_sharegpt(path: str) -> list[tuple[str, str]]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not JSON ({e.msg})") from None
+    pairs = []
+    for item in data if isinstance(data, list) else []:
+        conv = item.get("conversations") if isinstance(item, dict) else None
+        if isinstance(conv, list) and len(conv) >= 2:
+            pairs.append((str(conv[0].get("value", "")), str(conv[1].get("value", ""))))
+    pairs = [p for p in pairs if p[0] and p[1]]
+    if not pairs:
+        raise ConfigError(f"{path}: no ShareGPT conversations with a prompt and a reply")
+    return pairs

@@ -1,0 +1,134 @@
+"""The aggregates of a run, with ``vllm bench serve``'s names and definitions, and its human
+summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    pass
+
+from quantdeck.core.bench.load import DEFAULT_PERCENTILES, RequestRecord
+
+
+def _stats(values: list[float], name: str, percentiles: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(values or [0.0], dtype=float) * 1000.0
+    out = {
+        f"mean_{name}_ms": float(arr.mean()),
+        f"median_{name}_ms": float(np.median(arr)),
+        f"std_{name}_ms": float(arr.std()),
+    }
+    for p in percentiles:
+        out[f"p{p:g}_{name}_ms"] = float(np.percentile(arr, p))
+    return out
+
+
+def compute_metrics(
+    records: Sequence[RequestRecord],
+    duration: float,
+    slo: dict[str, float] | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+) -> dict[str, Any]:
+    """Aggregates with ``vllm bench serve``'s names and definitions."""
+    ok = [r for r in records if r.success]
+    total_in = sum(r.prompt_len for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    ttfts = [r.ttft for r in ok]
+    tpots = [r.tpot for r in ok if r.output_tokens > 1]
+    itls = [x for r in ok for x in r.itl]
+    e2els = [r.latency for r in ok]
+    dur = max(duration, 1e-9)
+    m: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / dur,
+        "request_goodput": None,
+        "output_throughput": total_out / dur,
+        "total_token_throughput": (total_in + total_out) / dur,
+    }
+    if slo:
+        limits = {k: v / 1000.0 for k, v in slo.items()}
+        good = sum(
+            1
+            for r in ok
+            if all(
+                {"ttft": r.ttft, "tpot": r.tpot, "e2el": r.latency}[k] <= lim
+                for k, lim in limits.items()
+            )
+        )
+        m["good_completed"] = good
+        m["request_goodput"] = good / dur
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        m.update(_stats(values, name, percentiles))
+    return m
+
+
+def records_from(result: dict[str, Any]) -> list[RequestRecord]:
+    """The per-request records of a saved result."""
+    return [RequestRecord(**r) for r in result.get("requests", [])]
+
+
+VLLM_KEYS = (
+    "completed",
+    "failed",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+)
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """The human summary, laid out like ``vllm bench serve``'s."""
+    w = 40
+    lines = [
+        " Serving Benchmark Result ".center(50, "="),
+        f"{'Successful requests:':<{w}}{result['completed']}",
+        f"{'Failed requests:':<{w}}{result['failed']}",
+    ]
+    if result.get("max_concurrency"):
+        lines.append(f"{'Maximum request concurrency:':<{w}}{result['max_concurrency']}")
+    lines += [
+        f"{'Benchmark duration (s):':<{w}}{result['duration']:.2f}",
+        f"{'Total input tokens:':<{w}}{result['total_input_tokens']}",
+        f"{'Total generated tokens:':<{w}}{result['total_output_tokens']}",
+        f"{'Request throughput (req/s):':<{w}}{result['request_throughput']:.2f}",
+    ]
+    if result.get("request_goodput") is not None:
+        lines.append(f"{'Request goodput (req/s):':<{w}}{result['request_goodput']:.2f}")
+    lines += [
+        f"{'Output token throughput (tok/s):':<{w}}{result['output_throughput']:.2f}",
+        f"{'Total token throughput (tok/s):':<{w}}{result['total_token_throughput']:.2f}",
+    ]
+    for name, title in (
+        ("ttft", "Time to First Token"),
+        ("tpot", "Time per Output Token (excl. 1st token)"),
+        ("itl", "Inter-token Latency"),
+        ("e2el", "End-to-end Latency"),
+    ):
+        lines.append(title.center(50, "-"))
+        for key in sorted((k for k in result if k.endswith(f"_{name}_ms")), key=_stat_order):
+            label = key.split("_")[0]
+            label = {"mean": "Mean", "median": "Median", "std": "Std"}.get(label, label.upper())
+            lines.append(f"{label + ' ' + name.upper() + ' (ms):':<{w}}{result[key]:.2f}")
+    if result.get("ended_early"):
+        lines.append(f"ended early: {result['ended_early']}")
+    lines.append("=" * 50)
+    return lines
+
+
+def _stat_order(key: str) -> tuple[int, float]:
+    head = key.split("_")[0]
+    order = {"mean": 0, "median": 1, "std": 2}
+    if head in order:
+        return order[head], 0.0
+    return 3, float(head[1:])

@@ -1,0 +1,313 @@
+"""Auto-tune: the launch knobs that give the most goodput under latency targets.
+
+Search space: max_num_seqs, max_num_batched_tokens, chunked prefill, block size and (on a GPU)
+gpu_memory_utilization; every point is a fresh server start with one knob set changed and the
+same load. Objective: request goodput (requests/s whose TTFT <= ``ttft_ms`` and TPOT <=
+``tpot_ms``, as ``vllm bench serve --goodput`` counts them); a point *meets* the targets when
+its p99 TTFT and p99 TPOT are within them too.
+
+Strategy (``coordinate``): start from the base config; for each knob in order of its usual effect,
+try its candidate values with the others at the best so far, walking outward from the current value
+and turning back when goodput drops (down only when the first step up gained nothing); keep the
+best. A point is dropped early once it has more SLO-missing or failed requests than the best point
+had requests left over, since it can then no longer win. ``grid`` measures every combination (the
+yardstick for the tuner)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantdeck.core.bench.ab import ABRun, Arm
+from quantdeck.core.bench.client import LoadSpec, RequestRecord
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.launch import DeviceFacts, LaunchConfig, to_dict, validate
+from quantdeck.core.runtime import EngineEnv
+
+EventFn = Callable[[dict[str, Any]], None]
+
+# knob -> (config group, attribute); order = search order (largest usual effect first)
+KNOBS: dict[str, tuple[str, str]] = {
+    "max_num_seqs": ("scheduler", "max_num_seqs"),
+    "max_num_batched_tokens": ("scheduler", "max_num_batched_tokens"),
+    "enable_chunked_prefill": ("scheduler", "enable_chunked_prefill"),
+    "block_size": ("cache", "block_size"),
+    "gpu_memory_utilization": ("cache", "gpu_memory_utilization"),
+}
+
+
+def default_space(device: DeviceFacts, concurrency: int | None) -> dict[str, list[Any]]:
+    """Candidate values sized to the load: max_num_seqs around the offered concurrency."""
+    c = concurrency or 64
+    seqs = sorted({max(1, c // 4), max(1, c // 2), c, c * 2} | ({256} if device.is_cuda else set()))
+    space: dict[str, list[Any]] = {
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": [2048, 8192] if device.is_cuda else [512, 2048],
+        "enable_chunked_prefill": [True, False],
+    }
+    if device.is_cuda:
+        space["block_size"] = [16, 32]
+        space["gpu_memory_utilization"] = [0.85, 0.92]
+    return space
+
+
+def parse_space(
+    items: list[str] | None, device: DeviceFacts, concurrency: int | None
+) -> dict[str, list[Any]]:
+    """``KNOB=V1,V2`` items (numbers or true/false); none: :func:`default_space`."""
+    if not items:
+        return default_space(device, concurrency)
+    space: dict[str, list[Any]] = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        knob = knob.strip().replace("-", "_")
+        if not sep or knob not in KNOBS:
+            raise ConfigError(
+                f"--space {item!r}: expected KNOB=V1,V2 with KNOB one of " + ", ".join(KNOBS)
+            )
+        out: list[Any] = []
+        for v in (v.strip() for v in values.split(",")):
+            if v.lower() in ("true", "false"):
+                out.append(v.lower() == "true")
+                continue
+            try:
+                out.append(int(v) if v.lstrip("-").isdigit() else float(v))
+            except ValueError:
+                raise ConfigError(f"--space {knob}: {v!r} is not a number") from None
+        space[knob] = out
+    return space
+
+
+def apply_point(base: LaunchConfig, point: dict[str, Any]) -> LaunchConfig:
+    cfg = base.copy()
+    for knob, value in point.items():
+        if knob not in KNOBS:
+            raise ConfigError(f"tune: '{knob}' is not a tunable knob ({', '.join(KNOBS)})")
+        group, attr = KNOBS[knob]
+        setattr(getattr(cfg, group), attr, value)
+    return validate(cfg)
+
+
+@dataclass
+class Point:
+    values: dict[str, Any]
+    goodput: float | None = None  # requests/s within the SLO
+    meets: bool = False  # p99 TTFT and p99 TPOT within the targets
+    dropped: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    result: dict[str, Any] | None = field(default=None, repr=False)
+
+    def key(self) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted(self.values.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.result or {}
+        return {
+            "values": self.values,
+            "goodput": self.goodput,
+            "meets": self.meets,
+            "dropped": self.dropped,
+            "error": self.error,
+            "seconds": round(self.seconds, 1),
+            "p99_ttft_ms": r.get("p99_ttft_ms"),
+            "p99_tpot_ms": r.get("p99_tpot_ms"),
+            "output_throughput": r.get("output_throughput"),
+            "completed": r.get("completed"),
+            "failed": r.get("failed"),
+        }
+
+
+class Tuner:
+    def __init__(
+        self,
+        base: LaunchConfig,
+        spec: LoadSpec,
+        *,
+        ttft_ms: float,
+        tpot_ms: float,
+        space: dict[str, list[Any]],
+        strategy: str = "coordinate",
+        max_points: int | None = None,
+        engine: EngineEnv | None = None,
+        warmups: int = 1,
+        on_event: EventFn | None = None,
+    ) -> None:
+        if not ttft_ms > 0 or not tpot_ms > 0:
+            raise ConfigError("tune needs latency targets: --ttft-ms and --tpot-ms (> 0)")
+        if strategy not in ("coordinate", "grid"):
+            raise ConfigError(f"--strategy: '{strategy}' is not one of coordinate, grid")
+        for knob, values in space.items():
+            if knob not in KNOBS:
+                raise ConfigError(f"tune: '{knob}' is not a tunable knob ({', '.join(KNOBS)})")
+            if not values:
+                raise ConfigError(f"tune: no candidate values for {knob}")
+        spec.check()
+        self.base, self.spec, self.space = base.copy(), spec, space
+        self.slo = {"ttft": float(ttft_ms), "tpot": float(tpot_ms)}
+        self.strategy, self.max_points = strategy, max_points
+        self.engine, self.warmups = engine, warmups
+        self.on_event = on_event or (lambda ev: None)
+        self.points: dict[tuple[tuple[str, Any], ...], Point] = {}
+        self.best: Point | None = None
+        self._cancel = threading.Event()
+        self._run: ABRun | None = None
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        if self._run is not None:
+            self._run.cancel()
+
+    def _emit(self, **ev: Any) -> None:
+        self.on_event({"t": time.time(), **ev})
+
+    # -- one point ---------------------------------------------------------------------------
+    def _hopeless(self, records: list[RequestRecord]) -> str | None:
+        if self.best is None or not self.best.result:
+            return None
+        best_good = self.best.result.get("good_completed", 0)
+        bad = sum(
+            1
+            for r in records
+            if not r.success or r.ttft * 1000 > self.slo["ttft"] or r.tpot * 1000 > self.slo["tpot"]
+        )
+        if bad > self.spec.num_prompts - best_good:
+            return (
+                f"dropped: {bad} requests missed the targets, the best point had "
+                f"{best_good} good of {self.spec.num_prompts}"
+            )
+        return None
+
+    def measure(self, values: dict[str, Any]) -> Point:
+        point = Point(dict(values))
+        if point.key() in self.points:
+            return self.points[point.key()]
+        self.points[point.key()] = point
+        n = len(self.points)
+        self._emit(event="point", index=n, values=point.values, stage="starting")
+        t0 = time.time()
+        try:
+            cfg = apply_point(self.base, values)
+        except ConfigError as e:
+            point.error = str(e)
+            return point
+        run = ABRun(
+            [Arm(f"point {n}", cfg)],
+            self.spec,
+            slo=self.slo,
+            engine=self.engine,
+            warmups=self.warmups,
+            on_event=lambda ev: self._emit(point=n, **ev),
+            stop_when=self._hopeless,
+        )
+        self._run = run
+        arm = run.run_arm(Arm(f"point {n}", cfg), n)
+        self._run = None
+        point.seconds = time.time() - t0
+        point.error = arm.get("error")
+        res = arm.get("result")
+        if res:
+            point.result = res
+            point.dropped = (
+                res.get("ended_early")
+                if res.get("ended_early", "") and str(res["ended_early"]).startswith("dropped")
+                else None
+            )
+            if point.dropped is None and not res.get("ended_early"):
+                point.goodput = res["request_goodput"]
+                point.meets = (
+                    res["p99_ttft_ms"] <= self.slo["ttft"]
+                    and res["p99_tpot_ms"] <= self.slo["tpot"]
+                )
+                if self.best is None or (point.goodput or 0) > (self.best.goodput or 0):
+                    self.best = point
+        self._emit(
+            event="point",
+            index=n,
+            values=point.values,
+            stage="done",
+            **{k: v for k, v in point.to_json().items() if k != "values"},
+        )
+        return point
+
+    def _budget_left(self) -> bool:
+        return not self._cancel.is_set() and (
+            self.max_points is None or len(self.points) < self.max_points
+        )
+
+    # -- strategies --------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        t0 = time.time()
+        ABRun(
+            [Arm("base", self.base), Arm("start", apply_point(self.base, self.start_values()))],
+            self.spec,
+        ).preflight()
+        if self.strategy == "grid":
+            self._grid()
+        else:
+            self._coordinate()
+        return {
+            "kind": "tune",
+            "strategy": self.strategy,
+            "slo_ms": self.slo,
+            "load": self.spec.__dict__,
+            "space": self.space,
+            "base": to_dict(self.base),
+            "seconds": round(time.time() - t0, 1),
+            "cancelled": self._cancel.is_set(),
+            "points": [p.to_json() for p in self.points.values()],
+            "best": self.best.to_json() if self.best else None,
+            "best_config": to_dict(apply_point(self.base, self.best.values)) if self.best else None,
+        }
+
+    def start_values(self) -> dict[str, Any]:
+        """Each knob's candidate nearest the base config's value (middle if unset)."""
+        values = {}
+        for knob, cands in self.space.items():
+            group, attr = KNOBS[knob]
+            cur = getattr(getattr(self.base, group), attr)
+            if cur in cands:
+                values[knob] = cur
+            elif (
+                isinstance(cur, (int, float))
+                and not isinstance(cur, bool)
+                and all(isinstance(c, (int, float)) for c in cands)
+            ):
+                values[knob] = min(cands, key=lambda c: abs(c - cur))
+            else:
+                values[knob] = cands[len(cands) // 2] if cur is None else cands[0]
+        return values
+
+    def _grid(self) -> None:
+        knobs = list(self.space)
+        for combo in itertools.product(*(self.space[k] for k in knobs)):
+            if not self._budget_left():
+                return
+            self.measure(dict(zip(knobs, combo)))
+
+    def _coordinate(self) -> None:
+        current = self.start_values()
+        self.measure(current)
+        for knob, cands in self.space.items():
+            if not self._budget_left():
+                return
+            best = self.best.values if self.best else current
+            i0 = cands.index(best[knob])
+            # walk up from the current value while goodput improves; only when the first step
+            # up gained nothing, walk down the same way (goodput is taken to have one peak)
+            for direction in (1, -1):
+                i, gained = i0 + direction, False
+                while 0 <= i < len(cands) and self._budget_left():
+                    before = self.best.goodput if self.best else None
+                    self.measure({**(self.best.values if self.best else current), knob: cands[i]})
+                    if self.best is None or self.best.goodput == before:
+                        break  # no gain this way: turn back
+                    gained = True
+                    i += direction
+                if gained:
+                    break
+            current = self.best.values if self.best else current

