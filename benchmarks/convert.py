@@ -7,8 +7,9 @@ For each method and run, two fresh processes convert the same model (default: th
 with the same calibration windows and GPTQModel settings:
 
 - quantdeck: ``quantdeck.core.convert.run_job``, i.e. the ``quantdeck.core.workers.quantize``
-  subprocess with its JSON progress events, then the inspector's verify step and the rename into place; timed from
-  the call to its return (in a child process that has imported nothing heavy).
+  subprocess with its JSON progress events, then the inspector's verify step and the rename
+  into place; timed from the call to its return (in a child process that has imported nothing
+  heavy).
 - direct: a plain script that imports GPTQModel, loads, quantizes and saves, timed from spawn
   to exit, as a user running that script would see it.
 

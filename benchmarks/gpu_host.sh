@@ -1,79 +1,103 @@
 #!/bin/bash
-# Steps of a GPU session on the lent H200 (see docs/gpu-validation.md). Each step is one short
-# `device` call; the host keeps its files only while warm, so they run back to back.
+# Steps of a GPU session on the lent H200 (see docs/gpu-validation.md). `wheel` runs here; the
+# others run there, each in one short `device` call that carries .bundle and .whl (the host
+# keeps its files only while warm, so the calls run back to back).
 #
-#   bash benchmarks/gpu_host.sh stash N      # keep .bundle/part.0N (carried) in /root/qd/parts
-#   bash benchmarks/gpu_host.sh setup PLAN   # assemble vLLM, start benchmarks/gpu_plans/PLAN.sh
-#   bash benchmarks/gpu_host.sh next PLAN    # start another plan when the running one is done
-#   bash benchmarks/gpu_host.sh wait SECONDS # wait for the plan, bring results back ($OUT)
+#   bash benchmarks/gpu_host.sh wheel            # here: Quantdeck's wheel (+ platformdirs') into .whl/
+#   bash benchmarks/gpu_host.sh stash N          # keep .bundle/part.0N in /root/qd/parts
+#   bash benchmarks/gpu_host.sh setup STEP ...   # assemble vLLM, install Quantdeck, start the
+#                                                # runner: benchmarks/gpu_plans/run.py STEP ...
+#   bash benchmarks/gpu_host.sh next STEP ...    # start the runner again once it is done
+#   bash benchmarks/gpu_host.sh wait SECONDS     # wait for it, bring results back ($OUT)
 #
-# A plan is a bash script of Quantdeck's own CLI calls (quantize, plan, serve --record, bench,
-# tune) run in its own session so that it outlives one call; it writes into $results and gets
-# $base, $repo, $results and the model writers below.
+# STEP ... is the runner's command line: steps (validation, fidelity, random-check, overhead,
+# tune, metrics-parse, nvml, client-cost) with their options, `+` between steps, e.g.
+#   setup fidelity --graphs --rounds 14 --concurrency 1 --num-prompts 32 --output-len 64
+# (`python3 benchmarks/gpu_plans/run.py --dry-run STEP ...` prints what it would run.)
+#
+# The host has no package index. Quantdeck's folders (core/, gui/, cli/, assets/) become the
+# `quantdeck` package only when installed (package-dir in pyproject.toml), so the tree on
+# PYTHONPATH is not enough: setup installs the wheel built here, with platformdirs (the one
+# dependency the host lacks), into /root/qd/extra. The runner runs in its own session so that
+# it outlives one call; it writes into /root/qd/results.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 base=/root/qd
 results=$base/results
-export PYTHONPATH=/root/vllm-site:$base/extra:$repo
+export PYTHONPATH=/root/vllm-site:$base/extra
 export QUANTDECK_CACHE_DIR=$base/cache QUANTDECK_DATA_DIR=$base/data QUANTDECK_CONFIG_DIR=$base/config
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-mkdir -p $base/parts $results
 
-# random_llama.py ROOT KINDS writes random Llama-3-8B-shaped checkpoints; a smaller shape is the
-# same script with its one shape line changed (1b: Llama-3.2-1B's shape, untied head).
-write_models() {  # write_models SHAPE ROOT KINDS
-  local script=$base/random_llama.py  # kept by setup: later calls do not carry .bundle
-  if [ "$1" = 1b ]; then
-    sed 's/^H, L, NH, NKV, I, V, HD = .*/H, L, NH, NKV, I, V, HD = 2048, 16, 32, 8, 8192, 128256, 64/' \
-      "$script" > $base/random_llama_1b.py
-    script=$base/random_llama_1b.py
-  fi
-  (cd $base && python3 "$script" "$2" "$3" 2>&1 | grep -v Warning | tail -4)
+# pip --target, or, where pip cannot run, the wheels unzipped into the folder (pure Python: a
+# wheel is a zip of the installed files)
+install_wheels() {  # install_wheels DIR WHEEL...
+  local dir=$1; shift
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$dir" "$@" \
+    || python3 - "$dir" "$@" <<'PY'
+import sys, zipfile
+for wheel in sys.argv[2:]:
+    zipfile.ZipFile(wheel).extractall(sys.argv[1])
+    print("unzipped", wheel)
+PY
+}
+
+start_runner() {  # start_runner STEP ...
+  # each device call lays the working tree down afresh, its files briefly missing: the runner,
+  # which outlives its call, runs from a copy of its own (the benchmark scripts, the fixtures)
+  rm -rf $base/repo && cp -r "$repo" $base/repo && cd $base/repo
+  setsid nohup bash -c "python3 benchmarks/gpu_plans/run.py --base $base --results $results \
+    $(printf '%q ' "$@"); touch $results/DONE" > $results/driver.log 2>&1 < /dev/null &
+  echo "runner started: $*"
 }
 
 case "${1:-}" in
+wheel)
+  rm -f "$repo"/.whl/quantdeck-*.whl
+  "$repo/.venv/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$repo/.whl" "$repo" \
+    || exit 1
+  ls "$repo"/.whl/platformdirs-*.whl > /dev/null 2>&1 || "$repo/.venv/bin/python" -m pip download \
+    -q --no-deps --only-binary=:all: -d "$repo/.whl" platformdirs
+  ls -la "$repo/.whl"
+  ;;
 stash)
-  cp "$repo/.bundle/part.0$2" $base/parts/ && ls -la $base/parts
+  mkdir -p $base/parts && cp "$repo/.bundle/part.0$2" $base/parts/ && ls -la $base/parts
   ;;
 setup|next)
-  # setup: assemble, then start PLAN; next: start PLAN after the one before it finished
-  [ -f "$repo/benchmarks/gpu_plans/${2:?plan name}.sh" ] || { echo "no plan $2" >&2; exit 2; }
+  [ $# -ge 2 ] || { echo "usage: $0 $1 STEP [OPTIONS] [+ STEP ...]" >&2; exit 2; }
+  cmd=$1; shift
+  # the runner's arguments checked before anything starts (or, for next, the last run's end)
+  python3 "$repo/benchmarks/gpu_plans/run.py" --base $base --dry-run "$@" > /dev/null || exit 2
+  mkdir -p $results
   t0=$(date +%s)
-  if [ "$1" = setup ]; then
-    cp "$repo/.bundle/random_llama.py" $base/
+  if [ "$cmd" = setup ]; then
+    ls "$repo"/.whl/quantdeck-*.whl > /dev/null 2>&1 \
+      || { echo "no .whl/quantdeck-*.whl: run 'bash benchmarks/gpu_host.sh wheel' here" >&2; exit 2; }
+    cp "$repo/.bundle/random_llama.py" $base/  # kept: later calls need not carry .bundle
     bash "$repo/.bundle/assemble.sh" $base/parts /root/vllm-site || exit 1
-    python3 -m pip install -q --no-index --no-deps --no-compile --target $base/extra "$repo"/.whl/*.whl
+    install_wheels $base/extra "$repo"/.whl/*.whl || exit 1
     # the host sets PYTHONDONTWRITEBYTECODE=1 and ships no .pyc: without this every server
     # start compiles vLLM's and torch's sources again (~45 s of a 1B start instead of ~10)
     python3 -m compileall -q -j 12 /root/vllm-site $base/extra \
       "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null
-    python3 -c "import vllm, torch, quantdeck.cli; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    (cd / && python3 -c "import vllm, torch, quantdeck.cli, quantdeck.core as c
+print('vllm', vllm.__version__, 'torch', torch.__version__, 'quantdeck', c.__path__[0])") \
+      || exit 1
     echo "assembled in $(( $(date +%s) - t0 )) s"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   else
     while [ ! -f $results/DONE ]; do sleep 3; done
     rm -f $results/DONE; mv $results/driver.log $results/driver-$(date +%s).log
   fi
-  # each device call lays the working tree down afresh, its files briefly missing (a plan's
-  # import failed that way): the plan, which outlives its call, runs from a copy of its own
-  rm -rf $base/repo && cp -r "$repo" $base/repo && repo=$base/repo
-  export PYTHONPATH=/root/vllm-site:$base/extra:$repo
-  plan=$repo/benchmarks/gpu_plans/$2.sh
-  export -f write_models
-  export repo base results
-  cd "$repo"
-  setsid nohup bash -c "t0=\$(date +%s); source '$plan'; echo \"plan done in \$(( \$(date +%s) - t0 )) s\"; touch $results/DONE" \
-    > $results/driver.log 2>&1 < /dev/null &
-  echo "plan $2 started"
+  start_runner "$@"
   ;;
 wait)
   end=$(( $(date +%s) + ${2:-500} ))
   while [ ! -f $results/DONE ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
   cut -c1-400 $results/driver.log | tail -60
-  [ -f $results/DONE ] && echo "plan finished"
+  [ -f $results/DONE ] && echo "runner finished"
   tar -C $base -czf "$OUT/results.tgz" results && ls -la "$OUT"
   ;;
 *)
-  echo "usage: $0 stash N | setup PLAN | next PLAN | wait SECONDS" >&2; exit 2
+  echo "usage: $0 wheel | stash N | setup STEP ... | next STEP ... | wait SECONDS" >&2; exit 2
   ;;
 esac

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from quantdeck.core.events import from_json
+
 COMMON = ["--gpu-memory-utilization", "0.85", "--max-model-len", "2048"]
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "bf16-graphs": ("bf16", []),
@@ -76,13 +78,13 @@ def wait_for(events: Path, proc: subprocess.Popen[bytes], timeout: float) -> dic
         if events.exists():
             for line in events.read_text().splitlines():
                 try:
-                    ev = json.loads(line)
-                except json.JSONDecodeError:
+                    ev = from_json(json.loads(line))
+                except ValueError:
                     continue
-                if ev.get("event") == "fact":
-                    facts[ev["name"]] = ev["value"]
-                elif ev.get("event") == "state":
-                    state = ev["state"]
+                if ev.kind == "fact":
+                    facts[ev.get("name")] = ev.get("value")
+                elif ev.kind == "state":
+                    state = ev.get("state")
                     if state == "crashed":
                         facts["crash"] = ev.get("reason")
                         facts["log_tail"] = ev.get("log_tail", [])[-40:]

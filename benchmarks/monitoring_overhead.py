@@ -95,7 +95,7 @@ def main() -> None:
             print(f"round {r + 1}: none {off[-1]:.1f} tok/s, 2 Hz monitoring {on[-1]:.1f} tok/s")
         ratio = statistics.mean(on) / statistics.mean(off)
         spread = statistics.pstdev(off) / statistics.mean(off)
-        per_round = statistics.median(x / y for x, y in zip(on, off))
+        per_round = statistics.median(x / y for x, y in zip(on, off, strict=True))
         print(
             f"mean: none {statistics.mean(off):.1f} tok/s, monitored "
             f"{statistics.mean(on):.1f} tok/s, ratio {ratio:.3f} (goal >= 0.98), median of "

@@ -18,37 +18,40 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np
 from PySide6.QtWidgets import QApplication
 
+from quantdeck.core.events import MetricsEvent, from_json
 from quantdeck.gui.monitor import MonitorPanel
 
 _walk = np.full(12, 0.5)
 
 
-def event(t: float, rng: np.random.Generator) -> dict:
+def event(t: float, rng: np.random.Generator) -> MetricsEvent:
     """Monitored series move like real ones: a bounded random walk, not white noise."""
     _walk[:] = np.clip(_walk + rng.normal(0, 0.02, 12), 0, 1)
     v = _walk
-    return {
-        "event": "metrics",
-        "t": t,
-        "host_cpu_pct": 100 * v[0],
-        "host_ram_used_bytes": 2**30 * (8 + v[1]),
-        "server_rss_bytes": 2**30 * 2,
-        "kv_blocks_used": 500 * v[2],
-        "kv_blocks_total": 512,
-        "kv_usage_pct": 100 * v[2],
-        "running": 10 * v[3],
-        "waiting": 5 * v[4],
-        "ttft_p50_ms": 50 * v[5],
-        "ttft_p99_ms": 90 * v[6],
-        "itl_p50_ms": 5 * v[7],
-        "itl_p99_ms": 9 * v[8],
-        "e2e_p50_ms": 500 * v[9],
-        "e2e_p99_ms": 900 * v[10],
-        "prompt_tokens_per_s": 1000 * v[11],
-        "generation_tokens_per_s": 800 * v[0],
-        "preemptions_per_s": 0.0,
-        "gpus": [],
-    }
+    return from_json(
+        {
+            "event": "metrics",
+            "t": t,
+            "host_cpu_pct": 100 * v[0],
+            "host_ram_used_bytes": 2**30 * (8 + v[1]),
+            "server_rss_bytes": 2**30 * 2,
+            "kv_blocks_used": 500 * v[2],
+            "kv_blocks_total": 512,
+            "kv_usage_pct": 100 * v[2],
+            "running": 10 * v[3],
+            "waiting": 5 * v[4],
+            "ttft_p50_ms": 50 * v[5],
+            "ttft_p99_ms": 90 * v[6],
+            "itl_p50_ms": 5 * v[7],
+            "itl_p99_ms": 9 * v[8],
+            "e2e_p50_ms": 500 * v[9],
+            "e2e_p99_ms": 900 * v[10],
+            "prompt_tokens_per_s": 1000 * v[11],
+            "generation_tokens_per_s": 800 * v[0],
+            "preemptions_per_s": 0.0,
+            "gpus": [],
+        }
+    )
 
 
 def main() -> None:

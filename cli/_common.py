@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.events import ArmServerEvent, Event, LogEvent, StateEvent
 from quantdeck.core.launch import (
     DeviceFacts,
     LaunchConfig,
@@ -254,23 +255,25 @@ class EventPrinter:
         self.json_events, self.recorder, self.logs = json_events, recorder, logs
         self._lock = __import__("threading").Lock()
 
-    def __call__(self, ev: dict[str, Any]) -> None:
-        if ev.get("event") == "log":
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, LogEvent):
             if self.logs:
                 with self._lock:
-                    print(json.dumps(ev) if self.json_events else ev["line"], flush=True)
+                    text = json.dumps(event.to_json()) if self.json_events else event.line
+                    print(text, flush=True)
             return
         if self.recorder is not None:
-            self.recorder.write(ev)
+            self.recorder.write(event)
         with self._lock:
             if self.json_events:
-                print(json.dumps(ev, default=str), flush=True)
+                print(json.dumps(event.to_json(), default=str), flush=True)
             else:
-                print(human_event(ev), flush=True)
+                print(human_event(event), flush=True)
 
 
-def human_event(ev: dict[str, Any]) -> str:
-    kind = ev.get("event")
+def human_event(event: Event) -> str:
+    """One short line for a person (the JSON line's keys, laid out)."""
+    kind, ev = event.kind, event.to_json()
     if kind == "state":
         extra = ev.get("reason") or ev.get("url") or ""
         return f"[{kind}] {ev['state']} {extra}".rstrip()
@@ -310,11 +313,12 @@ class Progress:
     def __init__(self, json_events: bool) -> None:
         self.json_events = json_events
 
-    def __call__(self, ev: dict[str, Any]) -> None:
+    def __call__(self, event: Event) -> None:
+        ev = event.to_json()
         if self.json_events:
             print(json.dumps(ev, default=str), flush=True)
             return
-        kind = ev.get("event")
+        kind = event.kind
         if kind == "arm":
             print(
                 f"[{ev['index'] + 1}/{ev['total']}] {ev['label']}: {ev['stage']}"
@@ -338,5 +342,9 @@ class Progress:
                 )
             else:
                 print(f"point {ev['index']}: {vals}: starting", file=sys.stderr, flush=True)
-        elif kind == "arm_server" and ev.get("event") == "state" and ev.get("state") == "crashed":
-            print(f"  server crashed: {ev.get('reason')}", file=sys.stderr, flush=True)
+        elif (
+            isinstance(event, ArmServerEvent)
+            and isinstance(event.server, StateEvent)
+            and event.server.state == "crashed"
+        ):
+            print(f"  server crashed: {event.server.get('reason')}", file=sys.stderr, flush=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from quantdeck.cli._common import AddCommand, human_bytes, print_json, until_signal
+from quantdeck.core.events import Event, ProgressEvent
 
 
 def cmd_quantize(ns: argparse.Namespace) -> int:
@@ -26,11 +26,11 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
     cancel = threading.Event()
     until_signal(cancel)
 
-    def show(ev: dict[str, Any]) -> None:
+    def show(ev: Event) -> None:
         if ns.json_events:
-            print(json.dumps(ev, default=str), flush=True)
-        elif ev.get("event") == "progress":
-            layer = f" layer {ev['layer']}/{ev['layers']}" if ev.get("layer") else ""
+            print(json.dumps(ev.to_json(), default=str), flush=True)
+        elif isinstance(ev, ProgressEvent):
+            layer = f" layer {ev.get('layer')}/{ev.get('layers')}" if ev.get("layer") else ""
             print(
                 f"\r{ev.get('stage', ''):>10}{layer} {ev.get('pct', 0):5.1f}%   ",
                 end="",

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from quantdeck.cli._common import AddCommand, human_bytes, print_json
+from quantdeck.core.events import Event, ProgressEvent
 
 
 def cmd_demo_model(ns: argparse.Namespace) -> int:
@@ -16,10 +16,10 @@ def cmd_demo_model(ns: argparse.Namespace) -> int:
 
     target = Path(ns.dir) if ns.dir else default_demo_dir()
 
-    def progress(ev: dict[str, Any]) -> None:
+    def progress(ev: Event) -> None:
         if ns.json_events:
-            print(json.dumps(ev), flush=True)
-        elif ev.get("event") == "progress":
+            print(json.dumps(ev.to_json()), flush=True)
+        elif isinstance(ev, ProgressEvent):
             print(
                 f"\r{ev.get('stage', ''):>10} {ev.get('pct', 0):5.1f}%",
                 end="",

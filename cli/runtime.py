@@ -11,6 +11,7 @@ from quantdeck.cli._common import (
     config_from,
     until_signal,
 )
+from quantdeck.core.events import StateEvent
 from quantdeck.core.launch import knobs
 
 
@@ -60,7 +61,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
 def cmd_monitor(ns: argparse.Namespace) -> int:
     import threading
-    import time
 
     from quantdeck.core.monitor import MetricsScraper, Recorder, Sampler
     from quantdeck.core.runtime import AttachedServer
@@ -73,7 +73,7 @@ def cmd_monitor(ns: argparse.Namespace) -> int:
         else None
     )
     out = EventPrinter(ns.json_events, recorder)
-    out({"event": "state", "state": "attached", "url": att.url, "models": models, "t": time.time()})
+    out(StateEvent("attached", url=att.url, models=models))
     stop = threading.Event()
     until_signal(stop)
     sampler = Sampler(

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from quantdeck.core.events import Event, LogEvent, from_json
 
 
 def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -31,6 +34,18 @@ def json_lines(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
         except ValueError:
             ev = None
         yield ev if isinstance(ev, dict) else {"event": "log", "line": line}
+
+
+def worker_events(lines: Iterable[str], *, stamp: bool = True) -> Iterator[Event]:
+    """A worker's stdout as typed events, each (with ``stamp``) stamped with the time it arrived
+    unless the worker stamped it; a line that is not an event becomes a :class:`LogEvent`."""
+    for data in json_lines(lines):
+        if stamp:
+            data.setdefault("t", time.time())
+        try:
+            yield from_json(data)
+        except ValueError:
+            yield LogEvent(json.dumps(data))
 
 
 def last_line(lines: Iterable[str], default: str = "") -> str:

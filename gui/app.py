@@ -10,6 +10,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QApplication
 
+from quantdeck.core.events import Event
 from quantdeck.core.models import default_demo_dir, ensure_demo_model, is_complete
 from quantdeck.gui.main_window import MainWindow
 
@@ -40,8 +41,8 @@ def _build_demo(win: MainWindow, demo: Path) -> None:
     def build() -> Any:
         return ensure_demo_model(demo, on_progress=progress.event.emit)
 
-    def on_event(ev: dict[str, Any]) -> None:
-        if ev.get("event") == "progress":
+    def on_event(ev: Event) -> None:
+        if ev.kind == "progress":
             win.progress.setRange(0, 100)
             win.progress.setValue(int(ev.get("pct", 0)))
             win.progress.setFormat(f"{ev.get('stage', '')} %p%")

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import ArmServerEvent, BenchProgress, ProgressEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.gui.report import fmt as _fmt
 
@@ -81,6 +82,7 @@ class BenchTab(QWidget):
             server_running,
         )
         self.job: Any = None
+        self.job_kind = "bench"
         self.worker: Any = None
         self.result: dict[str, Any] | None = None
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -259,7 +261,8 @@ class BenchTab(QWidget):
             if w.value() > 0
         }
 
-    def _make_job(self) -> Any:
+    def _make_job(self) -> tuple[str, Any]:
+        """The job the chosen mode runs, and its kind (bench, ab, tune)."""
         mode = self.modes.tabText(self.modes.currentIndex())
         on_event = self._queue.put
         if mode == "Run":
@@ -275,16 +278,10 @@ class BenchTab(QWidget):
                 api_key=key,
                 slo=self.slo(),
                 on_record=lambda rec, done, total: on_event(
-                    {
-                        "event": "progress",
-                        "done": done,
-                        "total": total,
-                        "ttft_ms": rec.ttft * 1000 if rec.success else None,
-                    }
+                    BenchProgress(done, total, ttft_ms=rec.ttft * 1000 if rec.success else None)
                 ),
             )
-            job.kind = "bench"
-            return job
+            return "bench", job
         if self._server_running():
             raise QuantdeckError(
                 "stop the running server first: A/B and tuning start their "
@@ -297,8 +294,7 @@ class BenchTab(QWidget):
             lines = [ln for ln in self.arms.toPlainText().splitlines() if ln.strip()]
             arms = [parse_arm(ln, base) for ln in lines]
             job = ABRun(arms, self.load_spec(), slo=self.slo(), on_event=on_event)
-            job.kind = "ab"
-            return job
+            return "ab", job
         from quantdeck.core.bench import Tuner, parse_space
         from quantdeck.core.launch import detect_device
 
@@ -314,24 +310,23 @@ class BenchTab(QWidget):
             max_points=self.max_points.value(),
             on_event=on_event,
         )
-        job.kind = "tune"
-        return job
+        return "tune", job
 
     # -- running -----------------------------------------------------------------------------
     def run(self) -> None:
         from superqt.utils import create_worker
 
         try:
-            job = self._make_job()
+            kind, job = self._make_job()
         except QuantdeckError as e:
             self.status.setText(str(e))
             self.failed.emit(str(e))
             return
-        self.job = job
+        self.job, self.job_kind = job, kind
         self._ttfts = []
         self.curve.setData([], [])
         self.progress.setValue(0)
-        self.status.setText(f"{job.kind}: running…")
+        self.status.setText(f"{kind}: running…")
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.worker = create_worker(job.run)
@@ -353,31 +348,43 @@ class BenchTab(QWidget):
                 ev = self._queue.get_nowait()
             except queue.Empty:
                 break
-            kind = ev.get("event")
+            kind = ev.kind
             if kind == "progress":
                 if ev.get("ttft_ms") is not None:
-                    self._ttfts.append(ev["ttft_ms"])
+                    self._ttfts.append(ev.get("ttft_ms"))
                     changed = True
-                self.progress.setMaximum(ev["total"])
-                self.progress.setValue(ev["done"])
+                self.progress.setMaximum(ev.get("total"))
+                self.progress.setValue(ev.get("done"))
             elif kind == "arm":
                 self.status.setText(
-                    f"arm {ev['index'] + 1}/{ev['total']} {ev['label']}: {ev['stage']}"
+                    f"arm {ev.get('index') + 1}/{ev.get('total')} "
+                    f"{ev.get('label')}: {ev.get('stage')}"
                 )
-                if ev["stage"] == "starting":
+                if ev.get("stage") == "starting":
                     self._ttfts = []
                     changed = True
             elif kind == "point":
-                vals = ", ".join(f"{k}={v}" for k, v in ev["values"].items())
+                vals = ", ".join(f"{k}={v}" for k, v in ev.get("values").items())
                 self.status.setText(
-                    f"point {ev['index']} ({vals}): {ev['stage']}"
-                    + (f" · goodput {ev['goodput']:.2f}" if ev.get("goodput") is not None else "")
+                    f"point {ev.get('index')} ({vals}): {ev.get('stage')}"
+                    + (
+                        f" · goodput {ev.get('goodput'):.2f}"
+                        if ev.get("goodput") is not None
+                        else ""
+                    )
                 )
-                if ev["stage"] == "starting":
+                if ev.get("stage") == "starting":
                     self._ttfts = []
                     changed = True
-            elif kind == "arm_server" and ev.get("event") == "progress":
-                pass
+            elif isinstance(ev, ArmServerEvent):
+                server = ev.server
+                if isinstance(server, ProgressEvent):
+                    self.status.setText(
+                        f"arm {ev.index + 1}: server {server.stage} {server.pct:.0f}%"
+                    )
+                elif isinstance(server, StateEvent):
+                    why = f": {server.get('reason')}" if server.get("reason") else ""
+                    self.status.setText(f"arm {ev.index + 1}: server {server.state}{why}")
         if changed:
             self.curve.setData(np.arange(len(self._ttfts)), np.asarray(self._ttfts))
 
@@ -385,7 +392,7 @@ class BenchTab(QWidget):
         from quantdeck.core.bench import environment, save_run
 
         self._drain()
-        kind = getattr(self.job, "kind", "bench")
+        kind = self.job_kind
         result.setdefault("env", environment(result.get("server_version")))
         label = self.label.text().strip() or None
         if kind == "tune":

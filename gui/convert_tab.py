@@ -1,7 +1,8 @@
 """The Convert tab: pick a target format, Convert, watch the job, then Launch the result.
 
 Jobs are :class:`quantdeck.core.convert.JobQueue` jobs (one subprocess each, hard cancel); its
-observer runs on the queue's worker thread and only puts events in a queue, which a QTimer drains."""
+observer runs on the queue's worker thread and only puts events in a queue, which a QTimer
+drains."""
 
 from __future__ import annotations
 
@@ -275,21 +276,22 @@ class ConvertTab(QWidget):
                 job, ev = self._events.get_nowait()
             except queue.Empty:
                 break
-            kind = ev.get("event")
+            kind = ev.kind
             if kind == "state":
-                self._set(job, 3, ev["state"])
+                self._set(job, 3, ev.get("state"))
                 self._log(
-                    f"job {job.id}: {ev['state']}" + (f": {ev['error']}" if ev.get("error") else "")
+                    f"job {job.id}: {ev.get('state')}"
+                    + (f": {ev.get('error')}" if ev.get("error") else "")
                 )
-                if ev["state"] == "running":
+                if ev.get("state") == "running":
                     self._started[job.id] = ev.get("t", time.time())
-                if ev["state"] in ("done", "failed", "cancelled"):
+                if ev.get("state") in ("done", "failed", "cancelled"):
                     self._finish(job, ev)
             elif kind == "progress":
                 pct = float(ev.get("pct", 0.0))
                 stage = str(ev.get("stage", ""))
                 if ev.get("layers") and stage == "quantize":
-                    stage += f" layer {ev.get('layer')}/{ev['layers']}"
+                    stage += f" layer {ev.get('layer')}/{ev.get('layers')}"
                 self._set(job, 4, stage)
                 self._set(job, 5, f"{pct:.0f}")
                 bar = self.table.cellWidget(self._rows.get(job.id, -1), 5)

@@ -154,7 +154,7 @@ class KnobForm(QWidget):
 
     def set_config(self, cfg: LaunchConfig) -> None:
         self._config = cfg.copy()
-        for name, ed in self.editors.items():
+        for ed in self.editors.values():
             ed.set_value(ed.knob.get(self._config))
 
     def config(self) -> LaunchConfig:

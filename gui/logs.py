@@ -17,6 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.events import Event
+
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MAX_LINES = 20000
 
@@ -68,23 +70,23 @@ class LogsPanel(QWidget):
         cur.movePosition(QTextCursor.End)
         cur.insertText(text + "\n", self._fmt.get(kind, self._fmt["INFO"]))
 
-    def add_event(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("event")
+    def add_event(self, ev: Event) -> None:
+        kind = ev.kind
         if kind == "log":
-            entry = (ev.get("level", "INFO"), ev["line"])
+            entry = (ev.get("level", "INFO"), ev.get("line"))
         elif kind == "state":
             extra = ev.get("reason") or ev.get("url") or ""
-            entry = ("state", f"── {ev['state']} {extra}".rstrip())
-            if ev["state"] == "crashed":
+            entry = ("state", f"── {ev.get('state')} {extra}".rstrip())
+            if ev.get("state") == "crashed":
                 self.crash_tail = list(ev.get("log_tail") or [])
                 self.summary.setText(
                     f"crashed: {ev.get('reason', '')} — last "
                     f"{len(self.crash_tail)} lines kept below"
                 )
-            elif ev["state"] == "starting":
+            elif ev.get("state") == "starting":
                 self.summary.setText("")
         elif kind == "fact":
-            entry = ("fact", f"★ {ev['name']} = {ev['value']}")
+            entry = ("fact", f"★ {ev.get('name')} = {ev.get('value')}")
         else:
             return
         self.lines.append(entry)

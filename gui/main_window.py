@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import Event, MetricsEvent, StateEvent
 from quantdeck.core.launch import (
     DeviceFacts,
     Finding,
@@ -599,7 +600,7 @@ class MainWindow(QMainWindow):
             self._monitor = MonitorPanel()
             self._monitor_box.layout().addWidget(self._monitor)
             self._monitor.alert.connect(
-                lambda msg: self.logs.add_event({"event": "state", "state": "alert", "reason": msg})
+                lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
             )
             self._monitor.open_button.clicked.connect(self._on_open_recording)
         return self._monitor
@@ -696,11 +697,11 @@ class MainWindow(QMainWindow):
         self.add_model(Path(path), select=True)
 
     # -- server ------------------------------------------------------------------------------
-    def _on_server_event(self, ev: dict[str, Any]) -> None:
+    def _on_server_event(self, ev: Event) -> None:
         self.logs.add_event(ev)
-        kind = ev.get("event")
+        kind = ev.kind
         if kind == "state":
-            st = ev["state"]
+            st = ev.get("state")
             colors = {
                 "ready": "#2e7d32",
                 "crashed": "#c62828",
@@ -726,9 +727,9 @@ class MainWindow(QMainWindow):
                     "Its last log lines are in the Logs tab."
                 )
         elif kind == "progress":
-            self.launch.set_progress(ev["stage"], ev["pct"])
+            self.launch.set_progress(ev.get("stage"), ev.get("pct"))
 
-    def _on_metrics(self, ev: dict[str, Any]) -> None:
+    def _on_metrics(self, ev: MetricsEvent) -> None:
         self.monitor.add_event(ev)
         gpus = ev.get("gpus") or []
         if gpus:
@@ -745,7 +746,7 @@ class MainWindow(QMainWindow):
 
     def _on_server_error(self, msg: str) -> None:
         self.launch.message.setText(msg)
-        self.logs.add_event({"event": "state", "state": "error", "reason": msg})
+        self.logs.add_event(StateEvent("error", reason=msg))
 
     def _on_open_recording(self) -> None:
         from PySide6.QtWidgets import QFileDialog
@@ -767,9 +768,9 @@ class MainWindow(QMainWindow):
             return 0
         self.monitor.store.clear()
         for ev in rec.events:
-            if ev.get("event") == "metrics":
+            if ev.kind == "metrics":
                 self.monitor.add_event(ev)
-            elif ev.get("event") in ("state", "fact"):
+            elif ev.kind in ("state", "fact"):
                 self.logs.add_event(ev)
         self.tabs.setCurrentWidget(self._monitor_box)
         self.monitor.refresh(force=True)

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.events import Event
 from quantdeck.core.monitor import TimeSeriesStore
 
 BACKGROUND = "w"  # the plots' background (the grid's and light curves' shades are on it)
@@ -465,7 +466,7 @@ class MonitorPanel(QWidget):
         if lo < y0 or hi > y1 or (y1 - y0) > 2 * (hi - lo):
             p.setYRange(lo, hi, padding=0)
 
-    def add_event(self, ev: dict[str, Any]) -> None:
+    def add_event(self, ev: Event) -> None:
         """Feed one event (live or replayed); plots update on the next timer tick."""
         self.store.append(ev)
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from quantdeck.core.events import MetricsEvent
 from quantdeck.core.monitor import Recording, read_recording
 
 
 def _window_for(rec: Recording) -> str:
     from quantdeck.gui.monitor import WINDOWS
 
-    ts = [e["t"] for e in rec.of("metrics") if "t" in e]
+    ts = [e.t for e in rec.of(MetricsEvent)]
     span = (max(ts) - min(ts)) if ts else 0.0
     for name, seconds in WINDOWS.items():
         if span <= seconds:
@@ -39,14 +40,14 @@ def main(
     title = title or rec.header.get("title") or rec.header.get("model") or Path(path).name
     label = QLabel(
         f"<b>{title}</b> · {rec.duration_s:.0f} s recorded · "
-        f"{len(rec.of('metrics'))} samples"
-        + (f" · {rec.header['note']}" if rec.header.get("note") else "")
+        f"{len(rec.of(MetricsEvent))} samples"
+        + (f" · {rec.header.get('note')}" if rec.header.get("note") else "")
     )
     panel = MonitorPanel(parent=box)
     lay = QVBoxLayout(box)
     lay.addWidget(label)
     lay.addWidget(panel, 1)
-    for ev in rec.of("metrics"):
+    for ev in rec.of(MetricsEvent):
         panel.add_event(ev)
     panel.window_box.setCurrentText(_window_for(rec))
     box.resize(*size)

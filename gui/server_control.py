@@ -13,6 +13,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import Event, StateEvent
 from quantdeck.core.launch import LaunchConfig
 
 # The server, metrics and telemetry modules (httpx, prometheus_client, psutil) are imported
@@ -58,12 +59,12 @@ class QtServerController(QObject):
         t.start()
         return t
 
-    def _on_core_event(self, ev: dict[str, Any]) -> None:
-        if ev.get("event") == "state":
-            self.state = ev["state"]
-            if ev["state"] == "ready":
+    def _on_core_event(self, ev: Event) -> None:
+        if ev.kind == "state":
+            self.state = ev.get("state")
+            if ev.get("state") == "ready":
                 self._start_sampler()
-            elif ev["state"] in ("crashed", "stopped"):
+            elif ev.get("state") in ("crashed", "stopped"):
                 self._stop_sampler()
         self.event.emit(ev)
 
@@ -141,9 +142,7 @@ class QtServerController(QObject):
             models = att.check()
             with self._lock:
                 self.attached, self.server = att, None
-            self._on_core_event(
-                {"event": "state", "state": "attached", "url": att.url, "models": models}
-            )
+            self._on_core_event(StateEvent("attached", url=att.url, models=models))
             self._start_sampler()
 
         return self._run(body, "quantdeck-attach")
@@ -155,7 +154,7 @@ class QtServerController(QObject):
             srv.stop()
         if self.attached is not None:
             self.attached = None
-            self._on_core_event({"event": "state", "state": "stopped"})
+            self._on_core_event(StateEvent("stopped"))
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop everything and wait (the app is closing)."""

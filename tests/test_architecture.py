@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -39,7 +40,7 @@ def _loaded_after(code: str) -> list[str]:
 
 def test_core_loads_no_qt_torch_or_vllm() -> None:
     """``import quantdeck.core`` and every package face of it stay plain Python."""
-    faces = "launch models runtime monitor bench convert workers".split()
+    faces = ["launch", "models", "runtime", "monitor", "bench", "convert", "workers"]
     code = "import quantdeck.core\n" + "".join(f"import quantdeck.core.{f}\n" for f in faces)
     assert _loaded_after(code) == []
 
@@ -64,6 +65,13 @@ def test_gui_process_imports_no_torch_or_vllm() -> None:
 
 def test_wheel_has_one_top_level_name(tmp_path: Path) -> None:
     """``pip wheel .``: everything lives under ``quantdeck/`` (core, gui, cli, assets)."""
+    # built from a copy: setuptools writes build/ and *.egg-info beside the sources
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("core", "gui", "cli", "assets"):
+        shutil.copytree(ROOT / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
     r = subprocess.run(
         [
             sys.executable,
@@ -75,7 +83,7 @@ def test_wheel_has_one_top_level_name(tmp_path: Path) -> None:
             "--no-build-isolation",
             "-w",
             str(tmp_path),
-            str(ROOT),
+            str(src),
         ],
         capture_output=True,
         text=True,

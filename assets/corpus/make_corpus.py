@@ -57,7 +57,9 @@ def clean(text: str) -> str:
             blocks[-1].append(line.rstrip())
     kept = []
     for block in blocks:
-        block = [l for l in block if "::=" not in l and not l.lstrip().startswith((">>>", "... "))]
+        block = [
+            ln for ln in block if "::=" not in ln and not ln.lstrip().startswith((">>>", "... "))
+        ]
         if block and not _is_code_block(block):
             kept.append("\n".join(block))
     out = "\n\n".join(kept)

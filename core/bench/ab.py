@@ -20,10 +20,19 @@ from typing import Any
 
 from quantdeck.core.bench.client import Bench, LoadSpec
 from quantdeck.core.errors import ConfigError, ServerError
+from quantdeck.core.events import (
+    ArmEvent,
+    ArmServerEvent,
+    BenchProgress,
+    Event,
+    ProgressEvent,
+    Publisher,
+    StateEvent,
+)
 from quantdeck.core.launch import LaunchConfig, knobs, profiles, to_dict, validate
 from quantdeck.core.runtime import EngineEnv, ServerProcess, free_port, warm_up
 
-EventFn = Callable[[dict[str, Any]], None]
+EventFn = Callable[[Event], None]
 
 
 @dataclass
@@ -105,7 +114,9 @@ class ABRun:
         spec.check()
         self.arms, self.spec, self.slo = arms, spec, dict(slo or {})
         self.engine, self.warmups, self.ready_timeout = engine, warmups, ready_timeout
-        self.on_event = on_event or (lambda ev: None)
+        self._events: Publisher[Event] = Publisher("A/B run")
+        if on_event is not None:
+            self._events.subscribe(on_event)
         self.stop_when = stop_when
         self._cancel = threading.Event()
         self._bench: Bench | None = None
@@ -116,8 +127,13 @@ class ABRun:
         if self._bench is not None:
             self._bench.cancel()
 
-    def _emit(self, **ev: Any) -> None:
-        self.on_event({"t": time.time(), **ev})
+    def subscribe(self, fn: EventFn) -> Callable[[], None]:
+        """Call ``fn`` with every event of the run: :class:`ArmEvent`, :class:`BenchProgress`
+        and the arms' server events as :class:`ArmServerEvent`."""
+        return self._events.subscribe(fn)
+
+    def _emit(self, ev: Event) -> None:
+        self._events.emit(ev)
 
     def preflight(self) -> None:
         """Every arm's config is valid and its model readable, before the first start."""
@@ -140,9 +156,7 @@ class ABRun:
                     {"label": arm.label, "config": to_dict(arm.config), "skipped": "cancelled"}
                 )
                 continue
-            self._emit(
-                event="arm", index=i, total=len(self.arms), label=arm.label, stage="starting"
-            )
+            self._emit(ArmEvent(i, len(self.arms), arm.label, "starting"))
             results.append(self.run_arm(arm, i))
         for r in results:
             attach_roofline(r)
@@ -161,8 +175,8 @@ class ABRun:
         out: dict[str, Any] = {"label": arm.label, "config": to_dict(arm.config)}
         server.subscribe(
             lambda ev: (
-                self._emit(event="arm_server", index=index, **ev)
-                if ev.get("event") in ("state", "progress")
+                self._emit(ArmServerEvent(index, ev))
+                if isinstance(ev, (StateEvent, ProgressEvent))
                 else None
             )
         )
@@ -188,9 +202,7 @@ class ABRun:
                 return out
             out["ready_s"] = round(time.time() - t0, 1)
             out["warmup"] = warm_up(server, self.warmups)
-            self._emit(
-                event="arm", index=index, total=len(self.arms), label=arm.label, stage="measuring"
-            )
+            self._emit(ArmEvent(index, len(self.arms), arm.label, "measuring"))
             if self._cancel.is_set():
                 out["error"] = "cancelled"
                 return out
@@ -202,11 +214,9 @@ class ABRun:
                 slo=self.slo,
                 stop_when=self.stop_when,
                 on_record=lambda rec, done, total: self._emit(
-                    event="progress",
-                    index=index,
-                    done=done,
-                    total=total,
-                    ttft_ms=rec.ttft * 1000 if rec.success else None,
+                    BenchProgress(
+                        done, total, index=index, ttft_ms=rec.ttft * 1000 if rec.success else None
+                    )
                 ),
             )
             out["result"] = self._bench.run()
@@ -220,12 +230,5 @@ class ABRun:
             if server.running:
                 server.stop()
             self._server = None
-            self._emit(
-                event="arm",
-                index=index,
-                total=len(self.arms),
-                label=arm.label,
-                stage="done",
-                error=out.get("error"),
-            )
+            self._emit(ArmEvent(index, len(self.arms), arm.label, "done", error=out.get("error")))
         return out

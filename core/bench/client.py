@@ -246,8 +246,12 @@ class Bench:
             # small box every wake-up of the client is taken from the server's cores
             cancelled = asyncio.Event()
             loop = asyncio.get_running_loop()
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(cancelled.set)
+
             with self._lock:
-                self._wake = lambda: loop.call_soon_threadsafe(cancelled.set)
+                self._wake = wake
                 if self._cancel.is_set():
                     cancelled.set()
 
@@ -295,7 +299,8 @@ class Bench:
         """Wait for the requests; once the cancel watcher ends, abort those in flight (they
         count as failed)."""
         everything = asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        first: set[asyncio.Future[Any]] = {everything, watcher}
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         if not everything.done():
             for t in tasks:
                 t.cancel()

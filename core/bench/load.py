@@ -89,11 +89,11 @@ def parse_slo(
             slo[key] = float(value)
         except ValueError:
             raise ConfigError(f"--goodput {item!r}: {value!r} is not a number") from None
-    for key, value in (("ttft", ttft), ("tpot", tpot), ("e2el", e2el)):
-        if value is not None:
-            slo[key] = float(value)
-    for key, value in slo.items():
-        if not value > 0:
+    for key, flag in (("ttft", ttft), ("tpot", tpot), ("e2el", e2el)):
+        if flag is not None:
+            slo[key] = float(flag)
+    for key, limit in slo.items():
+        if not limit > 0:
             raise ConfigError(f"SLO {key} must be > 0 ms")
     return slo
 

@@ -15,6 +15,7 @@ yardstick for the tuner)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -25,10 +26,18 @@ from typing import Any
 from quantdeck.core.bench.ab import ABRun, Arm
 from quantdeck.core.bench.client import LoadSpec, RequestRecord
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.events import (
+    ArmEvent,
+    ArmServerEvent,
+    BenchProgress,
+    Event,
+    PointEvent,
+    Publisher,
+)
 from quantdeck.core.launch import DeviceFacts, LaunchConfig, to_dict, validate
 from quantdeck.core.runtime import EngineEnv
 
-EventFn = Callable[[dict[str, Any]], None]
+EventFn = Callable[[Event], None]
 
 # knob -> (config group, attribute); order = search order (largest usual effect first)
 KNOBS: dict[str, tuple[str, str]] = {
@@ -92,6 +101,14 @@ def apply_point(base: LaunchConfig, point: dict[str, Any]) -> LaunchConfig:
     return validate(cfg)
 
 
+def _tag_point(ev: Event, n: int) -> Event:
+    """``ev`` tagged with tuning point ``n`` where its kind carries one (arm, progress, arm
+    server); any other event as it is."""
+    if isinstance(ev, (ArmEvent, BenchProgress, ArmServerEvent)):
+        return dataclasses.replace(ev, point=n)
+    return ev
+
+
 @dataclass
 class Point:
     values: dict[str, Any]
@@ -151,7 +168,9 @@ class Tuner:
         self.slo = {"ttft": float(ttft_ms), "tpot": float(tpot_ms)}
         self.strategy, self.max_points = strategy, max_points
         self.engine, self.warmups = engine, warmups
-        self.on_event = on_event or (lambda ev: None)
+        self._events: Publisher[Event] = Publisher("tuner")
+        if on_event is not None:
+            self._events.subscribe(on_event)
         self.points: dict[tuple[tuple[str, Any], ...], Point] = {}
         self.best: Point | None = None
         self._cancel = threading.Event()
@@ -162,8 +181,13 @@ class Tuner:
         if self._run is not None:
             self._run.cancel()
 
-    def _emit(self, **ev: Any) -> None:
-        self.on_event({"t": time.time(), **ev})
+    def subscribe(self, fn: EventFn) -> Callable[[], None]:
+        """Call ``fn`` with every :class:`PointEvent` and, tagged with their point, the events
+        of the point's run (arm, progress, its server's states)."""
+        return self._events.subscribe(fn)
+
+    def _emit(self, ev: Event) -> None:
+        self._events.emit(ev)
 
     # -- one point ---------------------------------------------------------------------------
     def _hopeless(self, records: list[RequestRecord]) -> str | None:
@@ -188,7 +212,7 @@ class Tuner:
             return self.points[point.key()]
         self.points[point.key()] = point
         n = len(self.points)
-        self._emit(event="point", index=n, values=point.values, stage="starting")
+        self._emit(PointEvent(n, point.values, "starting"))
         t0 = time.time()
         try:
             cfg = apply_point(self.base, values)
@@ -201,7 +225,7 @@ class Tuner:
             slo=self.slo,
             engine=self.engine,
             warmups=self.warmups,
-            on_event=lambda ev: self._emit(point=n, **ev),
+            on_event=lambda ev: self._emit(_tag_point(ev, n)),
             stop_when=self._hopeless,
         )
         self._run = run
@@ -225,13 +249,8 @@ class Tuner:
                 )
                 if self.best is None or (point.goodput or 0) > (self.best.goodput or 0):
                     self.best = point
-        self._emit(
-            event="point",
-            index=n,
-            values=point.values,
-            stage="done",
-            **{k: v for k, v in point.to_json().items() if k != "values"},
-        )
+        result = {k: v for k, v in point.to_json().items() if k != "values"}
+        self._emit(PointEvent(n, point.values, "done", result))
         return point
 
     def _budget_left(self) -> bool:
@@ -287,7 +306,7 @@ class Tuner:
         for combo in itertools.product(*(self.space[k] for k in knobs)):
             if not self._budget_left():
                 return
-            self.measure(dict(zip(knobs, combo)))
+            self.measure(dict(zip(knobs, combo, strict=True)))
 
     def _coordinate(self) -> None:
         current = self.start_values()

@@ -21,12 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from quantdeck.core.errors import ConfigError, ModelError, QuantdeckError
+from quantdeck.core.events import DoneEvent, Event, LogEvent, ProgressEvent, Publisher, StateEvent
 from quantdeck.core.models import ModelInfo, inspect_model
-from quantdeck.core.procs import subprocess_env, worker_command
+from quantdeck.core.procs import subprocess_env, worker_command, worker_events
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ def verify(out: Path, spec: QuantSpec, src: ModelInfo) -> ModelInfo:
 
 def run_job(
     spec: QuantSpec,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[Event], None] | None = None,
     *,
     cancel: threading.Event | None = None,
     python: str | None = None,
@@ -205,7 +207,7 @@ def run_job(
     if spec.calib:
         cmd += ["--calib", spec.calib]
     t0 = time.time()
-    emit({"event": "progress", "stage": "start", "pct": 0.0, "t": t0})
+    emit(ProgressEvent("start", 0.0, t=t0))
     err_tail: collections.deque[str] = collections.deque(maxlen=20)
     try:
         proc = subprocess.Popen(
@@ -217,25 +219,23 @@ def run_job(
             start_new_session=True,
             env=subprocess_env({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}),
         )
-        stderr_reader = threading.Thread(
-            target=lambda: [err_tail.append(ln.rstrip()) for ln in proc.stderr], daemon=True
-        )
+        stdout, stderr = proc.stdout, proc.stderr
+        assert stdout is not None and stderr is not None  # both opened as PIPE above
+
+        def read_stderr() -> None:
+            for ln in stderr:
+                err_tail.append(ln.rstrip())
+
+        stderr_reader = threading.Thread(target=read_stderr, daemon=True)
         stderr_reader.start()
         watcher = threading.Thread(target=_watch_cancel, args=(proc, cancel), daemon=True)
         watcher.start()
-        done: dict[str, Any] | None = None
-        for line in proc.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(ev, dict):
-                continue
-            ev.setdefault("t", time.time())
-            if ev.get("event") == "done":
+        done: Event | None = None
+        for ev in worker_events(stdout):
+            if isinstance(ev, DoneEvent):
                 done = ev
-                continue
-            emit(ev)
+            elif not isinstance(ev, LogEvent):  # stray stdout lines are not progress
+                emit(ev)
         rc = proc.wait()
         stderr_reader.join(timeout=5)
         if cancel is not None and cancel.is_set():
@@ -243,14 +243,14 @@ def run_job(
         if rc != 0 or done is None:
             last = next((ln for ln in reversed(err_tail) if ln.strip()), f"exit code {rc}")
             raise QuantdeckError(f"{spec.method} conversion failed: {last}")
-        emit({"event": "progress", "stage": "verify", "pct": 100.0, "t": time.time()})
+        emit(ProgressEvent("verify", 100.0))
         info = verify(tmp, spec, src_info)
+        assert info.quantization is not None  # verify() raises on a folder without one
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     result = {
-        "event": "done",
         "out": str(out),
         "quant_method": info.quantization.method,
         "scheme": info.quantization.scheme,
@@ -258,9 +258,8 @@ def run_job(
         "source_bytes": src_info.weights_bytes,
         "seconds": round(time.time() - t0, 2),
         "peak_rss_bytes": done.get("peak_rss_bytes"),
-        "t": time.time(),
     }
-    emit(result)
+    emit(DoneEvent(result, t=time.time()))
     return result
 
 
@@ -286,7 +285,7 @@ class Job:
     pct: float = 0.0
     result: dict[str, Any] | None = None
     error: str | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
@@ -298,23 +297,19 @@ class JobQueue:
         self._ids = itertools.count(1)
         self._pending: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
-        self._observers: list[Callable[[Job, dict[str, Any]], None]] = []
+        self._events: Publisher[tuple[Job, Event]] = Publisher("conversion jobs")
         self._thread: threading.Thread | None = None
         self._closing = False
 
-    def subscribe(self, fn: Callable[[Job, dict[str, Any]], None]) -> None:
-        self._observers.append(fn)
+    def subscribe(self, fn: Callable[[Job, Event], None]) -> Callable[[], None]:
+        """Call ``fn(job, event)`` for every event of every job (in the queue's thread)."""
+        return self._events.subscribe(lambda pair: fn(*pair))
 
-    def _emit(self, job: Job, ev: dict[str, Any]) -> None:
+    def _emit(self, job: Job, ev: Event) -> None:
         job.events.append(ev)
-        if ev.get("event") == "progress":
-            job.stage = str(ev.get("stage", job.stage))
-            job.pct = float(ev.get("pct", job.pct))
-        for fn in list(self._observers):
-            try:
-                fn(job, ev)
-            except Exception:
-                pass
+        if isinstance(ev, ProgressEvent):
+            job.stage, job.pct = ev.stage, float(ev.pct)
+        self._events.emit((job, ev))
 
     def submit(self, spec: QuantSpec) -> Job:
         spec.check()  # refuse at once, not when its turn comes
@@ -328,7 +323,7 @@ class JobQueue:
                     target=self._run, name="quantdeck-jobs", daemon=True
                 )
                 self._thread.start()
-        self._emit(job, {"event": "state", "state": "queued", "t": time.time()})
+        self._emit(job, StateEvent("queued"))
         return job
 
     def cancel(self, job_id: int) -> None:
@@ -338,32 +333,27 @@ class JobQueue:
             if job in self._pending:
                 self._pending.remove(job)
                 job.state = "cancelled"
-                self._emit(job, {"event": "state", "state": "cancelled", "t": time.time()})
+                self._emit(job, StateEvent("cancelled"))
 
     def _run(self) -> None:
         while True:
             with self._cv:
                 while not self._pending and not self._closing:
-                    if not self._cv.wait(timeout=5):
-                        if not self._pending:
-                            return
+                    if not self._cv.wait(timeout=5) and not self._pending:
+                        return
                 if self._closing:
                     return
                 job = self._pending.popleft()
             job.state = "running"
-            self._emit(job, {"event": "state", "state": "running", "t": time.time()})
+            self._emit(job, StateEvent("running"))
             try:
-                job.result = run_job(
-                    job.spec, lambda ev, j=job: self._emit(j, ev), cancel=job.cancel
-                )
+                job.result = run_job(job.spec, partial(self._emit, job), cancel=job.cancel)
                 job.state = "done"
             except JobCancelled:
                 job.state = "cancelled"
             except QuantdeckError as e:
                 job.state, job.error = "failed", str(e)
-            self._emit(
-                job, {"event": "state", "state": job.state, "error": job.error, "t": time.time()}
-            )
+            self._emit(job, StateEvent(job.state, error=job.error))
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
         deadline = None if timeout is None else time.time() + timeout

@@ -13,7 +13,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Literal, Union
 
 import yaml
@@ -122,7 +122,12 @@ def iter_knobs() -> tuple[Knob, ...]:
         for f in dataclasses.fields(cls):
             base, item, optional, choices = _resolve(hints[f.name])
             m = f.metadata
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                raise TypeError(f"knob {group}.{f.name} has no default")
             out.append(
                 Knob(
                     group=group,
@@ -168,6 +173,7 @@ def check_value(k: Knob, value: Any) -> None:
             return
         raise ConfigError(f"{k.key}: a value is required")
     if k.base is list:
+        assert k.item is not None  # _resolve gives every list knob its item type
         if not isinstance(value, list) or not all(_is(k.item, v) for v in value):
             raise ConfigError(f"{k.key}: expected a list of {k.item.__name__}, got {value!r}")
         return
@@ -397,15 +403,15 @@ def from_dict(data: Any, *, where: str = "profile") -> LaunchConfig:
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: compilation-config must be a mapping")
             for sub, subv in value.items():
-                k = by_key.get(COMPILATION_PREFIX[2:] + str(sub))
-                if k is None:
+                sub_knob = by_key.get(COMPILATION_PREFIX[2:] + str(sub))
+                if sub_knob is None:
                     raise ConfigError(f"{where}: unknown compilation-config key '{sub}'")
-                k.set(cfg, _coerce(k, subv, where))
+                sub_knob.set(cfg, _coerce(sub_knob, subv, where))
             continue
-        k = by_key.get(key) or by_key.get(key.replace("_", "-"))
-        if k is None:
+        knob = by_key.get(key) or by_key.get(key.replace("_", "-"))
+        if knob is None:
             raise ConfigError(f"{where}: unknown setting '{key}'")
-        k.set(cfg, _coerce(k, value, where))
+        knob.set(cfg, _coerce(knob, value, where))
     return cfg
 
 
@@ -440,6 +446,7 @@ def add_cli_options(parser: argparse.ArgumentParser, *, with_model: bool = False
                     help=help_,
                 )
             elif k.base is list:
+                assert k.item is not None  # _resolve gives every list knob its item type
                 g.add_argument(
                     k.flag,
                     dest=dest,
@@ -447,7 +454,7 @@ def add_cli_options(parser: argparse.ArgumentParser, *, with_model: bool = False
                     default=argparse.SUPPRESS,
                     metavar=k.item.__name__.upper(),
                     help=help_,
-                    type=lambda t, k=k: _cli_item(k, t),
+                    type=partial(_cli_item, k),
                 )
             else:
                 g.add_argument(
@@ -458,7 +465,7 @@ def add_cli_options(parser: argparse.ArgumentParser, *, with_model: bool = False
                     metavar=k.base.__name__.upper()
                     if not k.choices
                     else "{" + ",".join(map(str, k.choices)) + "}",
-                    type=lambda t, k=k: _cli_value(k, t),
+                    type=partial(_cli_value, k),
                 )
 
 

@@ -2,8 +2,8 @@
 
 Plain Python (it runs in the GUI process): the training itself happens in a subprocess,
 ``python -m quantdeck.core.workers.demo_train``, which is the only place that imports torch. A
-build writes into a sibling temp folder ``.quantdeck-demo.tmp-XXXX``; only when it succeeded is the marker
-file written and the folder renamed into place, so a half-built model is never seen.
+build writes into a sibling temp folder ``.quantdeck-demo.tmp-XXXX``; only when it succeeded is
+the marker file written and the folder renamed into place, so a half-built model is never seen.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from quantdeck.core.errors import ModelError
+from quantdeck.core.events import DoneEvent, Event
 from quantdeck.core.paths import data_root
-from quantdeck.core.procs import subprocess_env, worker_command
+from quantdeck.core.procs import subprocess_env, worker_command, worker_events
 
 DEMO_MODEL_NAME = "quantdeck-demo"
 MARKER_NAME = ".quantdeck-demo.json"
@@ -29,7 +29,7 @@ RECIPE_VERSION = 1
 
 _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
-ProgressCallback = Callable[[dict[str, Any]], None]
+ProgressCallback = Callable[[Event], None]
 
 
 def default_demo_dir() -> Path:
@@ -51,7 +51,7 @@ def is_complete(path: Path | str) -> bool:
 
 def _run_build(
     cmd: list[str], on_progress: ProgressCallback | None
-) -> tuple[int, dict[str, Any] | None, str]:
+) -> tuple[int, DoneEvent | None, str]:
     """Run the build, feeding stdout's JSON lines to ``on_progress``.
 
     Returns (exit code, the "done" event or None, the last non-empty stderr line).
@@ -74,20 +74,11 @@ def _run_build(
 
     reader = threading.Thread(target=drain_stderr, daemon=True)
     reader.start()
-    done: dict[str, Any] | None = None
+    done: DoneEvent | None = None
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = {"event": "log", "line": line}
-            if not isinstance(event, dict):
-                event = {"event": "log", "line": line}
-            if event.get("event") == "done":
+        for event in worker_events(proc.stdout, stamp=False):
+            if isinstance(event, DoneEvent):
                 done = event
             if on_progress is not None:
                 on_progress(event)
@@ -154,9 +145,9 @@ def ensure_demo_model(
             "recipe": RECIPE_VERSION,
             "name": DEMO_MODEL_NAME,
             **{
-                k: done[k]
+                k: done.result[k]
                 for k in ("seconds", "final_loss", "initial_loss", "steps", "seed")
-                if k in done
+                if k in done.result
             },
         }
         try:

@@ -201,11 +201,15 @@ def read_safetensors_header(path: Path) -> list[TensorEntry]:
         raise ModelError(f"{path}: corrupt safetensors header (not a JSON object)")
     out: list[TensorEntry] = []
     end_max = 0
-    for name, e in header.items():
+    for name, entry in header.items():
         if name == "__metadata__":
             continue
         try:
-            dtype, shape, (start, end) = e["dtype"], tuple(e["shape"]), e["data_offsets"]
+            dtype, shape, (start, end) = (
+                entry["dtype"],
+                tuple(entry["shape"]),
+                entry["data_offsets"],
+            )
             numel = 1
             for d in shape:
                 numel *= int(d)
@@ -289,7 +293,7 @@ def parse_quantization(qc: Any) -> Quantization | None:
 
 def _compressed_tensors(qc: dict[str, Any]) -> Quantization:
     groups = qc.get("config_groups") or {}
-    g = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
+    g: dict[str, Any] = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
     w = g.get("weights") or {}
     a = g.get("input_activations") or {}
     bits = w.get("num_bits")
@@ -340,7 +344,8 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelInfo:
     where = root / "config.json"
     if not arch:
         raise ModelError(f"{where}: no 'architectures' entry (unknown architecture)")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    text_config = cfg.get("text_config")
+    text: dict[str, Any] = text_config if isinstance(text_config, dict) else cfg
     if arch not in KNOWN_ARCHITECTURES and not arch.endswith(_GENERATIVE_SUFFIXES):
         raise ModelError(
             f"{where}: unknown architecture '{arch}' (not a text-generation model vLLM serves)"

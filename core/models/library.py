@@ -82,7 +82,7 @@ def scan_hf_cache(cache_dir: str | os.PathLike[str] | None = None) -> list[Libra
     from huggingface_hub import scan_cache_dir
 
     try:
-        info = scan_cache_dir(cache_dir)
+        info = scan_cache_dir(None if cache_dir is None else Path(cache_dir))
     except Exception:  # no cache yet, or unreadable: an empty library, not an error
         return []
     out = []

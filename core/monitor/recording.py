@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.events import Event, RecordingHeader, from_json
+
+E = TypeVar("E", bound=Event)
 
 FORMAT_VERSION = 1
 
@@ -28,14 +31,12 @@ class Recorder:
     def __init__(self, path: str | Path, header: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "w", encoding="utf-8")
+        self._f = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (open until close())
         self._lock = threading.Lock()
-        self.write(
-            {"event": "recording", "version": FORMAT_VERSION, "t": time.time(), **(header or {})}
-        )
+        self.write(RecordingHeader(FORMAT_VERSION, time.time(), dict(header or {})))
 
-    def write(self, ev: dict[str, Any]) -> None:
-        line = json.dumps(ev, default=_jsonable, separators=(",", ":"))
+    def write(self, ev: Event) -> None:
+        line = json.dumps(ev.to_json(), default=_jsonable, separators=(",", ":"))
         with self._lock:
             if self._f.closed:
                 return
@@ -55,15 +56,15 @@ def _jsonable(o: Any) -> Any:
 
 @dataclass
 class Recording:
-    header: dict[str, Any]
-    events: list[dict[str, Any]]
+    header: RecordingHeader
+    events: list[Event]
 
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("event") == kind]
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
 
     @property
     def duration_s(self) -> float:
-        ts = [e["t"] for e in self.events if "t" in e]
+        ts = [t for e in self.events if isinstance(t := e.get("t"), (int, float))]
         return (max(ts) - min(ts)) if ts else 0.0
 
 
@@ -81,7 +82,7 @@ def read_recording(path: str | Path) -> Recording:
         raise ConfigError(f"{p}: no such recording") from None
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read ({e})") from None
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -91,15 +92,19 @@ def read_recording(path: str | Path) -> Recording:
             if i == len(lines):
                 break
             raise ConfigError(f"{p}: line {i} is not JSON (not a Quantdeck recording?)") from None
-        if not isinstance(ev, dict) or "event" not in ev:
-            raise ConfigError(f"{p}: line {i} is not an event")
-        events.append(ev)
-    if not events or events[0].get("event") != "recording":
+        if not events and not (isinstance(ev, dict) and ev.get("event") == "recording"):
+            raise ConfigError(f"{p}: no recording header (not a Quantdeck recording)")
+        try:
+            events.append(from_json(ev))
+        except ValueError as e:
+            raise ConfigError(f"{p}: line {i} is not an event ({e})") from None
+    if not events or not isinstance(events[0], RecordingHeader):
         raise ConfigError(f"{p}: no recording header (not a Quantdeck recording)")
     header = events.pop(0)
-    if header.get("version", 0) > FORMAT_VERSION:
+    assert isinstance(header, RecordingHeader)
+    if header.version > FORMAT_VERSION:
         raise ConfigError(
-            f"{p}: recording format {header['version']} is newer than this "
+            f"{p}: recording format {header.version} is newer than this "
             f"Quantdeck reads ({FORMAT_VERSION})"
         )
     return Recording(header, events)
@@ -107,7 +112,7 @@ def read_recording(path: str | Path) -> Recording:
 
 def replay(
     rec: Recording,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[Event], None],
     *,
     speed: float = 0.0,
     stop: threading.Event | None = None,
@@ -119,10 +124,11 @@ def replay(
     for ev in rec.events:
         if stop is not None and stop.is_set():
             return
-        if speed > 0 and "t" in ev:
+        t = ev.get("t")
+        if speed > 0 and isinstance(t, (int, float)):
             if t0 is None:
-                t0 = ev["t"]
-            due = (ev["t"] - t0) / speed
+                t0 = t
+            due = (t - t0) / speed
             delay = due - (time.monotonic() - start)
             if delay > 0:
                 time.sleep(delay)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
+
+from quantdeck.core.events import MetricsEvent, Publisher
 
 
 class _NA:
@@ -118,7 +120,7 @@ def gpu_count() -> int:
     return 0 if n is NA else int(n)
 
 
-def read_gpu(index: int, server_pids: set[int] = frozenset()) -> GpuSnapshot:
+def read_gpu(index: int, server_pids: Set[int] = frozenset()) -> GpuSnapshot:
     """All readings of one GPU at once; each failed reading is NA."""
     h = nvml_call("nvmlDeviceGetHandleByIndex", index)
     if h is NA:
@@ -227,49 +229,22 @@ class Sample:
     metrics: Any = None  # quantdeck.core.monitor.metrics.MetricsSnapshot | None
     error: str | None = None  # why metrics are missing this tick
 
-    def to_event(self) -> dict[str, Any]:
+    def to_event(self) -> MetricsEvent:
         """The flat ``metrics`` event of ``quantdeck serve/monitor --json-events``."""
-        ev: dict[str, Any] = {"event": "metrics", "t": self.t}
+        values: dict[str, Any] = {}
         if self.metrics is not None:
-            m = self.metrics.to_json()
-            m.pop("t", None)
-            ev.update(m)
-        tel = self.telemetry.to_json()
-        tel.pop("t", None)
-        ev.update(tel)
+            values.update(self.metrics.to_json())
+        values.update(self.telemetry.to_json())
+        values.pop("t", None)
         if self.error:
-            ev["error"] = self.error
-        return ev
-
-
-class RingBuffer:
-    """A bounded history; old entries fall off the front."""
-
-    def __init__(self, capacity: int) -> None:
-        import collections
-
-        self._d: Any = collections.deque(maxlen=capacity)
-        self._lock = threading.Lock()
-
-    def append(self, x: Any) -> None:
-        with self._lock:
-            self._d.append(x)
-
-    def snapshot(self) -> list[Any]:
-        with self._lock:
-            return list(self._d)
-
-    def latest(self) -> Any:
-        with self._lock:
-            return self._d[-1] if self._d else None
-
-    def __len__(self) -> int:
-        return len(self._d)
+            values["error"] = self.error
+        return MetricsEvent(t=self.t, values=values)
 
 
 class Sampler:
-    """One background thread: every 1/hz seconds read telemetry (and scrape metrics), keep the
-    samples in a ring buffer and hand each to the observers (plain callables)."""
+    """One background thread: every 1/hz seconds read telemetry (and scrape metrics) into a
+    :class:`Sample` and hand it to the observers. Only the latest sample is kept: histories live
+    in bounded :class:`~quantdeck.core.monitor.timeseries.TimeSeriesStore` buffers."""
 
     def __init__(
         self,
@@ -277,21 +252,20 @@ class Sampler:
         hz: float = 2.0,
         scraper: Any = None,
         watch: ProcessWatch | None = None,
-        capacity: int = 36000,
     ) -> None:
         if hz <= 0:
             raise ValueError("hz must be positive")
         self.hz = hz
         self.scraper = scraper
         self.watch = watch
-        self.history = RingBuffer(capacity)
-        self._observers: list[Callable[[Sample], None]] = []
+        self._samples: Publisher[Sample] = Publisher("sampler")
+        self.latest: Sample | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def subscribe(self, fn: Callable[[Sample], None]) -> Callable[[], None]:
-        self._observers.append(fn)
-        return lambda: self._observers.remove(fn) if fn in self._observers else None
+        """Call ``fn`` with every sample (in the sampler's thread); returns the unsubscriber."""
+        return self._samples.subscribe(fn)
 
     def tick(self) -> Sample:
         tel = read_telemetry(self.watch)
@@ -302,12 +276,8 @@ class Sampler:
             except Exception as e:  # a lost connection is a state to show, not a crash
                 err = str(e)
         s = Sample(t=tel.t, telemetry=tel, metrics=metrics, error=err)
-        self.history.append(s)
-        for fn in list(self._observers):
-            try:
-                fn(s)
-            except Exception:
-                pass
+        self.latest = s
+        self._samples.emit(s)
         return s
 
     def _run(self) -> None:

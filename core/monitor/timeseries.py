@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from quantdeck.core.events import Event, MetricsEvent
 
 GiB = 2**30
 
@@ -22,19 +24,19 @@ GiB = 2**30
 @dataclass(frozen=True)
 class SeriesSpec:
     name: str  # column name, unit included
-    read: Callable[[dict[str, Any]], float | None]
+    read: Callable[[Mapping[str, Any]], float | None]  # from a metrics event's values
 
 
-def _key(k: str, scale: float = 1.0) -> Callable[[dict[str, Any]], float | None]:
-    def read(ev: dict[str, Any]) -> float | None:
+def _key(k: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], float | None]:
+    def read(ev: Mapping[str, Any]) -> float | None:
         v = ev.get(k)
         return None if v is None else float(v) * scale
 
     return read
 
 
-def _gpu(i: int, k: str, scale: float = 1.0) -> Callable[[dict[str, Any]], float | None]:
-    def read(ev: dict[str, Any]) -> float | None:
+def _gpu(i: int, k: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], float | None]:
+    def read(ev: Mapping[str, Any]) -> float | None:
         gpus = ev.get("gpus") or []
         if i >= len(gpus) or gpus[i].get(k) is None:
             return None
@@ -149,16 +151,17 @@ class TimeSeriesStore:
                 self._bmax[s.name] = np.full(self._nb, np.nan)
             self.num_gpus += 1
 
-    def append(self, ev: dict[str, Any]) -> None:
-        """Add one ``metrics`` event (others are ignored)."""
-        if ev.get("event") != "metrics" or "t" not in ev:
+    def append(self, ev: Event) -> None:
+        """Add one :class:`MetricsEvent` (other events are ignored)."""
+        if not isinstance(ev, MetricsEvent):
             return
+        values = ev.values
         with self._lock:
-            self._ensure_gpus(len(ev.get("gpus") or []))
+            self._ensure_gpus(len(values.get("gpus") or []))
             i = self._n % self.capacity
-            self._t[i] = float(ev["t"])
+            self._t[i] = float(ev.t)
             for s in self.specs:
-                v = s.read(ev)
+                v = s.read(values)
                 self._cols[s.name][i] = np.nan if v is None else v
             self._n += 1
             if self._nb and self._n % BLOCK == 0:

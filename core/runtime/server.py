@@ -23,6 +23,16 @@ import httpx
 import psutil
 
 from quantdeck.core.errors import ConfigError, ServerError
+from quantdeck.core.events import (
+    AdviceEvent,
+    Event,
+    FactEvent,
+    LogEvent,
+    PlanEvent,
+    ProgressEvent,
+    Publisher,
+    StateEvent,
+)
 from quantdeck.core.http import tls_verify
 from quantdeck.core.launch import (
     CPU_DEFAULT_KV_BYTES,
@@ -44,7 +54,6 @@ from quantdeck.core.procs import subprocess_env, worker_command
 from quantdeck.core.runtime import server_log as sl
 from quantdeck.core.runtime.engine import Capabilities, EngineEnv
 
-Event = dict[str, Any]
 Observer = Callable[[Event], None]
 LOG_TAIL = 200
 
@@ -175,7 +184,7 @@ class ServerProcess:
         self.plan: KvPlan | None = None
         self.findings: list[Finding] = []
         self._proc: subprocess.Popen[str] | None = None
-        self._observers: list[Observer] = []
+        self._events: Publisher[Event] = Publisher("server")
         self._lock = threading.RLock()
         self._ready = threading.Event()
         self._done = threading.Event()
@@ -187,24 +196,19 @@ class ServerProcess:
 
     # -- observers ---------------------------------------------------------------------------
     def subscribe(self, fn: Observer) -> Callable[[], None]:
-        with self._lock:
-            self._observers.append(fn)
-        return lambda: self._observers.remove(fn) if fn in self._observers else None
+        """Call ``fn`` with every event from now on (in the supervisor's threads); returns the
+        function that unsubscribes."""
+        return self._events.subscribe(fn)
 
     def _emit(self, ev: Event) -> None:
-        ev.setdefault("t", time.time())
-        for fn in list(self._observers):
-            try:
-                fn(ev)
-            except Exception:  # an observer's bug must not kill the supervisor
-                pass
+        self._events.emit(ev)
 
     def _set_state(self, state: str, **extra: Any) -> None:
         with self._lock:
             if self.state == state:
                 return
             self.state = state
-        self._emit({"event": "state", "state": state, **extra})
+        self._emit(StateEvent(state, **extra))
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -278,9 +282,9 @@ class ServerProcess:
         self._engine_pids = set()
         self.started_at = time.time()
         self._set_state(sl.STARTING, command=cmd)
-        self._emit({"event": "plan", **(self.plan.to_json() if self.plan else {})})
+        self._emit(PlanEvent(self.plan.to_json() if self.plan else {}))
         for f in self.findings:
-            self._emit({"event": "advice", **f.to_json()})
+            self._emit(AdviceEvent(f.to_json()))
         try:
             self._proc = subprocess.Popen(
                 cmd,
@@ -297,7 +301,7 @@ class ServerProcess:
         except OSError as e:
             self._set_state(sl.CRASHED, exit_code=None, reason=str(e))
             raise ServerError(f"cannot start {cmd[0]}: {e.strerror}") from None
-        self._emit({"event": "fact", "name": "pid", "value": self._proc.pid})
+        self._emit(FactEvent("pid", self._proc.pid))
         if self.nice:
             lower_priority(self._proc.pid, self.nice)
         self._threads = [
@@ -316,7 +320,7 @@ class ServerProcess:
                 logf.write(raw)
                 logf.flush()
                 self.log_tail.append(line)
-                self._emit({"event": "log", "line": line, "level": sl.log_level(line)})
+                self._emit(LogEvent(line, sl.log_level(line)))
                 for ev in parser.feed(line):
                     if ev.kind == "state" and self.state not in (
                         sl.READY,
@@ -326,10 +330,10 @@ class ServerProcess:
                     ):
                         self._set_state(ev.name)
                     elif ev.kind == "progress":
-                        self._emit({"event": "progress", "stage": ev.name, "pct": ev.value})
+                        self._emit(ProgressEvent(ev.name, ev.value))
                     elif ev.kind == "fact":
                         self.facts[ev.name] = ev.value
-                        self._emit({"event": "fact", "name": ev.name, "value": ev.value})
+                        self._emit(FactEvent(ev.name, ev.value))
 
     def _models_ok(self, client: httpx.Client) -> bool:
         r = client.get("/v1/models")
@@ -354,9 +358,7 @@ class ServerProcess:
                         if client.get("/health").status_code == 200 and self._models_ok(client):
                             self._engine_pids = self._children()
                             self.facts["ready_s"] = round(time.time() - (self.started_at or 0), 2)
-                            self._emit(
-                                {"event": "fact", "name": "ready_s", "value": self.facts["ready_s"]}
-                            )
+                            self._emit(FactEvent("ready_s", self.facts["ready_s"]))
                             self._ready.set()
                             self._set_state(sl.READY, url=self.url)
                     except (httpx.HTTPError, ValueError):
@@ -378,9 +380,11 @@ class ServerProcess:
         self._done.set()
 
     def _children(self) -> set[int]:
+        if self._proc is None:
+            return set()
         try:
             return {c.pid for c in psutil.Process(self._proc.pid).children(recursive=True)}
-        except (psutil.Error, AttributeError):
+        except psutil.Error:
             return set()
 
     def _crashed(self, reason: str) -> None:
@@ -390,6 +394,7 @@ class ServerProcess:
             sl.CRASHED, exit_code=self.exit_code, reason=reason, log_tail=list(self.log_tail)
         )
         if self.running:  # a half-dead server: take the rest of the group down
+            assert self._proc is not None  # running means a process was started
             self._kill_group(signal.SIGKILL)
             try:
                 self._proc.wait(timeout=10)
@@ -494,15 +499,15 @@ def warm_up(server: ServerProcess, n: int) -> dict[str, float]:
     """Send ``n`` warm-up requests; report the first one's latency and one after warm-up."""
     if n <= 0:
         return {}
-    kw = {"api_key": server.cfg.server.api_key}
-    first = timed_completion(server.url, server.served_name, **kw)
+    api_key = server.cfg.server.api_key
+    first = timed_completion(server.url, server.served_name, api_key=api_key)
     for _ in range(n - 1):
-        timed_completion(server.url, server.served_name, **kw)
-    warm = timed_completion(server.url, server.served_name, **kw)
+        timed_completion(server.url, server.served_name, api_key=api_key)
+    warm = timed_completion(server.url, server.served_name, api_key=api_key)
     facts = {"first_request_ms": round(first * 1000, 1), "warm_request_ms": round(warm * 1000, 1)}
     for k, v in facts.items():
         server.facts[k] = v
-        server._emit({"event": "fact", "name": k, "value": v})
+        server._emit(FactEvent(k, v))
     return facts
 
 

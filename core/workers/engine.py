@@ -30,20 +30,25 @@ def _alias_vllm_distribution() -> None:
             md.version(alias)
         except md.PackageNotFoundError:
             continue
-        real_version, real_distribution = md.version, md.distribution
-
-        def version(name: str, _alias: str = alias) -> str:
-            if name != "vllm":
-                return real_version(name)
-            v = real_version(_alias)  # vLLM's own fallback tags it so: platform detection
-            return v if "+cpu" in v else v + "+cpu"  # looks for "cpu" in the version
-
-        def distribution(name: str, _alias: str = alias) -> md.Distribution:
-            return real_distribution(_alias if name == "vllm" else name)
-
-        md.version = version  # type: ignore[assignment]
-        md.distribution = distribution  # type: ignore[assignment]
+        _answer_vllm_as(alias)
         return
+
+
+def _answer_vllm_as(alias: str) -> None:
+    """Make importlib.metadata answer for the distribution ``vllm`` with ``alias``'s."""
+    real_version, real_distribution = md.version, md.distribution
+
+    def version(name: str) -> str:
+        if name != "vllm":
+            return real_version(name)
+        v = real_version(alias)  # vLLM's own fallback tags it so: platform detection
+        return v if "+cpu" in v else v + "+cpu"  # looks for "cpu" in the version
+
+    def distribution(name: str) -> md.Distribution:
+        return real_distribution(alias if name == "vllm" else name)
+
+    md.version = version  # type: ignore[assignment]  # patched at run time: vLLM asks its own name
+    md.distribution = distribution  # type: ignore[assignment]  # (see above)
 
 
 def main(argv: list[str] | None = None) -> None:

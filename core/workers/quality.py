@@ -150,7 +150,7 @@ def compare(
 
     kl_sum = nll_o = nll_q = 0.0
     agree = n = 0
-    for lo, lq, tgt in zip(lp_orig, lp_quant, targets):
+    for lo, lq, tgt in zip(lp_orig, lp_quant, targets, strict=True):
         kl_sum += float((lo.exp() * (lo - lq)).sum())
         agree += int((lo.argmax(-1) == lq.argmax(-1)).sum())
         nll_o -= float(lo.gather(-1, tgt[:, None]).sum())

@@ -1,0 +1,369 @@
+"""Typed events and the one publish/subscribe helper every emitter uses.
+
+Each kind of event is a frozen dataclass whose ``to_json()`` gives the JSON object of
+``--json-events``, recordings and the workers' lines, with the keys in the order they always had
+(``{"event": KIND, ...fields}``). A field left :data:`ABSENT` is not written at all, so an event
+carries exactly the keys it was given (``"exit_code": null`` and no ``exit_code`` stay different).
+:func:`from_json` turns such an object back into its event, for replay and for reading workers.
+
+:class:`Publisher` delivers events to observers in order. An observer that raises does not stop
+the others or the emitter, and its error is logged once, with its traceback: never swallowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Generic, TypeVar
+
+log = logging.getLogger("quantdeck.events")
+
+
+class _Absent:
+    """The marker of a field an event does not carry (distinct from a ``None`` it carries)."""
+
+    _instance: ClassVar[_Absent | None] = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Final = _Absent()
+
+_KINDS: dict[str, type[Event]] = {}
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every event: ``kind`` is its ``"event"`` key in JSON."""
+
+    kind: ClassVar[str] = ""
+    # The A/B and tuning events were always written time first (and the tuner's point number
+    # second): {"t": ..., "point": ..., "event": ..., ...}.
+    t_first: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.__dict__.get("kind") and not cls.__name__.startswith("_"):
+            _KINDS.setdefault(cls.kind, cls)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.t_first:
+            out["t"] = self.get("t")
+            if self.get("point") is not None:
+                out["point"] = self.get("point")
+        out["event"] = self.kind
+        for f in dataclasses.fields(self):
+            if f.name in out:
+                continue
+            value = getattr(self, f.name)
+            if value is ABSENT:
+                continue
+            if f.metadata.get("flatten"):
+                out.update(value)
+            else:
+                out[f.name] = value
+        return out
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A key of :meth:`to_json` (a field, or a key of a flattened mapping): its value, or
+        ``default`` when the event does not carry it."""
+        value = getattr(self, name, ABSENT) if name in self._names() else ABSENT
+        if value is ABSENT:
+            for f in dataclasses.fields(self):
+                if f.metadata.get("flatten") and name in getattr(self, f.name):
+                    return getattr(self, f.name)[name]
+            return default
+        return value
+
+    @classmethod
+    def _names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any]) -> Event:
+        names = [f.name for f in dataclasses.fields(cls)]
+        flat = next((f.name for f in dataclasses.fields(cls) if f.metadata.get("flatten")), None)
+        kw: dict[str, Any] = {k: v for k, v in data.items() if k in names and k != flat}
+        t_field = next((f for f in dataclasses.fields(cls) if f.name == "t"), None)
+        optional_t = t_field is not None and t_field.default_factory is not dataclasses.MISSING
+        if optional_t and "t" not in data:
+            kw["t"] = ABSENT  # read back as it was written: no time stamp invented
+        if flat is not None:
+            kw[flat] = {k: v for k, v in data.items() if k not in names and k != "event"}
+        else:
+            extra = sorted(set(data) - set(names) - {"event"})
+            if extra:
+                raise ValueError(f"'{cls.kind}' event: unknown keys {', '.join(extra)}")
+        return cls(**kw)
+
+
+def flat() -> Any:
+    """A mapping field written inline (its keys at the event's top level), in the position the
+    field is declared."""
+    return field(default_factory=dict, metadata={"flatten": True})
+
+
+def now() -> float:
+    return time.time()
+
+
+# -- the server (quantdeck.core.runtime) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateEvent(Event):
+    """The server (or a job) moved to ``state``; the rest says why or where."""
+
+    kind: ClassVar[str] = "state"
+    state: str
+    command: list[str] | _Absent = ABSENT
+    exit_code: int | None | _Absent = ABSENT
+    reason: str | _Absent = ABSENT
+    log_tail: list[str] | _Absent = ABSENT
+    url: str | _Absent = ABSENT
+    models: list[str] | _Absent = ABSENT  # attached: what the server serves
+    error: str | None | _Absent = ABSENT  # jobs: why a job failed
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class FactEvent(Event):
+    """Something learnt about the running server (weights, KV tokens, kernel, ready_s...)."""
+
+    kind: ClassVar[str] = "fact"
+    name: str
+    value: Any
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class ProgressEvent(Event):
+    """Progress of a stage, 0-100 (server start-up, a conversion, the demo build)."""
+
+    kind: ClassVar[str] = "progress"
+    stage: str
+    pct: float
+    extra: Mapping[str, Any] = flat()  # what a worker adds (loss, layer, peak_rss_bytes...)
+    t: float | _Absent = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class LogEvent(Event):
+    """One line of the server's (or a worker's) log."""
+
+    kind: ClassVar[str] = "log"
+    line: str
+    level: str | _Absent = ABSENT
+    t: float | _Absent = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class PlanEvent(Event):
+    """The planner's prediction for this launch (:meth:`KvPlan.to_json`'s keys)."""
+
+    kind: ClassVar[str] = "plan"
+    plan: Mapping[str, Any] = flat()
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class AdviceEvent(Event):
+    """One advisor finding (:meth:`Finding.to_json`'s keys: level, code, message...)."""
+
+    kind: ClassVar[str] = "advice"
+    finding: Mapping[str, Any] = flat()
+    t: float = field(default_factory=now)
+
+
+# -- monitoring (quantdeck.core.monitor) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricsEvent(Event):
+    """One monitoring tick: derived /metrics figures and telemetry, flat (``kv_usage_pct``,
+    ``ttft_p99_ms``, ``gpus``...), as ``serve/monitor --json-events`` print them."""
+
+    kind: ClassVar[str] = "metrics"
+    t: float
+    values: Mapping[str, Any] = flat()
+
+
+@dataclass(frozen=True)
+class RecordingHeader(Event):
+    """The first line of a recording."""
+
+    kind: ClassVar[str] = "recording"
+    version: int
+    t: float | _Absent = field(default_factory=now)
+    info: Mapping[str, Any] = flat()  # source, config, model, url...
+
+
+# -- benchmarks (quantdeck.core.bench) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchProgress(Event):
+    """A measured request finished (``index``: the A/B arm or tuning point measuring)."""
+
+    kind: ClassVar[str] = "progress"
+    t_first: ClassVar[bool] = True
+    done: int
+    total: int
+    index: int | _Absent = ABSENT
+    ttft_ms: float | None | _Absent = ABSENT
+    point: int | _Absent = ABSENT
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class ArmEvent(Event):
+    """An A/B arm (or a tuning point's run) reached ``stage``."""
+
+    kind: ClassVar[str] = "arm"
+    t_first: ClassVar[bool] = True
+    index: int
+    total: int
+    label: str
+    stage: str
+    error: str | None | _Absent = ABSENT  # when done: why the arm has no result
+    point: int | _Absent = ABSENT
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class ArmServerEvent(Event):
+    """An event of the server of A/B arm ``index`` (its state changes and start-up progress),
+    nested whole: ``{"event": "arm_server", "index": 0, "server": {"event": "state", ...}}``."""
+
+    kind: ClassVar[str] = "arm_server"
+    t_first: ClassVar[bool] = True
+    index: int
+    server: Event
+    point: int | _Absent = ABSENT
+    t: float = field(default_factory=now)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["server"] = self.server.to_json()
+        return out
+
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any]) -> Event:
+        kw = {k: v for k, v in data.items() if k != "event"}
+        kw["server"] = from_json(kw["server"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class PointEvent(Event):
+    """A tuning point reached ``stage`` (starting, done), with its figures when done."""
+
+    kind: ClassVar[str] = "point"
+    t_first: ClassVar[bool] = True
+    index: int
+    values: Mapping[str, Any]
+    stage: str
+    result: Mapping[str, Any] = flat()  # goodput, meets, error, dropped, seconds...
+    t: float = field(default_factory=now)
+
+
+# -- workers and jobs (quantdeck.core.workers, quantdeck.core.convert) ------------------------
+
+
+@dataclass(frozen=True)
+class DoneEvent(Event):
+    """A worker or job finished: what it made (``out``, ``quant_method``, ``bytes``...)."""
+
+    kind: ClassVar[str] = "done"
+    result: Mapping[str, Any] = flat()
+    t: float | _Absent = ABSENT
+
+
+def from_json(data: Mapping[str, Any]) -> Event:
+    """The event a JSON object describes (as :meth:`Event.to_json` wrote it). Raises
+    ``ValueError`` for an object that is not one."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("event"), str):
+        raise ValueError("not an event: no 'event' key")
+    kind = data["event"]
+    if kind == "progress":  # a stage's progress, or a benchmark's
+        cls: type[Event] = BenchProgress if "done" in data else ProgressEvent
+    else:
+        cls = _KINDS.get(kind, _Unknown)
+    try:
+        if cls is _Unknown:
+            return _Unknown(name=kind, fields={k: v for k, v in data.items() if k != "event"})
+        return cls.from_fields(data)
+    except TypeError as e:
+        raise ValueError(f"'{kind}' event: {e}") from None
+
+
+@dataclass(frozen=True)
+class _Unknown(Event):
+    """An event of a kind this version does not know (a newer recording): kept as it was."""
+
+    name: str = ""
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.name, **self.fields}
+
+
+# -- publish / subscribe ----------------------------------------------------------------------
+
+E = TypeVar("E")
+
+
+class Publisher(Generic[E]):
+    """Observers of one emitter. ``subscribe`` returns the function that unsubscribes.
+
+    ``emit`` calls every observer in the emitter's thread, in subscription order. An observer's
+    exception is logged once per observer, with its traceback, and delivery goes on.
+    """
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self._observers: list[Callable[[E], None]] = []
+        self._failed: set[int] = set()
+        self._lock = threading.Lock()
+
+    def subscribe(self, fn: Callable[[E], None]) -> Callable[[], None]:
+        with self._lock:
+            self._observers.append(fn)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if fn in self._observers:
+                    self._observers.remove(fn)
+
+        return unsubscribe
+
+    def emit(self, event: E) -> None:
+        with self._lock:
+            observers = list(self._observers)
+        for fn in observers:
+            try:
+                fn(event)
+            except Exception:
+                if id(fn) not in self._failed:
+                    self._failed.add(id(fn))
+                    log.exception("an observer of %s failed on %r", self.owner, event)
+
+    def __len__(self) -> int:
+        return len(self._observers)

