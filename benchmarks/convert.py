@@ -40,13 +40,15 @@ DIRECT = r"""
 import sys, time
 t0 = time.monotonic()
 from pathlib import Path
-from quantdeck.core.workers.quantize import (
+from quantdeck.core.workers.quantize.common import (
     DEFAULT_CALIB,
     calibration_batches,
+    read_calibration,
+)
+from quantdeck.core.workers.quantize.gptqmodel import (
     gptqmodel_calibration,
     gptqmodel_config,
     gptqmodel_environment,
-    read_calibration,
 )
 gptqmodel_environment()  # the same GPTQModel environment the job sets
 from gptqmodel import GPTQModel

@@ -46,12 +46,3 @@ def worker_events(lines: Iterable[str], *, stamp: bool = True) -> Iterator[Event
             yield from_json(data)
         except ValueError:
             yield LogEvent(json.dumps(data))
-
-
-def last_line(lines: Iterable[str], default: str = "") -> str:
-    """The last non-empty line (a worker's one-line error is its last stderr line)."""
-    last = default
-    for line in lines:
-        if line.strip():
-            last = line.strip()
-    return last

@@ -5,9 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QApplication
 
 from quantdeck.core.events import Event
@@ -19,53 +17,39 @@ def build_window() -> MainWindow:
     win = MainWindow()
     demo = default_demo_dir()
     if is_complete(demo):
-        win.add_model(demo, select=win.library.currentItem() is None)
+        win.add_model(demo, select=win.selected_model() is None)
     else:
         _build_demo(win, demo)
     return win
 
 
-class _Progress(QObject):
-    """Carries the build's progress events from the worker thread to the window."""
-
-    event = Signal(dict)
-
-
 def _build_demo(win: MainWindow, demo: Path) -> None:
-    """Build the demo model in a worker thread; the window stays responsive."""
-    from superqt.utils import thread_worker
+    """Build the demo model in a worker; its progress events come back as the worker's
+    ``yielded`` batches, on the GUI thread, while the window stays responsive."""
+    import queue
 
-    progress = _Progress(win)
+    def on_events(events: list[Event]) -> None:
+        for ev in events:
+            if ev.kind == "progress":
+                win.progress.setRange(0, 100)
+                win.progress.setValue(int(ev.get("pct", 0)))
+                win.progress.setFormat(f"{ev.get('stage', '')} %p%")
 
-    @thread_worker
-    def build() -> Any:
-        return ensure_demo_model(demo, on_progress=progress.event.emit)
+    def done(path: Path) -> None:
+        win.status_label.setText(win.device.label)
+        win.add_model(Path(path), select=win.selected_model() is None)
 
-    def on_event(ev: Event) -> None:
-        if ev.kind == "progress":
-            win.progress.setRange(0, 100)
-            win.progress.setValue(int(ev.get("pct", 0)))
-            win.progress.setFormat(f"{ev.get('stage', '')} %p%")
-
-    progress.event.connect(on_event)
     win.progress.show()
     win.progress.setRange(0, 0)
     win.status_label.setText("Building the demo model (first start, about a minute)…")
-    worker = build()
-
-    def done(path: Path) -> None:
-        win.progress.hide()
-        win.status_label.setText(win.device.label)
-        win.add_model(Path(path), select=win.library.currentItem() is None)
-
-    def failed(e: Exception) -> None:
-        win.progress.hide()
-        win.status_label.setText(f"demo model: {e}")
-
-    worker.returned.connect(done)
-    worker.errored.connect(failed)
-    worker.start()
-    win._demo_worker = worker  # keep a reference while it runs
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+    win.background().follow(  # a failure shows in the status bar and Logs
+        lambda: ensure_demo_model(demo, on_progress=events.put),
+        events,
+        yielded=on_events,
+        returned=done,
+        finished=win.progress.hide,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

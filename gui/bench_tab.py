@@ -1,22 +1,27 @@
 """The Benchmark tab: a load against the running server, A/B runs, auto-tuning, run history.
 
 The jobs are core objects (:class:`quantdeck.core.bench.client.Bench`,
-:class:`quantdeck.core.bench.ab.ABRun`, :class:`quantdeck.core.bench.tune.Tuner`) run by a superqt
-worker; their callbacks arrive on the worker's thread and go into a queue that one QTimer drains
-(progress bar, live latency plot), so the UI thread never waits. Cancel calls the job's thread-safe
-``cancel()``."""
+:class:`quantdeck.core.bench.ab.ABRun`, :class:`quantdeck.core.bench.tune.Tuner`), each run by a
+generator worker (:meth:`quantdeck.gui.workers.WorkerSet.follow`): the job's callbacks put its
+events in a queue that the worker's generator drains and yields in batches, which the ``yielded``
+slot shows on the GUI thread (progress bar, live latency plot); nothing polls while it measures.
+Cancel calls the job's thread-safe ``cancel()``: the run ends early and its partial result is
+kept. ``shutdown()`` quits the worker: the job is cancelled and nothing is returned.
+
+The results table and the run history are item models (:class:`ObjectTableModel`): the results
+over :data:`METRICS` (a column per run, arm or tuning point), the history over the run files."""
 
 from __future__ import annotations
 
 import math
-import queue
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -26,40 +31,83 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
+    QListView,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from quantdeck.core.errors import QuantdeckError
-from quantdeck.core.events import ArmServerEvent, BenchProgress, ProgressEvent, StateEvent
+from quantdeck.core.events import (
+    ArmServerEvent,
+    BenchProgress,
+    Event,
+    ProgressEvent,
+    StateEvent,
+)
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.gui.report import fmt as _fmt
+from quantdeck.gui.table_model import Column, ObjectTableModel
+from quantdeck.gui.workers import EventQueue, WorkerSet
 
-ROWS = (
-    ("completed", "completed", "d"),
-    ("failed", "failed", "d"),
-    ("duration", "duration s", ".2f"),
-    ("output_throughput", "output tok/s", ".1f"),
-    ("request_throughput", "requests/s", ".2f"),
-    ("request_goodput", "goodput req/s", ".2f"),
-    ("median_ttft_ms", "TTFT p50 ms", ".1f"),
-    ("p99_ttft_ms", "TTFT p99 ms", ".1f"),
-    ("median_tpot_ms", "TPOT p50 ms", ".2f"),
-    ("p99_tpot_ms", "TPOT p99 ms", ".2f"),
-    ("median_itl_ms", "ITL p50 ms", ".2f"),
-    ("median_e2el_ms", "E2E p50 ms", ".0f"),
-    ("p99_e2el_ms", "E2E p99 ms", ".0f"),
-    ("ended_early", "ended early", "s"),
+
+@dataclass(frozen=True)
+class Metric:
+    """A row of the results table: a key of the result, its title and number format."""
+
+    key: str
+    title: str
+    fmt: str
+
+
+METRICS = (
+    Metric("completed", "completed", "d"),
+    Metric("failed", "failed", "d"),
+    Metric("duration", "duration s", ".2f"),
+    Metric("output_throughput", "output tok/s", ".1f"),
+    Metric("request_throughput", "requests/s", ".2f"),
+    Metric("request_goodput", "goodput req/s", ".2f"),
+    Metric("median_ttft_ms", "TTFT p50 ms", ".1f"),
+    Metric("p99_ttft_ms", "TTFT p99 ms", ".1f"),
+    Metric("median_tpot_ms", "TPOT p50 ms", ".2f"),
+    Metric("p99_tpot_ms", "TPOT p99 ms", ".2f"),
+    Metric("median_itl_ms", "ITL p50 ms", ".2f"),
+    Metric("median_e2el_ms", "E2E p50 ms", ".0f"),
+    Metric("p99_e2el_ms", "E2E p99 ms", ".0f"),
+    Metric("ended_early", "ended early", "s"),
 )
+
+METRIC_COLUMN: Column[Metric] = Column("metric", lambda m: m.title)
+
+
+def series_column(name: str, result: dict[str, Any]) -> Column[Metric]:
+    """A column of the results table: one run, arm or tuning point (``result``'s figures)."""
+    return Column(name, lambda m: _fmt(result.get(m.key), m.fmt))
+
+
+def _ratio_text(row: dict[str, Any]) -> str:
+    if row["ratio"] is None:
+        return "-"
+    return f"{row['ratio']:.3f}" + {True: " better", False: " worse", None: ""}[row["b_better"]]
+
+
+def compare_columns(label_a: str, label_b: str) -> tuple[Column[dict[str, Any]], ...]:
+    """The columns of a comparison of two runs (rows: quantdeck.core.bench.compare's)."""
+    return (
+        Column("metric", lambda r: r["metric"]),
+        Column(label_a, lambda r: _fmt(r["a"], ".2f")),
+        Column(label_b, lambda r: _fmt(r["b"], ".2f")),
+        Column("B / A", _ratio_text),
+    )
+
+
+RUN_COLUMNS: tuple[Column[Path], ...] = (Column("run", lambda p: p.name, tooltip=str),)
 
 
 class BenchTab(QWidget):
@@ -85,7 +133,7 @@ class BenchTab(QWidget):
         self.job_kind = "bench"
         self.worker: Any = None
         self.result: dict[str, Any] | None = None
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._workers = WorkerSet(self._on_error)
         self._ttfts: list[float] = []
 
         # -- load ------------------------------------------------------------------------------
@@ -177,7 +225,9 @@ class BenchTab(QWidget):
         tl.addRow("", self.grid)
         tl.addRow("", self.save_profile)
         hist_page = QWidget()
-        self.history = QListWidget()
+        self.runs_model: ObjectTableModel[Path] = ObjectTableModel(RUN_COLUMNS, self)
+        self.history = QListView()
+        self.history.setModel(self.runs_model)
         self.history.setSelectionMode(QAbstractItemView.ExtendedSelection)
         self.compare_button = QPushButton("Compare two")
         self.report_button = QPushButton("HTML report…")
@@ -206,8 +256,11 @@ class BenchTab(QWidget):
         self.curve = self.plot.plot(
             [], [], pen=None, symbol="o", symbolSize=5, symbolBrush="#4e79a7", symbolPen=None
         )
-        self.table = QTableWidget(0, 2)
-        self.table.setHorizontalHeaderLabels(["metric", "value"])
+        self.results_model: ObjectTableModel[Any] = ObjectTableModel(
+            (METRIC_COLUMN, series_column("value", {})), self
+        )
+        self.table = QTableView()
+        self.table.setModel(self.results_model)
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setStretchLastSection(True)
 
@@ -236,9 +289,6 @@ class BenchTab(QWidget):
         self.refresh_button.clicked.connect(self.refresh_history)
         self.compare_button.clicked.connect(self.compare_selected)
         self.report_button.clicked.connect(self._ask_report)
-        self.timer = QTimer(self)
-        self.timer.setInterval(100)
-        self.timer.timeout.connect(self._drain)
         self.refresh_history()
 
     # -- building the job ----------------------------------------------------------------------
@@ -261,10 +311,10 @@ class BenchTab(QWidget):
             if w.value() > 0
         }
 
-    def _make_job(self) -> tuple[str, Any]:
-        """The job the chosen mode runs, and its kind (bench, ab, tune)."""
+    def _make_job(self, on_event: Callable[[Event], None]) -> tuple[str, Any]:
+        """The job the chosen mode runs, and its kind (bench, ab, tune); ``on_event`` gets its
+        events (from the job's thread)."""
         mode = self.modes.tabText(self.modes.currentIndex())
-        on_event = self._queue.put
         if mode == "Run":
             from quantdeck.core.bench import Bench
 
@@ -314,10 +364,9 @@ class BenchTab(QWidget):
 
     # -- running -----------------------------------------------------------------------------
     def run(self) -> None:
-        from superqt.utils import create_worker
-
+        events: EventQueue = EventQueue()
         try:
-            kind, job = self._make_job()
+            kind, job = self._make_job(events.put)
         except QuantdeckError as e:
             self.status.setText(str(e))
             self.failed.emit(str(e))
@@ -329,25 +378,29 @@ class BenchTab(QWidget):
         self.status.setText(f"{kind}: running…")
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        self.worker = create_worker(job.run)
-        self.worker.returned.connect(self._on_done)
-        self.worker.errored.connect(self._on_error)
-        self.worker.finished.connect(self._on_finished)
-        self.timer.start()
-        self.worker.start()
+        self.worker = self._workers.follow(
+            job.run,
+            events,
+            cancel=job.cancel,
+            yielded=self._on_events,
+            returned=self._on_done,
+            finished=self._on_finished,
+        )
 
     def cancel(self) -> None:
+        """End the run early; what it measured so far is its result."""
         if self.job is not None:
             self.job.cancel()
             self.status.setText("cancelling…")
 
-    def _drain(self) -> None:
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Quit the run (cancelled, no result) and wait for its worker (the window is closing)."""
+        self._workers.quit()
+        self._workers.wait(timeout)
+
+    def _on_events(self, events: list[Event]) -> None:
         changed = False
-        while True:
-            try:
-                ev = self._queue.get_nowait()
-            except queue.Empty:
-                break
+        for ev in events:
             kind = ev.kind
             if kind == "progress":
                 if ev.get("ttft_ms") is not None:
@@ -391,7 +444,6 @@ class BenchTab(QWidget):
     def _on_done(self, result: dict[str, Any]) -> None:
         from quantdeck.core.bench import environment, save_run
 
-        self._drain()
         kind = self.job_kind
         result.setdefault("env", environment(result.get("server_version")))
         label = self.label.text().strip() or None
@@ -416,14 +468,12 @@ class BenchTab(QWidget):
         self.refresh_history()
         self.finished.emit(result)
 
-    def _on_error(self, e: Exception) -> None:
-        msg = str(e) if isinstance(e, QuantdeckError) else f"{type(e).__name__}: {e}"
+    def _on_error(self, msg: str) -> None:
         self.status.setText(msg)
         self.failed.emit(msg)
 
     def _on_finished(self) -> None:
-        self.timer.stop()
-        self._drain()
+        self.worker = None
         self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         self.job = None
@@ -431,34 +481,32 @@ class BenchTab(QWidget):
     # -- showing results -----------------------------------------------------------------------
     def show_result(self, result: dict[str, Any]) -> None:
         if result.get("kind") == "ab":
-            cols = [a["label"] for a in result["arms"]]
-            data = [a.get("result") or {} for a in result["arms"]]
+            series = [(a["label"], a.get("result") or {}) for a in result["arms"]]
         elif result.get("kind") == "tune":
-            cols = [", ".join(f"{k}={v}" for k, v in p["values"].items()) for p in result["points"]]
-            data = [{**p, "request_goodput": p.get("goodput")} for p in result["points"]]
+            series = [
+                (
+                    ", ".join(f"{k}={v}" for k, v in p["values"].items()),
+                    {**p, "request_goodput": p.get("goodput")},
+                )
+                for p in result["points"]
+            ]
         else:
-            cols, data = ["value"], [result]
-        self.table.clear()
-        self.table.setColumnCount(1 + len(cols))
-        self.table.setHorizontalHeaderLabels(["metric", *cols])
-        self.table.setRowCount(len(ROWS))
-        for i, (key, title, spec) in enumerate(ROWS):
-            self.table.setItem(i, 0, QTableWidgetItem(title))
-            for j, d in enumerate(data):
-                self.table.setItem(i, 1 + j, QTableWidgetItem(_fmt(d.get(key), spec)))
+            series = [("value", result)]
+        self.results_model.set_rows(
+            METRICS, [METRIC_COLUMN, *(series_column(name, d) for name, d in series)]
+        )
         self.table.resizeColumnsToContents()
 
     def refresh_history(self) -> None:
         from quantdeck.core.bench import list_runs
 
-        self.history.clear()
-        for p in list_runs():
-            self.history.addItem(p.name)
+        self.runs_model.set_rows(list_runs())
 
     def _selected_runs(self) -> list[dict[str, Any]]:
-        from quantdeck.core.bench import load_run, runs_dir
+        from quantdeck.core.bench import load_run
 
-        return [load_run(runs_dir() / it.text()) for it in self.history.selectedItems()]
+        rows = self.history.selectionModel().selectedRows()
+        return [load_run(self.runs_model.row(i.row())) for i in rows]
 
     def compare_selected(self) -> None:
         from quantdeck.core.bench import compare
@@ -471,22 +519,9 @@ class BenchTab(QWidget):
         if len(runs) != 2 or any(r.get("kind") in ("ab", "tune") for r in runs):
             self.status.setText("select two benchmark runs to compare")
             return
-        rows = compare(*runs)
-        self.table.clear()
-        self.table.setColumnCount(4)
-        self.table.setHorizontalHeaderLabels(
-            ["metric", runs[0]["label"], runs[1]["label"], "B / A"]
+        self.results_model.set_rows(
+            compare(*runs), compare_columns(runs[0]["label"], runs[1]["label"])
         )
-        self.table.setRowCount(len(rows))
-        for i, r in enumerate(rows):
-            ratio = (
-                "-"
-                if r["ratio"] is None
-                else f"{r['ratio']:.3f}"
-                + {True: " better", False: " worse", None: ""}[r["b_better"]]
-            )
-            for j, v in enumerate((r["metric"], _fmt(r["a"], ".2f"), _fmt(r["b"], ".2f"), ratio)):
-                self.table.setItem(i, j, QTableWidgetItem(v))
         self.table.resizeColumnsToContents()
 
     def write_report(self, folder: str | Path) -> Path | None:

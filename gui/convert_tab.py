@@ -1,41 +1,71 @@
 """The Convert tab: pick a target format, Convert, watch the job, then Launch the result.
 
-Jobs are :class:`quantdeck.core.convert.JobQueue` jobs (one subprocess each, hard cancel); its
-observer runs on the queue's worker thread and only puts events in a queue, which a QTimer
-drains."""
+Jobs are :class:`quantdeck.core.convert.JobQueue` jobs (one subprocess each, hard cancel). The
+queue runs them in its own thread; its observer only emits the tab's ``job_event`` signal, which
+Qt queues to the GUI thread. The quality check runs in a superqt worker. The job table is an
+item model over the jobs (:data:`JOB_COLUMNS`)."""
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
     QVBoxLayout,
     QWidget,
 )
 
 from quantdeck.core.convert import METHODS, JobQueue, QuantSpec
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import Event
 from quantdeck.core.launch import DeviceFacts
+from quantdeck.gui.table_model import Column, ObjectTableModel, ProgressDelegate
 
-COLUMNS = ("job", "model", "format", "state", "stage", "%", "ETA", "result")
+if TYPE_CHECKING:
+    from quantdeck.gui.workers import WorkerSet
+
+
+@dataclass
+class JobRow:
+    """A conversion job as the table shows it: the core job and what its events said so far
+    (written on the GUI thread only; the job itself changes in the queue's thread)."""
+
+    job: Any  # quantdeck.core.convert.jobs.Job
+    state: str = "queued"
+    stage: str = ""
+    pct: float = 0.0
+    started: float | None = None  # when it began running
+    eta: str = "-"
+    result: str = ""
+
+
+JOB_COLUMNS: tuple[Column[JobRow], ...] = (
+    Column("job", lambda r: str(r.job.id), align_right=True),
+    Column("model", lambda r: Path(r.job.spec.src).name, tooltip=lambda r: str(r.job.spec.src)),
+    Column("format", lambda r: r.job.spec.method),
+    Column("state", lambda r: r.state),
+    Column("stage", lambda r: r.stage),
+    Column("%", lambda r: f"{r.pct:.0f}", value=lambda r: r.pct),
+    Column("ETA", lambda r: r.eta, align_right=True),
+    Column("result", lambda r: r.result, tooltip=lambda r: r.result),
+)
 
 
 def eta_text(started: float | None, pct: float, now: float | None = None) -> str:
@@ -51,6 +81,7 @@ class ConvertTab(QWidget):
     launch_requested = Signal(str)  # the converted model's folder
     job_finished = Signal(object)  # quantdeck.core.convert.jobs.Job
     quality_checked = Signal(object, dict)  # job, compare result
+    job_event = Signal(object, object)  # job, its Event: emitted on the JobQueue's thread
 
     def __init__(
         self,
@@ -65,10 +96,10 @@ class ConvertTab(QWidget):
         self._source = source
         self.device = device
         self.jobs = jobs or JobQueue()
-        self._events: queue.Queue[tuple[Any, dict[str, Any]]] = queue.Queue()
-        self.jobs.subscribe(lambda job, ev: self._events.put((job, ev)))
-        self._rows: dict[int, int] = {}
-        self._started: dict[int, float] = {}
+        # queued: the slot runs on the GUI thread, in the order the queue emitted
+        self.job_event.connect(self._on_job_event, Qt.QueuedConnection)
+        self._unsubscribe = self.jobs.subscribe(self.job_event.emit)
+        self._workers: WorkerSet | None = None
 
         self.source_label = QLabel()
         self.method = QComboBox()
@@ -111,15 +142,18 @@ class ConvertTab(QWidget):
         self.log = QPlainTextEdit()
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(2000)
-        self._last_stage: dict[int, str] = {}
         self.message = QLabel()
         self.message.setWordWrap(True)
         self.progress = QProgressBar()
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.jobs_model: ObjectTableModel[JobRow] = ObjectTableModel(JOB_COLUMNS, self)
+        self.table = QTableView()
+        self.table.setModel(self.jobs_model)
+        self.table.setItemDelegateForColumn(self.jobs_model.column("%"), ProgressDelegate(self))
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.setWordWrap(False)
         self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.horizontalHeader().setStretchLastSection(True)
         buttons = QHBoxLayout()
         for b in (self.convert_button, self.cancel_button, self.launch_button, self.quality_button):
@@ -139,11 +173,7 @@ class ConvertTab(QWidget):
         self.cancel_button.clicked.connect(self.cancel_selected)
         self.launch_button.clicked.connect(self._launch_selected)
         self.quality_button.clicked.connect(self.check_quality)
-        self.table.itemSelectionChanged.connect(self._on_selection)
-        self.timer = QTimer(self)
-        self.timer.setInterval(100)
-        self.timer.timeout.connect(self._drain)
-        self.timer.start()
+        self.table.selectionModel().selectionChanged.connect(self._on_selection)
         self.source_changed()
 
     # -- form --------------------------------------------------------------------------------
@@ -191,26 +221,19 @@ class ConvertTab(QWidget):
         except QuantdeckError as e:
             self.message.setText(str(e))
             return None
-        row = self.table.rowCount()
-        self.table.insertRow(row)
-        self._rows[job.id] = row
-        for col, text in enumerate(
-            (str(job.id), Path(job.spec.src).name, job.spec.method, "queued", "", "0", "-", "")
-        ):
-            self.table.setItem(row, col, QTableWidgetItem(text))
-        bar = QProgressBar()
-        bar.setRange(0, 100)
-        self.table.setCellWidget(row, 5, bar)
+        row = self._row_of(job)
         self.table.selectRow(row)
         self.message.setText(f"job {job.id} queued: {job.spec.method} -> {job.spec.out}")
         return job
 
+    def _row_of(self, job: Any) -> int:
+        """The job's row (added on first sight: by convert(), or by an event that came first)."""
+        i = self.jobs_model.find(lambda r: r.job.id == job.id)
+        return i if i >= 0 else self.jobs_model.append(JobRow(job))
+
     def selected_job(self) -> Any:
-        rows = {i.row() for i in self.table.selectedItems()}
-        for job_id, row in self._rows.items():
-            if row in rows:
-                return self.jobs.jobs[job_id]
-        return None
+        rows = self.table.selectionModel().selectedRows()
+        return self.jobs_model.row(rows[0].row()).job if rows else None
 
     def cancel_selected(self) -> None:
         job = self.selected_job()
@@ -218,7 +241,7 @@ class ConvertTab(QWidget):
             self.jobs.cancel(job.id)
             self.message.setText(f"job {job.id}: cancelling…")
 
-    def _on_selection(self) -> None:
+    def _on_selection(self, *_: Any) -> None:
         job = self.selected_job()
         done = job is not None and job.state == "done"
         self.launch_button.setEnabled(done)
@@ -226,30 +249,34 @@ class ConvertTab(QWidget):
 
     def check_quality(self) -> None:
         """Run the quality check of the selected finished job in a worker."""
-        from superqt.utils import create_worker
-
         from quantdeck.core.convert import compare_quality
 
         job = self.selected_job()
         if job is None or job.state != "done" or not job.result:
             return
+        if self._workers is None:  # superqt is imported on first use: after the first paint
+            from quantdeck.gui.workers import WorkerSet
+
+            self._workers = WorkerSet(lambda msg: self._log(f"quality check: {msg}"))
         self.quality_button.setEnabled(False)
         self._log(f"job {job.id}: quality check against {job.spec.src} …")
-        worker = create_worker(compare_quality, job.spec.src, job.result["out"], max_tokens=1024)
-        worker.returned.connect(lambda res, j=job: self._on_quality(j, res))
-        worker.errored.connect(lambda e, j=job: self._log(f"job {j.id}: {e}"))
-        worker.finished.connect(self._on_quality_finished)
-        self.quality_worker = worker
-        worker.start()
+        src, out = job.spec.src, job.result["out"]
+        # compare_quality has no cancel (a subprocess): the worker ticks, so that quit() ends it
+        self.quality_worker = self._workers.follow(
+            lambda: compare_quality(src, out, max_tokens=1024),
+            tick_s=0.25,
+            returned=lambda res, j=job: self._on_quality(j, res),
+            finished=self._on_quality_finished,
+        )
 
     def _on_quality(self, job: Any, res: dict[str, Any]) -> None:
         text = (
             f"KL {res['kl_mean']:.4f} · top-1 {res['top1_agreement']:.1%} · ppl "
             f"{res['ppl_orig']:.1f} -> {res['ppl_quant']:.1f}"
         )
-        row = self._rows.get(job.id)
-        if row is not None:
-            self.table.item(row, 7).setText(self.table.item(row, 7).text() + " · " + text)
+        i = self._row_of(job)
+        self.jobs_model.row(i).result += " · " + text
+        self.jobs_model.row_changed(i)
         self._log(f"job {job.id}: {text} ({res['tokens']} tokens)")
         self.quality_checked.emit(job, res)
 
@@ -265,73 +292,61 @@ class ConvertTab(QWidget):
         if job is not None and job.state == "done" and job.result:
             self.launch_requested.emit(job.result["out"])
 
-    def _set(self, job: Any, col: int, text: str) -> None:
-        row = self._rows.get(job.id)
-        if row is not None:
-            self.table.item(row, col).setText(text)
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                job, ev = self._events.get_nowait()
-            except queue.Empty:
-                break
-            kind = ev.kind
-            if kind == "state":
-                self._set(job, 3, ev.get("state"))
+    def _on_job_event(self, job: Any, ev: Event) -> None:
+        i = self._row_of(job)
+        row = self.jobs_model.row(i)
+        kind = ev.kind
+        if kind == "state":
+            row.state = ev.get("state")
+            self._log(
+                f"job {job.id}: {row.state}" + (f": {ev.get('error')}" if ev.get("error") else "")
+            )
+            if row.state == "running":
+                row.started = ev.get("t", time.time())
+            if row.state in ("done", "failed", "cancelled"):
+                self._finish(row)
+        elif kind == "progress":
+            row.pct = float(ev.get("pct", 0.0))
+            stage = str(ev.get("stage", ""))
+            if ev.get("layers") and stage == "quantize":
+                stage += f" layer {ev.get('layer')}/{ev.get('layers')}"
+            if row.stage != stage:
+                rss = ev.get("rss_bytes")
                 self._log(
-                    f"job {job.id}: {ev.get('state')}"
-                    + (f": {ev.get('error')}" if ev.get("error") else "")
+                    f"job {job.id}: {stage} ({row.pct:.0f}%"
+                    + (f", RSS {rss / 2**20:.0f} MiB" if rss else "")
+                    + ")"
                 )
-                if ev.get("state") == "running":
-                    self._started[job.id] = ev.get("t", time.time())
-                if ev.get("state") in ("done", "failed", "cancelled"):
-                    self._finish(job, ev)
-            elif kind == "progress":
-                pct = float(ev.get("pct", 0.0))
-                stage = str(ev.get("stage", ""))
-                if ev.get("layers") and stage == "quantize":
-                    stage += f" layer {ev.get('layer')}/{ev.get('layers')}"
-                self._set(job, 4, stage)
-                self._set(job, 5, f"{pct:.0f}")
-                bar = self.table.cellWidget(self._rows.get(job.id, -1), 5)
-                if bar is not None:
-                    bar.setValue(int(pct))
-                if self._last_stage.get(job.id) != stage:
-                    self._last_stage[job.id] = stage
-                    rss = ev.get("rss_bytes")
-                    self._log(
-                        f"job {job.id}: {stage} ({pct:.0f}%"
-                        + (f", RSS {rss / 2**20:.0f} MiB" if rss else "")
-                        + ")"
-                    )
-                self._set(job, 6, eta_text(self._started.get(job.id), pct))
-                self.progress.setValue(int(pct))
+            row.stage = stage
+            row.eta = eta_text(row.started, row.pct)
+            self.progress.setValue(int(row.pct))
+        self.jobs_model.row_changed(i)
+        if kind == "state" and row.state in ("done", "failed", "cancelled"):
+            self._on_selection()
+            self.job_finished.emit(job)
 
-    def _finish(self, job: Any, ev: dict[str, Any]) -> None:
-        self._set(job, 6, "-")
+    def _finish(self, row: JobRow) -> None:
+        job = row.job
+        row.eta = "-"
         if job.state == "done" and job.result:
             r = job.result
             ratio = r["bytes"] / r["source_bytes"] if r.get("source_bytes") else 0
-            self._set(job, 5, "100")
-            bar = self.table.cellWidget(self._rows[job.id], 5)
-            if bar is not None:
-                bar.setValue(100)
-            self._set(job, 7, f"{r['scheme']} · {ratio:.0%} of the source · {r['seconds']:.0f} s")
+            row.pct = 100.0
+            row.result = f"{r['scheme']} · {ratio:.0%} of the source · {r['seconds']:.0f} s"
             self.message.setText(f"job {job.id} done: {r['out']}")
             self.progress.setValue(100)
         elif job.state == "failed":
-            self._set(job, 7, job.error or "failed")
+            row.result = job.error or "failed"
             self.message.setText(f"job {job.id} failed: {job.error}")
         else:
-            self._set(job, 7, "cancelled: nothing written")
+            row.result = "cancelled: nothing written"
             self.message.setText(f"job {job.id} cancelled")
-        self.table.resizeColumnsToContents()
-        self._on_selection()
-        self.job_finished.emit(job)
 
-    def shutdown(self) -> None:
-        self.timer.stop()
-        if self.quality_worker is not None:
-            self.quality_worker.quit()
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel the jobs and the quality check, and wait for them (the window is closing)."""
+        if self._workers is not None:
+            self._workers.quit()
         self.jobs.close()
+        self._unsubscribe()
+        if self._workers is not None:
+            self._workers.wait(timeout)

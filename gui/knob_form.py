@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch import GROUPS, Knob, LaunchConfig, check_value, iter_knobs, parse_text
 
 _INT_MAX = 2**31 - 1
@@ -161,11 +160,7 @@ class KnobForm(QWidget):
         """The form's values over the last set config; ConfigError names a bad field."""
         cfg = self._config.copy()
         for ed in self.editors.values():
-            try:
-                v = ed.value()
-            except ConfigError:
-                raise
-            ed.knob.set(cfg, v)
+            ed.knob.set(cfg, ed.value())
         return cfg
 
     def set_advanced_visible(self, visible: bool) -> None:

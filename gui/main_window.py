@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QSettings, QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QApplication,
-    QCheckBox,
-    QComboBox,
-    QHBoxLayout,
     QLabel,
-    QLineEdit,
-    QListWidget,
-    QListWidgetItem,
+    QListView,
     QMainWindow,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -29,34 +21,17 @@ from PySide6.QtWidgets import (
 
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, MetricsEvent, StateEvent
-from quantdeck.core.launch import (
-    DeviceFacts,
-    Finding,
-    GiB,
-    KvPlan,
-    LaunchConfig,
-    advise,
-    detect_device,
-    plan,
-    profiles,
-    serve_command,
-    validate,
-)
+from quantdeck.core.launch import DeviceFacts, detect_device
 from quantdeck.core.models import ModelInfo, inspect_model
 from quantdeck.core.paths import config_dir
-from quantdeck.gui.knob_form import KnobForm
+from quantdeck.gui.launch_tab import LaunchTab
 from quantdeck.gui.logs import LogsPanel
 from quantdeck.gui.playground import PlaygroundPanel
 from quantdeck.gui.server_control import QtServerController
+from quantdeck.gui.table_model import Column, ObjectTableModel
 
-SEGMENTS = (
-    ("weights", "weights_bytes", "#4e79a7"),
-    ("activations", "activation_bytes", "#f28e2b"),
-    ("CUDA graphs", "cudagraph_bytes", "#e15759"),
-    ("non-torch", "non_torch_bytes", "#76b7b2"),
-    ("KV cache", "kv_cache_bytes", "#59a14f"),
-    ("free", "free_bytes", "#d0d0d0"),
-)
+if TYPE_CHECKING:
+    from quantdeck.gui.workers import WorkerSet
 
 
 def _warm_imports() -> None:
@@ -65,7 +40,6 @@ def _warm_imports() -> None:
     import importlib
 
     for name in (
-        "superqt.utils",
         "quantdeck.core.runtime.server",
         "quantdeck.core.runtime.chat",
         "quantdeck.core.monitor.metrics",
@@ -74,341 +48,49 @@ def _warm_imports() -> None:
         importlib.import_module(name)
 
 
+def _probe_engine() -> Any:
+    """What this machine's vLLM can do (Capabilities), or why it cannot be asked (a string).
+
+    It warms the imports first, in the same thread: two threads importing the runtime package at
+    once can meet its import cycle (``runtime/__init__`` <-> ``runtime/server``) half-initialised
+    (an ImportError)."""
+    _warm_imports()
+    from quantdeck.core.runtime import EngineEnv
+
+    try:
+        return EngineEnv().capabilities()
+    except QuantdeckError as e:
+        return str(e)
+
+
+def _scan_hf_cache() -> list[tuple[str, ModelInfo]]:
+    """The readable models of the Hugging Face cache (inspected here, not on the UI thread)."""
+    from quantdeck.core.models import scan_hf_cache
+
+    return [(e.path, e.info) for e in scan_hf_cache() if e.info is not None]
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model folder of the library and what the inspector says of it (None: unreadable)."""
+
+    path: str
+    info: ModelInfo | None
+
+    @property
+    def title(self) -> str:
+        name = Path(self.path).name
+        return f"{name}   [{self.info.badge}]" if self.info else f"{name}   (unreadable)"
+
+
+LIBRARY_COLUMNS: tuple[Column[ModelFolder], ...] = (
+    Column("model", lambda m: m.title, tooltip=lambda m: m.path),
+)
+
+
 def gui_settings() -> QSettings:
     """Window state, in Quantdeck's config folder (kept out of tests by QUANTDECK_CONFIG_DIR)."""
     return QSettings(str(config_dir() / "gui.ini"), QSettings.IniFormat)
-
-
-class MemoryBar(QWidget):
-    """A stacked bar of the planner's memory split."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setMinimumHeight(28)
-        self._parts: list[tuple[float, str]] = []
-
-    def set_plan(self, p: KvPlan | None) -> None:
-        self._parts = []
-        if p is not None:
-            d = p.to_json()
-            total = max(1, p.total_bytes)
-            self._parts = [(d[key] / total, color) for _, key, color in SEGMENTS if d[key] > 0]
-        self.update()
-
-    def paintEvent(self, _ev: Any) -> None:
-        qp = QPainter(self)
-        x = 0.0
-        w, h = self.width(), self.height()
-        for frac, color in self._parts:
-            qp.fillRect(int(x), 0, max(1, int(round(frac * w))), h, QColor(color))
-            x += frac * w
-        qp.end()
-
-
-class PlannerPanel(QWidget):
-    """The planner's figures and the advisor's findings for the form's current values."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        lay = QVBoxLayout(self)
-        self.bar = MemoryBar()
-        self.legend = QLabel()
-        self.figures = QLabel()
-        self.figures.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.advice = QLabel()
-        self.advice.setWordWrap(True)
-        for w in (QLabel("<b>Memory plan</b>"), self.bar, self.legend, self.figures, self.advice):
-            lay.addWidget(w)
-        lay.addStretch(1)
-        self.legend.setText(
-            "  ".join(f"<span style='color:{c}'>■</span> {n}" for n, _, c in SEGMENTS)
-        )
-
-    def show_plan(self, p: KvPlan | None, findings: list[Any], error: str | None) -> None:
-        self.bar.set_plan(p)
-        if error:
-            self.figures.setText(f"<span style='color:#c00'>{error}</span>")
-            self.advice.setText("")
-            return
-        assert p is not None
-        fits = p.fits and not any(f.level == "error" for f in findings)
-        self.figures.setText(
-            f"{p.device}<br>"
-            f"weights {p.weights_bytes / GiB:.2f} GiB · KV cache {p.kv_cache_bytes / GiB:.2f} GiB"
-            f"<br>KV blocks {p.num_blocks:,} × {p.block_size} = {p.kv_cache_tokens:,} tokens"
-            f"<br>max concurrency {p.max_concurrency}× at {p.max_model_len} tokens"
-            f"<br><b>{'fits' if fits else 'does not fit'}</b>"
-        )
-        self.advice.setText(
-            "<br>".join(
-                f"<span style='color:{'#c00' if f.level == 'error' else '#a60'}'>{f.level}: "
-                f"{f.message}</span>"
-                for f in findings
-            )
-        )
-
-
-class LaunchTab(QWidget):
-    """Form + planner, the eager toggle up front, actions: start / stop / restart, copy the
-    ``vllm serve`` command, profiles, attach to a URL."""
-
-    start_requested = Signal(object)  # LaunchConfig
-    stop_requested = Signal()
-    attach_requested = Signal(str, str)  # url, api key
-
-    def __init__(self, device: DeviceFacts, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.device = device
-        self.info: ModelInfo | None = None
-        self.findings: list[Any] = []
-        self.form = KnobForm()
-        self.planner = PlannerPanel()
-        self.model_path = ""
-        self.model_label = QLabel("no model")
-        self.model_label.setStyleSheet("font-weight:bold")
-        self.engine_label = QLabel("engine: probing…")
-        self.engine_label.setStyleSheet("color:#555")
-        self.eager = QCheckBox("Eager mode (no CUDA graphs / torch.compile)")
-        self.eager.setStyleSheet("font-size: 13pt; font-weight: bold")
-        self.eager_note = QLabel()
-        self.eager_note.setWordWrap(True)
-        self.advanced = QCheckBox("Show advanced knobs")
-        self.start_button = QPushButton("Start")
-        self.stop_button = QPushButton("Stop")
-        self.restart_button = QPushButton("Restart")
-        self.copy_button = QPushButton("Copy `vllm serve` command")
-        self.stage = QLabel("stopped")
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.profiles = QComboBox()
-        self.profiles.setEditable(True)
-        self.profiles.setPlaceholderText("profile name")
-        self.save_profile = QPushButton("Save")
-        self.load_profile = QPushButton("Load")
-        self.delete_profile = QPushButton("Delete")
-        self.attach_url = QLineEdit()
-        self.attach_url.setPlaceholderText("http://host:8000 — monitor a server you do not own")
-        self.attach_key = QLineEdit()
-        self.attach_key.setPlaceholderText("API key (optional)")
-        self.attach_key.setEchoMode(QLineEdit.Password)
-        self.attach_button = QPushButton("Attach")
-        self.message = QLabel()
-        self.message.setWordWrap(True)
-
-        top = QVBoxLayout()
-        top.addWidget(self.model_label)
-        top.addWidget(self.engine_label)
-        top.addWidget(self.eager)
-        top.addWidget(self.eager_note)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(self.form)
-        left = QVBoxLayout()
-        left.addLayout(top)
-        left.addWidget(self.advanced)
-        left.addWidget(scroll, 1)
-        right = QVBoxLayout()
-        right.addWidget(self.planner, 1)
-        prof = QHBoxLayout()
-        for w in (
-            QLabel("Profile"),
-            self.profiles,
-            self.save_profile,
-            self.load_profile,
-            self.delete_profile,
-        ):
-            prof.addWidget(w)
-        right.addLayout(prof)
-        att = QHBoxLayout()
-        for w in (self.attach_url, self.attach_key, self.attach_button):
-            att.addWidget(w)
-        right.addLayout(att)
-        actions = QHBoxLayout()
-        for w in (self.start_button, self.stop_button, self.restart_button, self.stage):
-            actions.addWidget(w)
-        actions.addWidget(self.progress, 1)
-        actions.addWidget(self.copy_button)
-        body = QHBoxLayout()
-        body.addLayout(left, 3)
-        body.addLayout(right, 2)
-        lay = QVBoxLayout(self)
-        lay.addLayout(body, 1)
-        lay.addWidget(self.message)
-        lay.addLayout(actions)
-
-        self.form.changed.connect(self._on_form_changed)
-        self.eager.toggled.connect(self._on_eager_changed)
-        self.advanced.toggled.connect(self.form.set_advanced_visible)
-        self.form.set_advanced_visible(False)
-        self.start_button.clicked.connect(self._on_start_clicked)
-        self.restart_button.clicked.connect(self._on_start_clicked)
-        self.stop_button.clicked.connect(self.stop_requested.emit)
-        self.copy_button.clicked.connect(self._on_copy_clicked)
-        self.save_profile.clicked.connect(self._on_save_profile)
-        self.load_profile.clicked.connect(self._on_load_profile)
-        self.delete_profile.clicked.connect(self._on_delete_profile)
-        self.attach_button.clicked.connect(
-            lambda: self.attach_requested.emit(
-                self.attach_url.text().strip(), self.attach_key.text().strip()
-            )
-        )
-        self._refresh_profiles()
-        self.set_server_state("stopped")
-
-    # -- model and knobs ---------------------------------------------------------------------
-    def set_model(self, path: str, info: ModelInfo | None) -> None:
-        self.model_path, self.info = path, info
-        self.model_label.setText(
-            f"{Path(path).name} — {info.badge if info else '?'}"
-            + (f", {info.num_parameters / 1e6:,.1f} M parameters" if info else "")
-        )
-        self._on_form_changed()
-
-    def config(self) -> LaunchConfig:
-        cfg = self.form.config()
-        cfg.model.model = self.model_path
-        return cfg
-
-    def set_config(self, cfg: LaunchConfig) -> None:
-        self.form.set_config(cfg)
-        self._on_form_changed()
-
-    def _on_eager_changed(self, on: bool) -> None:
-        ed = self.form.editors["enforce_eager"]
-        if ed.value() != on:
-            ed.set_value(on)
-            self._on_form_changed()
-
-    def _on_form_changed(self) -> None:
-        ed = self.form.editors["enforce_eager"]
-        with QSignalBlocker(self.eager):
-            self.eager.setChecked(bool(ed.value()))
-        if self.info is None:
-            self.planner.show_plan(None, [], "choose a model in the library")
-            self.findings = []
-            self._update_start()
-            return
-        try:
-            cfg = validate(self.config())
-            p = plan(cfg, self.info, self.device)
-            self.findings = advise(cfg, self.info, self.device, p)
-            self.planner.show_plan(p, self.findings, None)
-        except QuantdeckError as e:
-            self.findings = [Finding("error", "", str(e))]
-            self.planner.show_plan(None, [], str(e))
-        notes = [f.message for f in self.findings if f.knob == "enforce_eager"]
-        self.eager_note.setText(
-            notes[0]
-            if notes
-            else (
-                "Eager starts fastest; CUDA graphs decode up to 4-8x faster at batch 1 on a GPU."
-                if self.device.is_cuda
-                else "On CPU, eager skips torch.compile: it starts fastest."
-            )
-        )
-        self._update_start()
-
-    # -- server state ------------------------------------------------------------------------
-    def _blocking(self) -> list[str]:
-        return [f.message for f in self.findings if f.level == "error"]
-
-    def _update_start(self) -> None:
-        blocked = self._blocking()
-        idle = self._state in ("stopped", "crashed")
-        self.start_button.setEnabled(idle and self.info is not None and not blocked)
-        self.restart_button.setEnabled(not idle and self.info is not None and not blocked)
-        self.stop_button.setEnabled(not idle)
-        self.start_button.setToolTip(blocked[0] if blocked else "")
-
-    def set_server_state(self, state: str, detail: str = "") -> None:
-        self._state = state
-        names = {
-            "starting": "starting",
-            "loading_weights": "loading weights",
-            "profiling": "profiling memory",
-            "compiling": "compiling",
-            "capturing_cuda_graphs": "capturing CUDA graphs",
-            "ready": "ready",
-            "stopping": "stopping",
-            "stopped": "stopped",
-            "crashed": "crashed",
-            "attached": "attached",
-        }
-        self.stage.setText(names.get(state, state) + (f" — {detail}" if detail else ""))
-        order = (
-            "starting",
-            "loading_weights",
-            "profiling",
-            "compiling",
-            "capturing_cuda_graphs",
-            "ready",
-        )
-        if state in order:
-            self.progress.setValue(int(100 * order.index(state) / (len(order) - 1)))
-        elif state in ("stopped", "crashed"):
-            self.progress.setValue(0)
-        self._update_start()
-
-    def set_progress(self, stage: str, pct: float) -> None:
-        if stage == "loading_weights":
-            self.stage.setText(f"loading weights {pct:.0f}%")
-            self.progress.setValue(int(20 * (1 + pct / 100)))
-
-    def _on_start_clicked(self) -> None:
-        try:
-            cfg = validate(self.config())
-        except QuantdeckError as e:
-            self.message.setText(str(e))
-            return
-        self.message.setText("")
-        self.start_requested.emit(cfg)
-
-    def _on_copy_clicked(self) -> None:
-        import shlex
-
-        try:
-            text = shlex.join(serve_command(validate(self.config())))
-        except QuantdeckError as e:
-            self.message.setText(str(e))
-            return
-        QApplication.clipboard().setText(text)
-        self.message.setText(f"copied: {text}")
-
-    # -- profiles ----------------------------------------------------------------------------
-    def _refresh_profiles(self) -> None:
-        current = self.profiles.currentText()
-        self.profiles.clear()
-        self.profiles.addItems(profiles.list_profiles())
-        self.profiles.setCurrentText(current)
-
-    def _on_save_profile(self) -> None:
-        try:
-            path = profiles.save_profile(self.profiles.currentText().strip(), self.config())
-            self.message.setText(f"saved {path}")
-        except QuantdeckError as e:
-            self.message.setText(str(e))
-        self._refresh_profiles()
-
-    def _on_load_profile(self) -> None:
-        try:
-            cfg = profiles.load_profile(self.profiles.currentText().strip())
-        except QuantdeckError as e:
-            self.message.setText(str(e))
-            return
-        self.set_config(cfg)
-        if cfg.model.model and cfg.model.model != self.model_path:
-            self.profile_model_requested.emit(cfg.model.model)
-        self.message.setText(f"loaded profile {self.profiles.currentText()}")
-
-    profile_model_requested = Signal(str)
-
-    def _on_delete_profile(self) -> None:
-        try:
-            profiles.delete_profile(self.profiles.currentText().strip())
-            self.message.setText("deleted")
-        except QuantdeckError as e:
-            self.message.setText(str(e))
-        self._refresh_profiles()
 
 
 class MainWindow(QMainWindow):
@@ -429,8 +111,10 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Quantdeck")
         self.device = device or detect_device()
         self.controller = controller or QtServerController(self)
-        self.library = QListWidget()
+        self.library_model: ObjectTableModel[ModelFolder] = ObjectTableModel(LIBRARY_COLUMNS, self)
+        self.library = QListView()  # shows the model's first column
         self.library.setObjectName("library")
+        self.library.setModel(self.library_model)
         self.library_info = QLabel()
         self.library_info.setWordWrap(True)
         self.library_info.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -483,7 +167,7 @@ class MainWindow(QMainWindow):
             self.statusBar().addWidget(w)
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.progress)
-        self.library.currentItemChanged.connect(self._on_library_changed)
+        self.library.selectionModel().currentChanged.connect(self._on_library_changed)
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.launch.start_requested.connect(self.controller.start)
         self.launch.stop_requested.connect(self.controller.stop)
@@ -501,8 +185,7 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geo)
         self.folders: list[str] = [f for f in (settings.value("folders") or []) if f]
         self._restore_last_config(settings)
-        self.engine_ready.connect(self._on_engine_ready)
-        self.hf_models.connect(self._on_hf_models)
+        self.workers: WorkerSet | None = None  # see background()
         self._probe = probe
         self._painted = False
         self._background_started = False
@@ -510,9 +193,6 @@ class MainWindow(QMainWindow):
         # start-up time) and the engine probe and cache scan start (they compete for the CPU)
         self.installEventFilter(self)
         QTimer.singleShot(0, self, self._start_unless_painting)
-
-    engine_ready = Signal(object)  # quantdeck.core.runtime.engine.Capabilities or an error string
-    hf_models = Signal(list)
 
     def eventFilter(self, obj: Any, ev: Any) -> bool:
         if obj is self and ev.type() == QEvent.Paint and not self._painted:
@@ -535,24 +215,25 @@ class MainWindow(QMainWindow):
         self._background_started = True
         for f in self.folders:  # the remembered folders' models: read after the first paint
             self._scan_folder(Path(f))
+        workers = self.background()
         if self._probe:
-            for fn in (self._probe_engine, self._scan_hf_cache):
-                threading.Thread(target=fn, name=f"quantdeck{fn.__name__}", daemon=True).start()
-        threading.Thread(target=_warm_imports, name="quantdeck-imports", daemon=True).start()
+            # the probe cannot be cancelled (a subprocess that imports vLLM, ~15 s cold): its
+            # worker ticks, so that closing the window does not wait for it
+            workers.follow(_probe_engine, tick_s=0.25, returned=self._on_engine_ready)
+            workers.start(_scan_hf_cache, returned=self._on_hf_models)
+        else:
+            workers.start(_warm_imports)
         if self.isVisible():
             QTimer.singleShot(0, self, lambda: self.monitor)
 
-    def _probe_engine(self) -> None:
-        from quantdeck.core.runtime import EngineEnv
+    def background(self) -> WorkerSet:
+        """The window's own workers (start-up probes, the demo build); superqt is imported on
+        first use, after the first paint."""
+        if self.workers is None:
+            from quantdeck.gui.workers import WorkerSet
 
-        try:
-            result: Any = EngineEnv().capabilities()
-        except QuantdeckError as e:
-            result = str(e)
-        try:
-            self.engine_ready.emit(result)
-        except RuntimeError:  # the window closed meanwhile
-            pass
+            self.workers = WorkerSet(self._on_background_error)
+        return self.workers
 
     def _on_engine_ready(self, caps: Any) -> None:
         if isinstance(caps, str):
@@ -564,18 +245,13 @@ class MainWindow(QMainWindow):
         )
         self.launch.form.set_supported(caps.flags)
 
-    def _scan_hf_cache(self) -> None:
-        from quantdeck.core.models import scan_hf_cache
-
-        found = [(e.path, e.info) for e in scan_hf_cache() if e.info is not None]
-        try:
-            self.hf_models.emit(found)
-        except RuntimeError:  # the window closed meanwhile
-            pass
-
     def _on_hf_models(self, found: list[tuple[str, ModelInfo]]) -> None:
         for path, info in found:  # inspected in the worker: no file reads on the UI thread
             self.add_model(Path(path), info=info)
+
+    def _on_background_error(self, msg: str) -> None:
+        self.logs.add_event(StateEvent("error", reason=msg))
+        self.status_label.setText(msg)
 
     def _restore_last_config(self, settings: QSettings) -> None:
         text = settings.value("last_config")
@@ -626,23 +302,21 @@ class MainWindow(QMainWindow):
     # -- library -----------------------------------------------------------------------------
     def add_model(self, path: Path, select: bool = False, info: ModelInfo | None = None) -> None:
         """Add a model folder to the library (``info``: already inspected, e.g. by a scan)."""
-        for i in range(self.library.count()):
-            if self.library.item(i).data(Qt.UserRole)[0] == str(path):
-                if select:
-                    self.library.setCurrentRow(i)
-                return
-        try:
-            info = info or inspect_model(path)
-            text = f"{path.name}   [{info.badge}]"
-        except QuantdeckError as e:
-            info, text = None, f"{path.name}   (unreadable)"
-            self.library_info.setText(str(e))
-        item = QListWidgetItem(text)
-        item.setData(Qt.UserRole, (str(path), info))
-        item.setToolTip(str(path))
-        self.library.addItem(item)
+        i = self.library_model.find(lambda m: m.path == str(path))
+        if i < 0:
+            if info is None:
+                try:
+                    info = inspect_model(path)
+                except QuantdeckError as e:
+                    self.library_info.setText(str(e))
+            i = self.library_model.append(ModelFolder(str(path), info))
         if select:
-            self.library.setCurrentItem(item)
+            self.library.setCurrentIndex(self.library_model.index(i, 0))
+
+    def selected_model(self) -> ModelFolder | None:
+        """The library's current model, if any."""
+        index = self.library.currentIndex()
+        return self.library_model.row(index.row()) if index.isValid() else None
 
     def _scan_folder(self, folder: Path) -> None:
         from quantdeck.core.models import scan_folders
@@ -666,10 +340,11 @@ class MainWindow(QMainWindow):
             gui_settings().setValue("folders", self.folders)
         self._scan_folder(Path(folder))
 
-    def _on_library_changed(self, item: QListWidgetItem | None, _prev: Any) -> None:
-        if item is None:
+    def _on_library_changed(self, *_: Any) -> None:
+        selected = self.selected_model()
+        if selected is None:
             return
-        path, info = item.data(Qt.UserRole)
+        path, info = selected.path, selected.info
         if info is not None:
             q = info.quantization
             self.library_info.setText(
@@ -788,8 +463,13 @@ class MainWindow(QMainWindow):
             pass
         if self._monitor is not None:
             self._monitor.timer.stop()
+        if self.workers is not None:
+            self.workers.quit()
+        self.playground.shutdown()
+        if self._bench is not None:
+            self._bench.shutdown()
         self.convert.shutdown()
-        if self._bench is not None and self._bench.job is not None:
-            self._bench.job.cancel()
         self.controller.shutdown()
+        if self.workers is not None:
+            self.workers.wait(10.0)
         super().closeEvent(ev)

@@ -4,7 +4,7 @@ with sampling parameters and per-reply TTFT and tokens/s."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QTextCursor
@@ -21,7 +21,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.errors import QuantdeckError
+if TYPE_CHECKING:
+    from quantdeck.gui.workers import WorkerSet
+
+
+def _reply(
+    url: str, model: str, *, messages: list[dict[str, str]] | None, prompt: str | None, **kw: Any
+) -> Any:
+    """Stream one reply (in a worker): yields the text as it comes, returns its ReplyStats."""
+    from quantdeck.core.runtime import stream
+
+    last = None
+    for delta, st in stream(url, model, messages=messages, prompt=prompt, **kw):
+        last = st
+        if delta:
+            yield delta
+    return last
 
 
 class PlaygroundPanel(QWidget):
@@ -36,7 +51,8 @@ class PlaygroundPanel(QWidget):
         super().__init__(parent)
         self._target = target
         self.history: list[dict[str, str]] = []
-        self.worker: Any = None
+        self.worker: Any = None  # the reply being streamed
+        self._workers: WorkerSet | None = None
         self.mode = QComboBox()
         self.mode.addItems(["chat", "completion"])
         self.temperature = QDoubleSpinBox()
@@ -107,41 +123,27 @@ class PlaygroundPanel(QWidget):
         else:
             self._write(f"\n{text}")
         self.input.clear()
-        from superqt.utils import thread_worker
+        if self._workers is None:  # superqt is imported on first use: after the first paint
+            from quantdeck.gui.workers import WorkerSet
 
-        from quantdeck.core.runtime import stream
-
-        kw = dict(
+            self._workers = WorkerSet(self._on_error)
+        self.worker = self._workers.start(
+            _reply,
+            url,
+            model,
+            messages=list(self.history) if chat else None,
+            prompt=None if chat else text,
             api_key=key,
             max_tokens=self.max_tokens.value(),
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
+            yielded=self._write,
+            returned=lambda st: self._on_reply_done(st, chat),
+            finished=self._idle,
         )
-
-        @thread_worker
-        def run() -> Any:
-            last = None
-            for delta, st in stream(
-                url,
-                model,
-                messages=list(self.history) if chat else None,
-                prompt=None if chat else text,
-                **kw,
-            ):
-                last = st
-                if delta:
-                    yield delta
-            return last
-
-        self.worker = run()
-        self.worker.yielded.connect(self._write)
-        self.worker.returned.connect(lambda st: self._on_reply_done(st, chat))
-        self.worker.errored.connect(self._on_error)
-        self.worker.finished.connect(self._idle)
         self.send_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.stats.setText("waiting for the first token…")
-        self.worker.start()
 
     def _on_reply_done(self, st: Any, chat: bool) -> None:
         if st is None:
@@ -163,12 +165,18 @@ class PlaygroundPanel(QWidget):
         self.send_button.setEnabled(True)
         self.stop_button.setEnabled(False)
 
-    def _on_error(self, e: Exception) -> None:
-        self.stats.setText(str(e) if isinstance(e, QuantdeckError) else f"error: {e}")
+    def _on_error(self, msg: str) -> None:
+        self.stats.setText(msg)
 
     def _on_stop_clicked(self) -> None:
         if self.worker is not None:
             self.worker.quit()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop a reply in progress and wait for its worker (the window is closing)."""
+        if self._workers is not None:
+            self._workers.quit()
+            self._workers.wait(timeout)
 
     def _on_clear_clicked(self) -> None:
         self.history.clear()

@@ -2,19 +2,22 @@
 
 :class:`QtServerController` owns at most one :class:`quantdeck.core.runtime.server.ServerProcess`
 (or an attached URL) and one :class:`quantdeck.core.monitor.telemetry.Sampler`. Every blocking step
-(engine probe, spawn, stop, HTTP) runs in a worker thread; core callbacks arrive from those threads
-and are re-emitted as Qt signals, which Qt queues onto the UI thread."""
+(spawn, stop, HTTP) runs in a superqt worker (:mod:`quantdeck.gui.workers`); the core's callbacks
+arrive on the supervisor's and the sampler's threads and are re-emitted as Qt signals, which Qt
+queues onto the UI thread. Nothing here touches a widget."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, StateEvent
 from quantdeck.core.launch import LaunchConfig
+
+if TYPE_CHECKING:
+    from quantdeck.gui.workers import WorkerSet
 
 # The server, metrics and telemetry modules (httpx, prometheus_client, psutil) are imported
 # where used: the window shows before they load.
@@ -29,8 +32,8 @@ SERVER_NICE = 10
 class QtServerController(QObject):
     """Start / stop / restart / attach, with every core event as the ``event`` signal."""
 
-    event = Signal(dict)  # any core event dict: state, fact, progress, log, advice, plan
-    metrics = Signal(dict)  # flat metrics events (telemetry included)
+    event = Signal(object)  # any core Event: state, fact, progress, log, advice, plan
+    metrics = Signal(object)  # MetricsEvent (telemetry included)
     error = Signal(str)  # one-line user-facing errors
 
     def __init__(self, parent: QObject | None = None, *, hz: float = 2.0) -> None:
@@ -41,23 +44,17 @@ class QtServerController(QObject):
         self.hz = hz
         self.state = "stopped"
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._workers: WorkerSet | None = None
         self._unsub: Any = None
 
     # -- helpers -----------------------------------------------------------------------------
-    def _run(self, fn: Any, name: str) -> threading.Thread:
-        def body() -> None:
-            try:
-                fn()
-            except QuantdeckError as e:
-                self.error.emit(str(e))
-            except Exception as e:  # a bug, but never a dead UI
-                self.error.emit(f"{type(e).__name__}: {e}")
+    def _run(self, fn: Any) -> Any:
+        """Run ``fn`` in a worker; a failure is the ``error`` signal's one line."""
+        if self._workers is None:  # superqt is imported on first use: after the first paint
+            from quantdeck.gui.workers import WorkerSet
 
-        t = threading.Thread(target=body, name=name, daemon=True)
-        self._threads = [x for x in self._threads if x.is_alive()] + [t]
-        t.start()
-        return t
+            self._workers = WorkerSet(self.error.emit)
+        return self._workers.start(fn)
 
     def _on_core_event(self, ev: Event) -> None:
         if ev.kind == "state":
@@ -112,7 +109,7 @@ class QtServerController(QObject):
         return self.attached.api_key if self.attached else None
 
     # -- actions -----------------------------------------------------------------------------
-    def start(self, cfg: LaunchConfig) -> threading.Thread:
+    def start(self, cfg: LaunchConfig) -> Any:
         """Spawn a server for ``cfg`` (stopping the current one first)."""
 
         def body() -> None:
@@ -125,15 +122,15 @@ class QtServerController(QObject):
             self._unsub = srv.subscribe(self._on_core_event)
             srv.start()
 
-        return self._run(body, "quantdeck-start")
+        return self._run(body)
 
-    def stop(self) -> threading.Thread:
-        return self._run(self._shutdown, "quantdeck-stop")
+    def stop(self) -> Any:
+        return self._run(self._shutdown)
 
-    def restart(self, cfg: LaunchConfig) -> threading.Thread:
+    def restart(self, cfg: LaunchConfig) -> Any:
         return self.start(cfg)
 
-    def attach(self, url: str, api_key: str | None = None) -> threading.Thread:
+    def attach(self, url: str, api_key: str | None = None) -> Any:
         def body() -> None:
             from quantdeck.core.runtime import AttachedServer
 
@@ -145,7 +142,7 @@ class QtServerController(QObject):
             self._on_core_event(StateEvent("attached", url=att.url, models=models))
             self._start_sampler()
 
-        return self._run(body, "quantdeck-attach")
+        return self._run(body)
 
     def _shutdown(self) -> None:
         self._stop_sampler()
@@ -157,7 +154,7 @@ class QtServerController(QObject):
             self._on_core_event(StateEvent("stopped"))
 
     def shutdown(self, timeout: float = 60.0) -> None:
-        """Stop everything and wait (the app is closing)."""
+        """Stop everything and wait for the workers (the app is closing)."""
         self._shutdown()
-        for t in self._threads:
-            t.join(timeout)
+        if self._workers is not None:
+            self._workers.wait(timeout)

@@ -93,6 +93,10 @@ def test_wheel_has_one_top_level_name(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"quantdeck"}
+    # every module of the source folders is in the wheel (the package list is written by hand)
+    for folder in ("core", "gui", "cli"):
+        for py in (ROOT / folder).rglob("*.py"):
+            assert f"quantdeck/{py.relative_to(ROOT).as_posix()}" in names, py
     for must in (
         "quantdeck/core/runtime/server.py",
         "quantdeck/gui/app.py",

@@ -120,7 +120,6 @@ class ABRun:
         self.stop_when = stop_when
         self._cancel = threading.Event()
         self._bench: Bench | None = None
-        self._server: ServerProcess | None = None
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -171,7 +170,6 @@ class ABRun:
 
     def run_arm(self, arm: Arm, index: int) -> dict[str, Any]:
         server = ServerProcess(self._cfg(arm), engine=self.engine)
-        self._server = server
         out: dict[str, Any] = {"label": arm.label, "config": to_dict(arm.config)}
         server.subscribe(
             lambda ev: (
@@ -229,6 +227,5 @@ class ABRun:
             out["roofline"] = roofline(server) if server.plan else {}
             if server.running:
                 server.stop()
-            self._server = None
             self._emit(ArmEvent(index, len(self.arms), arm.label, "done", error=out.get("error")))
         return out

@@ -41,7 +41,7 @@ import httpx
 import numpy as np
 
 from quantdeck.core.errors import ConfigError, ServerError
-from quantdeck.core.http import tls_verify
+from quantdeck.core.http import auth_headers, tls_verify
 
 if TYPE_CHECKING:
     import aiohttp
@@ -93,7 +93,7 @@ class Bench:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return auth_headers(self.api_key)
 
     def check_server(self, client: httpx.Client) -> dict[str, Any]:
         """The model is served there; returns the server's /version (if any)."""

@@ -6,18 +6,14 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import numpy as np
 
+from quantdeck.core.bench.load import LoadSpec, Request
 from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.paths import CORPUS
-
-if TYPE_CHECKING:
-    pass
-
-from quantdeck.core.bench.load import LoadSpec, Request
 
 
 class _Tokenizer:

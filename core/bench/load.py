@@ -7,15 +7,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from quantdeck.core.errors import ConfigError
 
-if TYPE_CHECKING:
-    pass
-
 SLO_KEYS = ("ttft", "tpot", "e2el")
-METRIC_KEYS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 DATASETS = ("corpus", "random")
 

@@ -4,12 +4,9 @@ summary."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    pass
 
 from quantdeck.core.bench.load import DEFAULT_PERCENTILES, RequestRecord
 
@@ -72,19 +69,6 @@ def compute_metrics(
 def records_from(result: dict[str, Any]) -> list[RequestRecord]:
     """The per-request records of a saved result."""
     return [RequestRecord(**r) for r in result.get("requests", [])]
-
-
-VLLM_KEYS = (
-    "completed",
-    "failed",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "request_goodput",
-    "output_throughput",
-    "total_token_throughput",
-)
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:

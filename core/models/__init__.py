@@ -1,11 +1,14 @@
 """Models: the inspector (config.json and safetensors headers), the library, the built-in demo
-model."""
+model, the formats a conversion writes."""
 
 from quantdeck.core.models.demo import default_demo_dir, ensure_demo_model, is_complete
+from quantdeck.core.models.formats import CONVERSION_METHODS, ConversionMethod
 from quantdeck.core.models.info import ModelInfo, inspect_model
 from quantdeck.core.models.library import scan_folders, scan_hf_cache, scan_library
 
 __all__ = [
+    "CONVERSION_METHODS",
+    "ConversionMethod",
     "default_demo_dir",
     "ensure_demo_model",
     "inspect_model",

@@ -19,7 +19,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from quantdeck.core.errors import ServerError
-from quantdeck.core.http import tls_verify
+from quantdeck.core.http import auth_headers, tls_verify
 
 # Our name -> vLLM's names, newest first.
 GAUGES = {
@@ -332,7 +332,7 @@ class MetricsScraper:
         self, url: str, *, api_key: str | None = None, window_s: float = 60.0, timeout: float = 5.0
     ) -> None:
         self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = auth_headers(api_key)
         # identity: compressing costs the server more CPU than loopback bytes cost
         headers["Accept-Encoding"] = "identity"
         self._client = httpx.Client(

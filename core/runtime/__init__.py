@@ -3,12 +3,14 @@
 from quantdeck.core.runtime.chat import stream
 from quantdeck.core.runtime.engine import EngineEnv
 from quantdeck.core.runtime.server import AttachedServer, ServerProcess, free_port, warm_up
+from quantdeck.core.runtime.server_log import START_ORDER
 
 __all__ = [
     "AttachedServer",
     "EngineEnv",
     "free_port",
     "ServerProcess",
+    "START_ORDER",
     "stream",
     "warm_up",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from quantdeck.core.errors import ServerError
-from quantdeck.core.http import tls_verify
+from quantdeck.core.http import auth_headers, tls_verify
 
 
 @dataclass
@@ -62,7 +62,6 @@ def stream(
     else:
         body["prompt"] = prompt or ""
     path = "/v1/chat/completions" if chat else "/v1/completions"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     stats = ReplyStats()
     t0 = time.perf_counter()
     try:
@@ -70,7 +69,7 @@ def stream(
             "POST",
             url.rstrip("/") + path,
             json=body,
-            headers=headers,
+            headers=auth_headers(api_key),
             timeout=timeout,
             verify=tls_verify(url),
         ) as r:

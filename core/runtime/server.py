@@ -4,7 +4,7 @@ One launcher for every vLLM (``python -m quantdeck.core.workers.engine``, see th
 process group, a reader thread that turns the log into states and facts, a watcher that declares it
 ready (``/health`` 200 and ``/v1/models`` lists the model) or crashed (exit, or an engine process
 gone), and a stop that escalates SIGINT -> SIGTERM -> SIGKILL over the whole group and leaves no
-process behind. Observers receive plain dicts; nothing here knows about Qt."""
+process behind. Observers receive typed events (core/events.py); nothing here knows about Qt."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import psutil
 
+import quantdeck.core.runtime.server_log as sl
 from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.events import (
     AdviceEvent,
@@ -33,7 +34,7 @@ from quantdeck.core.events import (
     Publisher,
     StateEvent,
 )
-from quantdeck.core.http import tls_verify
+from quantdeck.core.http import auth_headers, tls_verify
 from quantdeck.core.launch import (
     CPU_DEFAULT_KV_BYTES,
     DeviceFacts,
@@ -51,7 +52,6 @@ from quantdeck.core.launch import (
 from quantdeck.core.models import ModelInfo, inspect_model
 from quantdeck.core.paths import cache_dir
 from quantdeck.core.procs import subprocess_env, worker_command
-from quantdeck.core.runtime import server_log as sl
 from quantdeck.core.runtime.engine import Capabilities, EngineEnv
 
 Observer = Callable[[Event], None]
@@ -344,13 +344,11 @@ class ServerProcess:
     def _watch(self) -> None:
         """Poll until ready; then watch for an exit or a vanished engine process."""
         assert self._proc is not None
-        headers = (
-            {"Authorization": f"Bearer {self.cfg.server.api_key}"}
-            if self.cfg.server.api_key
-            else {}
-        )
         with httpx.Client(
-            base_url=self.url, timeout=2.0, headers=headers, verify=tls_verify(self.url)
+            base_url=self.url,
+            timeout=2.0,
+            headers=auth_headers(self.cfg.server.api_key),
+            verify=tls_verify(self.url),
         ) as client:
             while self._proc.poll() is None:
                 if not self._ready.is_set():
@@ -481,11 +479,10 @@ def timed_completion(
     timeout: float = 120.0,
 ) -> float:
     """Seconds for one short completion (the first-request latency an operator feels)."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     t0 = time.perf_counter()
     r = httpx.post(
         url.rstrip("/") + "/v1/completions",
-        headers=headers,
+        headers=auth_headers(api_key),
         timeout=timeout,
         verify=tls_verify(url),
         json={"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0},
@@ -521,11 +518,10 @@ class AttachedServer:
 
     def check(self, timeout: float = 5.0) -> list[str]:
         """The served model names; ServerError with one line when unreachable or refused."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
             r = httpx.get(
                 self.url + "/v1/models",
-                headers=headers,
+                headers=auth_headers(self.api_key),
                 timeout=timeout,
                 verify=tls_verify(self.url),
             )

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from quantdeck.core.errors import ModelError, QuantdeckError
 from quantdeck.core.models import inspect_model
 from quantdeck.core.paths import CORPUS
 from quantdeck.core.workers import protocol
+from quantdeck.core.workers.quantize.common import quiet_libraries
 
 PROG = "quality"  # the name on its one-line errors
 DEFAULT_TEXT = CORPUS / "heldout.txt"
@@ -52,22 +52,6 @@ DEFAULT_WINDOW = 256
 
 class QualityError(QuantdeckError):
     """The comparison cannot run with what it was given (a user error, exit code 2)."""
-
-
-def _quiet_libraries() -> None:
-    """Keep library progress bars, warnings and info logs off stderr."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("COMPRESSED_TENSORS_LOG_DISABLED", "1")
-    os.environ.setdefault("TQDM_DISABLE", "1")  # compressed-tensors' "Decompressing model" bar
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
 
 
 def token_windows(model_dir: Path, text: str, max_tokens: int, window: int) -> list[Any]:
@@ -137,7 +121,7 @@ def compare(
         text = text_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise QualityError(f"{text_path}: cannot read ({e})") from None
-    _quiet_libraries()
+    quiet_libraries()
     windows = token_windows(orig, text, max_tokens, window)
     targets = [w[0, 1:] for w in windows]  # token p+1 is the target of position p
 

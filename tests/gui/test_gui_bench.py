@@ -4,7 +4,7 @@ compare; cancel; A/B refused while a server runs."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QItemSelectionModel, Qt
 
 from quantdeck.core.bench import list_runs
 from quantdeck.core.launch import LaunchConfig
@@ -33,6 +33,11 @@ def tab(qtbot, demo_server):
 def test_run_fills_plot_table_history(qtbot, tab: BenchTab) -> None:
     before = len(list_runs())
     tab.label.setText("gui-run")
+
+    def select_run(row: int) -> None:
+        index = tab.runs_model.index(row, 0)
+        tab.history.selectionModel().select(index, QItemSelectionModel.Select)
+
     with qtbot.waitSignal(tab.finished, timeout=180000) as blocker:
         qtbot.mouseClick(tab.run_button, Qt.LeftButton)
     result = blocker.args[0]
@@ -42,16 +47,15 @@ def test_run_fills_plot_table_history(qtbot, tab: BenchTab) -> None:
     x, y = tab.curve.getData()
     assert len(y) == 6 and all(v > 0 for v in y)
     assert tab.progress.value() == 6 and tab.progress.maximum() == 6
-    cells = {
-        tab.table.item(i, 0).text(): tab.table.item(i, 1).text()
-        for i in range(tab.table.rowCount())
-    }
+    results = tab.results_model
+    assert results.column_names == ["metric", "value"]
+    cells = {results.text(i, "metric"): results.text(i, "value") for i in range(results.rowCount())}
     assert cells["completed"] == "6"
     assert float(cells["output tok/s"]) == pytest.approx(result["output_throughput"], rel=1e-3)
     assert len(list_runs()) == before + 1
-    assert tab.history.count() == before + 1
+    assert tab.runs_model.rowCount() == before + 1
     # a second run, on vllm bench's random prompts, compared with the first from the history
-    tab.history.item(0).setSelected(True)
+    select_run(0)
     tab.dataset.setCurrentIndex(tab.dataset.findData("random"))
     with qtbot.waitSignal(tab.finished, timeout=180000) as blocker:
         qtbot.mouseClick(tab.run_button, Qt.LeftButton)
@@ -61,11 +65,12 @@ def test_run_fills_plot_table_history(qtbot, tab: BenchTab) -> None:
     assert all(abs(r["prompt_len"] - 24) <= 2 for r in again["requests"])
     qtbot.waitUntil(lambda: tab.run_button.isEnabled(), timeout=5000)
     tab.history.clearSelection()
-    tab.history.item(0).setSelected(True)
-    tab.history.item(1).setSelected(True)
+    select_run(0)
+    select_run(1)
     qtbot.mouseClick(tab.compare_button, Qt.LeftButton)
-    assert tab.table.columnCount() == 4
-    assert tab.table.item(0, 0).text() == "completed"
+    assert results.columnCount() == 4
+    assert results.column_names[-1] == "B / A"
+    assert results.text(0, "metric") == "completed"
 
 
 def test_cancel_mid_run(qtbot, tab: BenchTab) -> None:

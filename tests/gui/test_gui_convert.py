@@ -43,13 +43,13 @@ def test_convert_then_launch_signal(qtbot, tab: ConvertTab, tmp_path: Path) -> N
     job = blocker.args[0]
     assert job.state == "done", job.error
     assert inspect_model(out).quantization.scheme == "W8A8-INT8"
-    assert tab.table.item(0, 3).text() == "done"
-    assert "W8A8-INT8" in tab.table.item(0, 7).text()
+    assert tab.jobs_model.text(0, "state") == "done"
+    assert "W8A8-INT8" in tab.jobs_model.text(0, "result")
     stages = {e.get("stage") for e in job.events if e.kind == "progress"}
     assert {"load", "quantize", "save", "verify"} <= stages
     tab.table.selectRow(0)
     assert tab.launch_button.isEnabled()
-    assert tab.table.cellWidget(0, 5).value() == 100
+    assert tab.jobs_model.value(0, "%") == 100  # the progress bar's value
     assert "job 1: done" in tab.log.toPlainText()
     with qtbot.waitSignal(tab.launch_requested, timeout=2000) as launched:
         qtbot.mouseClick(tab.launch_button, Qt.LeftButton)
@@ -59,7 +59,7 @@ def test_convert_then_launch_signal(qtbot, tab: ConvertTab, tmp_path: Path) -> N
         qtbot.mouseClick(tab.quality_button, Qt.LeftButton)
     res = checked.args[1]
     assert 0 <= res["kl_mean"] < 0.05 and res["top1_agreement"] > 0.9
-    assert "top-1" in tab.table.item(0, 7).text()
+    assert "top-1" in tab.jobs_model.text(0, "result")
 
 
 def test_cancel_leaves_nothing(qtbot, tab: ConvertTab, tmp_path: Path) -> None:
@@ -75,14 +75,14 @@ def test_cancel_leaves_nothing(qtbot, tab: ConvertTab, tmp_path: Path) -> None:
     assert job.state == "cancelled"
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo-nf4")]
-    assert "cancelled" in tab.table.item(0, 7).text()
+    assert "cancelled" in tab.jobs_model.text(0, "result")
     assert not tab.launch_button.isEnabled()
 
 
 def test_bad_request_is_one_message(qtbot, tab: ConvertTab, demo_model: Path) -> None:
     tab.out.setText(str(demo_model))  # the source itself
     assert tab.convert() is None
-    assert tab.message.text() and tab.table.rowCount() == 0
+    assert tab.message.text() and tab.jobs_model.rowCount() == 0
 
 
 def test_eta_text() -> None:

@@ -61,7 +61,7 @@ def test_planner_panel_follows_knobs(qtbot, tmp_path: Path) -> None:
     win = MainWindow(device=H200, probe=False)
     qtbot.addWidget(win)
     win.add_model(root, select=True)
-    assert "BF16" in win.library.currentItem().text()
+    assert "BF16" in win.library_model.text(win.library.currentIndex().row(), "model")
     text = win.launch.planner.figures.text()
     assert "fits" in text
 
@@ -112,18 +112,18 @@ def test_first_start_on_demo_and_persistence(
     monkeypatch.setattr(gui_app, "MainWindow", lambda: MainWindow(probe=False))
     win = gui_app.build_window()
     qtbot.addWidget(win)
-    assert win.library.currentItem() is not None
+    assert win.selected_model() is not None
     assert win.launch.model_path == str(data / "models" / demo_model.name)
     folder = tmp_path / "models"
     write_checkpoint(folder / "l8b", LLAMA3_8B)
     win.add_folder(str(folder))
-    assert win.library.count() == 2
+    assert win.library_model.rowCount() == 2
     win.launch.form.editors["max_num_seqs"].widget.setValue(48)
     win.resize(640, 470)  # within the offscreen screen (restoreGeometry clamps to it)
     win.close()
     again = gui_app.build_window()
     qtbot.addWidget(again)
-    qtbot.waitUntil(lambda: again.library.count() == 2)  # the folder was remembered (scanned
-    # after the first paint)
+    # the folder was remembered (scanned after the first paint)
+    qtbot.waitUntil(lambda: again.library_model.rowCount() == 2)
     assert again.launch.form.config().scheduler.max_num_seqs == 48
     assert again.size().width() == 640
