@@ -7,8 +7,11 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from quantdeck.core.events import MetricsEvent, from_json
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # recorded payloads
@@ -18,6 +21,26 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 CACHE = Path(os.environ.get("QUANTDECK_TEST_CACHE", ROOT / ".cache" / "tests"))
 # Engine probes and vLLM/inductor caches: shared by the session, kept out of the user's home.
 os.environ.setdefault("QUANTDECK_CACHE_DIR", str(CACHE / "quantdeck-cache"))
+
+
+def metrics_event(t: float, **values: Any) -> MetricsEvent:
+    """A ``metrics`` event as the sampler emits it for an idle CPU server, ``values`` on top."""
+    base: dict[str, Any] = {
+        "event": "metrics",
+        "t": t,
+        "host_cpu_pct": 10.0,
+        "host_ram_used_bytes": 2**30,
+        "kv_blocks_used": 5,
+        "kv_blocks_total": 512,
+        "kv_usage_pct": 1.0,
+        "running": 1,
+        "waiting": 0,
+        "ttft_p99_ms": None,
+        "gpus": [],
+    }
+    event = from_json({**base, **values})
+    assert isinstance(event, MetricsEvent)
+    return event
 
 
 def alive_pids(pids: set[int]) -> list[int]:

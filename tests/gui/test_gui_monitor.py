@@ -5,41 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import ROOT
+from conftest import ROOT, metrics_event
 
-from quantdeck.core.events import MetricsEvent, from_json
+from quantdeck.core.events import MetricsEvent
 from quantdeck.core.monitor.recording import Recorder, read_recording, replay
 from quantdeck.gui.monitor import MonitorPanel
-
-
-def _ev(t: float, **kw) -> MetricsEvent:
-    base = {
-        "event": "metrics",
-        "t": t,
-        "host_cpu_pct": 10.0,
-        "host_ram_used_bytes": 2**30,
-        "kv_blocks_used": 5,
-        "kv_blocks_total": 512,
-        "kv_usage_pct": 1.0,
-        "running": 1,
-        "waiting": 0,
-        "ttft_p99_ms": None,
-        "gpus": [],
-    }
-    base.update(kw)
-    return from_json(base)
 
 
 def test_monitor_plots_receive_points(qtbot) -> None:
     m = MonitorPanel()
     qtbot.addWidget(m)
     for i in range(30):
-        m.add_event(_ev(100.0 + i, generation_tokens_per_s=float(i)))
+        m.add_event(metrics_event(100.0 + i, generation_tokens_per_s=float(i)))
     m.refresh(force=True)
     y = m.data_of("generation_tokens_per_s")
     assert len(y) == 30 and y[-1] == 29.0
     m.pause_box.setChecked(True)
-    m.add_event(_ev(131.0, generation_tokens_per_s=99.0))
+    m.add_event(metrics_event(131.0, generation_tokens_per_s=99.0))
     m.refresh(force=True)
     assert m.data_of("generation_tokens_per_s")[-1] == 29.0  # paused
     m.pause_box.setChecked(False)
@@ -54,7 +36,7 @@ def test_axes_follow_range_and_size(qtbot) -> None:
     m.resize(900, 600)
     m.show()
     for i in range(20):
-        m.add_event(_ev(100.0 + i, running=float(i % 3)))
+        m.add_event(metrics_event(100.0 + i, running=float(i % 3)))
     m.refresh(force=True)
     left = next(a for a in m._axes if a.axis is m.plots["Requests"].getAxis("left"))
     ticks = [
@@ -62,7 +44,7 @@ def test_axes_follow_range_and_size(qtbot) -> None:
     ]
     assert max(ticks) <= 3 and not left.pixmap().isNull()
     before = left.pixmap().toImage()
-    m.add_event(_ev(121.0, running=5000.0))
+    m.add_event(metrics_event(121.0, running=5000.0))
     m.refresh(force=True)
     assert m.plots["Requests"].vb.viewRange()[1][1] > 5000
     assert left.axis.picture is not None and left.pixmap().toImage() != before
@@ -76,11 +58,11 @@ def test_alerts_banner_and_signal(qtbot) -> None:
     qtbot.addWidget(m)
     m.show()
     m.ttft_limit.setValue(200)
-    m.add_event(_ev(1.0, ttft_p99_ms=150.0))
+    m.add_event(metrics_event(1.0, ttft_p99_ms=150.0))
     m.refresh(force=True)
     assert m.banner.isHidden()
     with qtbot.waitSignal(m.alert) as sig:
-        m.add_event(_ev(2.0, ttft_p99_ms=450.0))
+        m.add_event(metrics_event(2.0, ttft_p99_ms=450.0))
         m.refresh(force=True)
     assert "p99 TTFT 450 ms > 200 ms" in sig.args[0]
     assert m.banner.isVisible() and "450" in m.banner.text()
@@ -89,7 +71,7 @@ def test_alerts_banner_and_signal(qtbot) -> None:
 def test_replayed_recording_looks_like_live(qtbot, tmp_path: Path) -> None:
     """A recording (e.g. from a GPU host) drawn in the Monitor equals the same events live."""
     events = [
-        _ev(
+        metrics_event(
             50.0 + i,
             generation_tokens_per_s=10.0 * i,
             gpus=[
@@ -126,7 +108,7 @@ def test_export_png(qtbot, tmp_path: Path) -> None:
     m = MonitorPanel()
     qtbot.addWidget(m)
     m.resize(900, 600)
-    m.add_event(_ev(1.0))
+    m.add_event(metrics_event(1.0))
     m.export_png(tmp_path / "m.png")
     assert (tmp_path / "m.png").stat().st_size > 5000
 
@@ -157,12 +139,12 @@ def test_y_range_follows_the_data(qtbot) -> None:
     m = MonitorPanel()
     qtbot.addWidget(m)
     for i in range(30):
-        m.add_event(_ev(100.0 + i, generation_tokens_per_s=10.0 + i % 3))
+        m.add_event(metrics_event(100.0 + i, generation_tokens_per_s=10.0 + i % 3))
     m.refresh(force=True)
     plot = m.plots["Tokens / s"]
     y0, y1 = plot.vb.viewRange()[1]
     assert y0 <= 10.0 and 12.0 <= y1 < 20.0
-    m.add_event(_ev(131.0, generation_tokens_per_s=500.0))
+    m.add_event(metrics_event(131.0, generation_tokens_per_s=500.0))
     m.refresh(force=True)
     assert plot.vb.viewRange()[1][1] >= 500.0
     m.window_box.setCurrentText("10 min")

@@ -6,33 +6,15 @@ import csv
 from pathlib import Path
 
 import numpy as np
+from conftest import metrics_event
 
-from quantdeck.core.events import MetricsEvent, from_json
 from quantdeck.core.monitor import TimeSeriesStore
-
-
-def _ev(t: float, **kw) -> MetricsEvent:
-    base = {
-        "event": "metrics",
-        "t": t,
-        "host_cpu_pct": 10.0,
-        "host_ram_used_bytes": 2**30,
-        "kv_blocks_used": 5,
-        "kv_blocks_total": 512,
-        "kv_usage_pct": 1.0,
-        "running": 1,
-        "waiting": 0,
-        "ttft_p99_ms": None,
-        "gpus": [],
-    }
-    base.update(kw)
-    return from_json(base)
 
 
 def test_store_ring_and_window() -> None:
     s = TimeSeriesStore(capacity=100)
     for i in range(250):
-        s.append(_ev(1000.0 + i * 0.1, running=i))
+        s.append(metrics_event(1000.0 + i * 0.1, running=i))
     assert len(s) == 100
     t, cols = s.window(2.0, ["running"])
     assert t[-1] == 0 and t[0] >= -2.0 - 1e-9 and len(t) in (20, 21)
@@ -54,7 +36,7 @@ def test_decimated_window_keeps_peaks_and_the_newest_point() -> None:
     values[39_000] = 50.0  # one spike
     values[-1] = 3.25
     for i in range(n):
-        s.append(_ev(1000.0 + i / 10, running=None if np.isnan(values[i]) else values[i]))
+        s.append(metrics_event(1000.0 + i / 10, running=None if np.isnan(values[i]) else values[i]))
     t, cols = s.window(3600.0, ["running"], max_points=900)
     y = cols["running"]
     assert 800 <= len(t) <= 902 and t[-1] <= 0 and np.all(np.diff(t) >= 0)
@@ -78,7 +60,7 @@ def test_decimated_window_keeps_peaks_and_the_newest_point() -> None:
         gap = np.abs(pairs[1:, 0] - mid[:-1]) <= np.abs(pairs[1:, 1] - mid[:-1])
         assert np.all(gap | np.isnan(mid[:-1]) | np.isnan(pairs[1:, 0]))
         assert not np.all(pairs[:, 0] <= pairs[:, 1])  # not all drawn min-then-max
-    s.append(_ev(1000.0 + n / 10, running=-7.0))
+    s.append(metrics_event(1000.0 + n / 10, running=-7.0))
     t2, cols2 = s.window(3600.0, ["running"], max_points=900)
     assert cols2["running"][-2:].tolist() == [-7.0, -7.0]  # a new, partial bin
     # the oldest bin lost a point to the ring: dropped; the other full bins are unchanged
@@ -94,7 +76,7 @@ def test_gpu_series_appear(tmp_path: Path) -> None:
         "temperature_c": 50.0,
         "server_memory_bytes": None,
     }
-    s.append(_ev(1.0, gpus=[gpu, dict(gpu, utilization_pct=12.0)]))
+    s.append(metrics_event(1.0, gpus=[gpu, dict(gpu, utilization_pct=12.0)]))
     assert s.num_gpus == 2 and s.latest("gpu1_util_pct") == 12.0
     assert s.latest("gpu0_memory_used_gib") == 100.0 and s.latest("gpu0_server_memory_gib") is None
     n = s.to_csv(tmp_path / "m.csv")
