@@ -94,7 +94,7 @@ class Event:
 
     @classmethod
     def _names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls))
+        return _field_names(cls)
 
     @classmethod
     def from_fields(cls, data: Mapping[str, Any]) -> Event:
@@ -112,6 +112,17 @@ class Event:
             if extra:
                 raise ValueError(f"'{cls.kind}' event: unknown keys {', '.join(extra)}")
         return cls(**kw)
+
+
+_FIELD_NAMES: dict[type[Event], frozenset[str]] = {}
+
+
+def _field_names(cls: type[Event]) -> frozenset[str]:
+    """The field names of an event class (read on every ``get``: computed once per class)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def flat() -> Any:
