@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from quantdeck.core.errors import ConfigError
+from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.events import ArmServerEvent, Event, LogEvent, StateEvent
 from quantdeck.core.launch import (
     DeviceFacts,
@@ -21,6 +26,7 @@ from quantdeck.core.launch import (
     profiles,
     validate,
 )
+from quantdeck.core.procs import STOP_SIGNALS
 from quantdeck.core.workers.protocol import OneLineParser  # noqa: F401 (the CLI's parser)
 
 AddCommand = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
@@ -108,6 +114,9 @@ def config_from(ns: argparse.Namespace) -> LaunchConfig:
             else profiles.load_profile(ns.profile)
         )
     cfg = knobs.apply_cli_options(cfg, ns)
+    if cfg.server.api_key is None and os.environ.get("VLLM_API_KEY"):
+        # as `vllm serve` does: a key in the environment stays out of argv (/proc/PID/cmdline)
+        cfg.server.api_key = os.environ["VLLM_API_KEY"]
     if ns.path:
         cfg.model.model = ns.path
     if not cfg.model.model:
@@ -235,6 +244,26 @@ def progress_printer(quiet: bool) -> Any:
     return show
 
 
+def add_client_options(p: argparse.ArgumentParser) -> None:
+    """The key and TLS options of a command that talks to a server at a URL."""
+    p.add_argument("--api-key", help="the server's API key (sent as a Bearer token)")
+    tls = p.add_mutually_exclusive_group()
+    tls.add_argument("--ca-bundle", metavar="PEM", help="check https against these CAs")
+    tls.add_argument(
+        "--insecure", action="store_true", help="do not check the https certificate at all"
+    )
+
+
+def client_from(ns: argparse.Namespace) -> None:
+    """Apply the TLS options; warn once when the key would cross the network in clear."""
+    from quantdeck.core.http import configure_tls, plain_http_warning
+
+    configure_tls(ca_bundle=ns.ca_bundle, insecure=ns.insecure)
+    warning = plain_http_warning(ns.url, ns.api_key)
+    if warning:
+        print(f"quantdeck: warning: {warning}", file=sys.stderr)
+
+
 def served_model(url: str, api_key: str | None, model: str | None) -> str:
     if model:
         return model
@@ -263,7 +292,10 @@ class EventPrinter:
                     print(text, flush=True)
             return
         if self.recorder is not None:
-            self.recorder.write(event)
+            try:
+                self.recorder.write(event)
+            except QuantdeckError as e:  # raised once (a full disk...): say so, keep serving
+                print(f"quantdeck: error: {e}", file=sys.stderr, flush=True)
         with self._lock:
             if self.json_events:
                 print(json.dumps(event.to_json(), default=str), flush=True)
@@ -283,6 +315,10 @@ def human_event(event: Event) -> str:
         return f"[progress] {ev['stage']} {ev['pct']:.0f}%"
     if kind == "advice":
         return f"[{ev['level']}] {ev['message']}"
+    if kind in ("restart", "route", "fallback"):
+        from quantdeck.core.fleet.rows import fleet_news
+
+        return f"[{kind}] {fleet_news(event)}"
     if kind == "metrics":
 
         def f(v: Any, fmt: str = ".1f") -> str:
@@ -297,14 +333,78 @@ def human_event(event: Event) -> str:
     return json.dumps(ev, default=str)
 
 
-def until_signal(stop: Any) -> None:
-    import signal
+class Stopped(KeyboardInterrupt):
+    """Raised by a stop signal where no clean stop is under way: the command ends at once
+    (its ``finally`` blocks run) and exits with 128 + the signal's number."""
 
-    def handler(signum: int, _frame: Any) -> None:
-        stop.set()
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+
+def _raise_stopped(signum: int, _frame: Any) -> None:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While a command runs, every stop signal raises :class:`Stopped` in the main thread
+    (commands with a clean stop of their own install :class:`StopSignals` over this); the
+    handlers from before come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in before:
+        signal.signal(sig, _raise_stopped)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP all ask for the same clean stop: the first sets ``event``
+    and calls ``on_stop`` (in a thread of its own: the handler may have interrupted the
+    main thread inside a lock that ``on_stop`` takes); a second one stops waiting and raises
+    :class:`Stopped` (the children still go: they die with us)."""
+
+    def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._on_stop = on_stop
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.signum is not None:
+            raise Stopped(signum)
+        self.signum = signum
+        self.event.set()
+        if self._on_stop is not None:
+            threading.Thread(target=self._on_stop, name="quantdeck-stop", daemon=True).start()
+
+    def exit_code(self, default: int) -> int:
+        """``default``, or 128 + the signal's number when a signal stopped the command."""
+        return default if self.signum is None else 128 + self.signum
+
+
+def until_signal(stop: threading.Event) -> StopSignals:
+    """Set ``stop`` on the first stop signal."""
+    return StopSignals(stop.set)
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive number of seconds")
+    return value
 
 
 class Progress:

@@ -10,8 +10,11 @@ from typing import Any
 from quantdeck.cli._common import (
     AddCommand,
     Progress,
+    StopSignals,
+    add_client_options,
     add_load_options,
     add_model_and_knobs,
+    client_from,
     config_from,
     load_from,
     print_json,
@@ -44,19 +47,25 @@ def _print_ab_table(result: dict[str, Any]) -> None:
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
-    from quantdeck.core.bench import Bench, environment, save_run, summary_lines
-    from quantdeck.core.paths import write_json
+    from quantdeck.core.bench import (
+        Bench,
+        check_result_target,
+        environment,
+        save_run,
+        summary_lines,
+        write_result,
+    )
 
+    if ns.json:
+        check_result_target(Path(ns.json))
+    client_from(ns)
     spec = load_from(ns)
     slo = slo_from(ns)
     model = served_model(ns.url, ns.api_key, ns.model)
     bench = Bench(
         ns.url, model, spec, api_key=ns.api_key, slo=slo, on_record=progress_printer(ns.quiet)
     )
-    stop_handler = lambda *_: bench.cancel()
-    import signal
-
-    signal.signal(signal.SIGINT, stop_handler)
+    stops = StopSignals(bench.cancel)
     result = bench.run()
     result["env"] = environment(result.get("server_version"))
     if ns.label:
@@ -65,24 +74,30 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         path = save_run(result, ns.label)
         print(f"saved {path}", file=sys.stderr)
     if ns.json:
-        write_json(Path(ns.json), result)
+        write_result(Path(ns.json), result)
     if not ns.quiet:
         print("\n".join(summary_lines(result)))
-    return 0 if result["completed"] and not result.get("ended_early") else 1
+    return stops.exit_code(0 if result["completed"] and not result.get("ended_early") else 1)
 
 
 def cmd_ab(ns: argparse.Namespace) -> int:
-    import signal
+    from quantdeck.core.bench import (
+        ABRun,
+        check_result_target,
+        environment,
+        parse_arm,
+        save_run,
+        write_result,
+    )
 
-    from quantdeck.core.bench import ABRun, environment, parse_arm, save_run
-    from quantdeck.core.paths import write_json
-
+    if ns.json:
+        check_result_target(Path(ns.json))
     base = config_from(ns)
     arms = [parse_arm(a, base) for a in ns.arm or []]
     run = ABRun(
         arms, load_from(ns), slo=slo_from(ns), warmups=ns.warmup, on_event=Progress(ns.json_events)
     )
-    signal.signal(signal.SIGINT, lambda *_: run.cancel())
+    stops = StopSignals(run.cancel)
     result = run.run()
     result["env"] = environment(
         next((a["result"].get("server_version") for a in result["arms"] if a.get("result")), None)
@@ -90,18 +105,26 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     result["label"] = ns.label or "ab-" + "-vs-".join(a.label for a in arms)
     path = save_run(result, result["label"])
     if ns.json:
-        write_json(Path(ns.json), result)
+        write_result(Path(ns.json), result)
     print(f"saved {path}", file=sys.stderr)
     _print_ab_table(result)
-    return 0 if all(a.get("result") and not a.get("error") for a in result["arms"]) else 1
+    ok = all(a.get("result") and not a.get("error") for a in result["arms"])
+    return stops.exit_code(0 if ok else 1)
 
 
 def cmd_tune(ns: argparse.Namespace) -> int:
-    import signal
+    from quantdeck.core.bench import (
+        Tuner,
+        apply_point,
+        check_result_target,
+        environment,
+        parse_space,
+        save_run,
+        write_result,
+    )
 
-    from quantdeck.core.bench import Tuner, apply_point, environment, parse_space, save_run
-    from quantdeck.core.paths import write_json
-
+    if ns.json:
+        check_result_target(Path(ns.json))
     base = config_from(ns)
     spec = load_from(ns)
     space = parse_space(ns.space, detect_device(), spec.concurrency)
@@ -116,18 +139,18 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         warmups=ns.warmup,
         on_event=Progress(ns.json_events),
     )
-    signal.signal(signal.SIGINT, lambda *_: tuner.cancel())
+    stops = StopSignals(tuner.cancel)
     result = tuner.run()
     result["env"] = environment()
     result["label"] = ns.label or f"tune-{ns.strategy}"
     path = save_run(result, result["label"])
     if ns.json:
-        write_json(Path(ns.json), result)
+        write_result(Path(ns.json), result)
     print(f"saved {path}", file=sys.stderr)
     best = result.get("best")
     if not best:
         print("no point completed", file=sys.stderr)
-        return 1
+        return stops.exit_code(1)
     vals = " ".join(f"{k}={v}" for k, v in best["values"].items())
     print(
         f"best: {vals}: goodput {best['goodput']:.2f} req/s, p99 TTFT "
@@ -138,7 +161,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     if ns.save_profile:
         profiles.save_profile(ns.save_profile, apply_point(base, best["values"]))
         print(f"saved profile {ns.save_profile}", file=sys.stderr)
-    return 0
+    return stops.exit_code(0)
 
 
 def cmd_runs(ns: argparse.Namespace) -> int:
@@ -182,9 +205,11 @@ def cmd_runs(ns: argparse.Namespace) -> int:
             if r["kind"] != "bench":
                 print(f"{r['file']:<50} {r['kind']}")
                 continue
+            tput, ttft = r["output_throughput"], r["median_ttft_ms"]  # None: not recorded
             print(
-                f"{r['file']:<50} {r['completed']:>5} req {r['output_throughput']:>9.1f} tok/s "
-                f"TTFT p50 {r['median_ttft_ms']:.1f} ms"
+                f"{r['file']:<50} {r['completed']:>5} req "
+                f"{'-' if tput is None else format(tput, '.1f'):>9} tok/s "
+                f"TTFT p50 {'-' if ttft is None else format(ttft, '.1f')} ms"
             )
     return 0
 
@@ -203,7 +228,7 @@ def register(add: AddCommand) -> None:
     sp = add("bench", cmd_bench, "measure a running server under load (as `vllm bench serve`)")
     sp.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
     sp.add_argument("--model", help="served model name (default: the only one served)")
-    sp.add_argument("--api-key")
+    add_client_options(sp)
     add_load_options(sp)
     sp.add_argument("--label", help="name of this run in the history")
     sp.add_argument("--json", metavar="FILE", help="also write the result here")

@@ -7,6 +7,7 @@ import json
 import sys
 
 from quantdeck.cli._common import AddCommand, human_bytes, print_json, until_signal
+from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, ProgressEvent
 
 
@@ -24,7 +25,7 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
         seq_len=ns.seq_len,
     )
     cancel = threading.Event()
-    until_signal(cancel)
+    stops = until_signal(cancel)
 
     def show(ev: Event) -> None:
         if ns.json_events:
@@ -38,7 +39,13 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    result = run_job(spec, show, cancel=cancel)
+    try:
+        result = run_job(spec, show, cancel=cancel)
+    except QuantdeckError as e:
+        if stops.signum is None:
+            raise
+        print(f"\nquantdeck: {e}", file=sys.stderr)  # cancelled: 128 + the signal's number
+        return stops.exit_code(e.exit_code)
     if not ns.json_events:
         print(file=sys.stderr)
         print(

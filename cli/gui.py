@@ -25,8 +25,19 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     read_recording(ns.file)  # one-line errors before Qt starts
     from quantdeck.gui import replay
 
-    w, _, h = ns.size.partition("x")
-    return int(replay.main(ns.file, ns.png, (int(w), int(h)), ns.title))
+    return int(replay.main(ns.file, ns.png, ns.size, ns.title))
+
+
+def _size(text: str) -> tuple[int, int]:
+    """``WIDTHxHEIGHT``, each 1 to 10000 pixels (a larger PNG is no screenshot)."""
+    w, _, h = text.partition("x")
+    try:
+        size = int(w), int(h)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not WIDTHxHEIGHT") from None
+    if not all(1 <= n <= 10_000 for n in size):
+        raise argparse.ArgumentTypeError(f"'{text}': width and height must be 1 to 10000")
+    return size
 
 
 def register(add: AddCommand) -> None:
@@ -42,5 +53,5 @@ def register(add: AddCommand) -> None:
     sp = add("replay", cmd_replay, "show a recording in the Monitor (or save it as a PNG)")
     sp.add_argument("file", help="a recording (.jsonl or .jsonl.gz)")
     sp.add_argument("--png", metavar="OUT", help="render off screen, save, exit")
-    sp.add_argument("--size", default="1400x900", help="WIDTHxHEIGHT of the PNG")
+    sp.add_argument("--size", default="1400x900", type=_size, help="WIDTHxHEIGHT of the PNG")
     sp.add_argument("--title", help="heading above the plots (default: the model)")

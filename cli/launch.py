@@ -65,12 +65,10 @@ def cmd_plan(ns: argparse.Namespace) -> int:
 
 def cmd_command(ns: argparse.Namespace) -> int:
     cfg = config_from(ns)
-    if ns.yaml:
-        sys.stdout.write(knobs.to_yaml(cfg))
+    if ns.yaml:  # never holds the key: vLLM reads it from VLLM_API_KEY
+        sys.stdout.write(knobs.to_yaml(cfg, for_vllm=True))
     else:
-        import shlex
-
-        print(shlex.join(knobs.serve_command(cfg)))
+        print(knobs.command_line(cfg))  # the key shows as VLLM_API_KEY=***
     return 0
 
 
@@ -83,8 +81,13 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     elif ns.action == "delete":
         profiles.delete_profile(ns.name)
     elif ns.action == "save":
-        path = profiles.save_profile(ns.name, config_from(ns))
+        cfg = config_from(ns)
+        path = profiles.save_profile(ns.name, cfg)
         print(path)
+        if ns.remember_key and cfg.server.api_key:
+            problem = profiles.remember_key(ns.name, cfg.server.api_key)
+            if problem:
+                print(f"quantdeck: warning: {problem}", file=sys.stderr)
     return 0
 
 
@@ -104,6 +107,11 @@ def register(add: AddCommand) -> None:
     for action in ("show", "delete"):
         pa = psub.add_parser(action, help=f"{action} a profile")
         pa.add_argument("name")
-    pa = psub.add_parser("save", help="save a profile from a model and knobs")
+    pa = psub.add_parser("save", help="save a profile from a model and knobs (never the key)")
     pa.add_argument("name")
+    pa.add_argument(
+        "--remember-key",
+        action="store_true",
+        help="keep --api-key in the system keyring for this profile (never in the file)",
+    )
     add_model_and_knobs(pa)

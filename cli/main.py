@@ -12,11 +12,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from quantdeck.cli import bench, convert, gui, launch, models, runtime
-from quantdeck.cli._common import OneLineParser
+from quantdeck.cli import bench, convert, fleet, gui, launch, lora, models, runtime
+from quantdeck.cli._common import OneLineParser, stop_signals_raise
 from quantdeck.core.errors import QuantdeckError
 
-GROUPS = (gui, models, launch, runtime, convert, bench)
+GROUPS = (gui, models, launch, runtime, convert, bench, lora, fleet)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,14 +45,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command is None:
         ns.func = gui.cmd_gui
     try:
-        return int(ns.func(ns))
+        with stop_signals_raise():  # SIGTERM and SIGHUP end a command as Ctrl-C does
+            return int(ns.func(ns))
     except QuantdeckError as e:
         print(f"quantdeck: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or Stopped (128 + the stop signal's number)
+        return int(getattr(e, "exit_code", 130))
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a file or folder the user named: unreadable, unwritable, full disk
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"quantdeck: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -34,6 +34,15 @@ def cmd_demo_model(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo_lora(ns: argparse.Namespace) -> int:
+    from quantdeck.core.models import default_demo_dir, make_demo_adapter
+
+    base = Path(ns.base) if ns.base else default_demo_dir()
+    target = Path(ns.dir) if ns.dir else base.parent / "quantdeck-demo-lora"
+    print(make_demo_adapter(target, base))
+    return 0
+
+
 def cmd_inspect(ns: argparse.Namespace) -> int:
     from quantdeck.core.models import inspect_model
 
@@ -70,7 +79,12 @@ def cmd_models(ns: argparse.Namespace) -> int:
         print_json([e.to_json() for e in entries])
         return 0
     for e in entries:
-        if e.info:
+        if e.adapter:
+            print(
+                f"{e.badge:>8}  {'':9}  {e.source:8}  {e.name}  {e.path}  "
+                f"(adapter of {e.base_model or 'an unnamed base'})"
+            )
+        elif e.info:
             print(
                 f"{e.info.badge:>8}  {e.info.num_parameters / 1e9:8.3f}B  {e.source:8}  "
                 f"{e.name}  {e.path}"
@@ -82,9 +96,29 @@ def cmd_models(ns: argparse.Namespace) -> int:
 
 def register(add: AddCommand) -> None:
     sp = add("demo-model", cmd_demo_model, "build the built-in tiny demo model")
-    sp.add_argument("dir", nargs="?", help="target folder (default: the user data dir)")
-    sp.add_argument("--force", action="store_true", help="rebuild even if it exists")
+    sp.add_argument(
+        "dir",
+        nargs="?",
+        help="target folder (default: the user data dir); anything there other than an "
+        "earlier demo build is refused and left as it is",
+    )
+    sp.add_argument("--force", action="store_true", help="rebuild a complete demo build")
     sp.add_argument("--json-events", action="store_true", help="print JSON progress lines")
+
+    sp = add(
+        "demo-lora",
+        cmd_demo_lora,
+        "make a small LoRA adapter (rank 8, q_proj/v_proj, random weights) for the demo model",
+    )
+    sp.add_argument(
+        "dir",
+        nargs="?",
+        help="target folder (default: quantdeck-demo-lora beside the base model); anything "
+        "there other than an earlier adapter Quantdeck made is refused",
+    )
+    sp.add_argument(
+        "--base", metavar="PATH", help="the base model folder (default: the demo model)"
+    )
 
     sp = add("inspect", cmd_inspect, "facts about a model folder (no weights loaded)")
     sp.add_argument("path")

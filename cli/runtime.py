@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from quantdeck.cli._common import (
     AddCommand,
     EventPrinter,
+    add_client_options,
     add_model_and_knobs,
+    client_from,
     config_from,
+    positive_seconds,
+    print_json,
     until_signal,
 )
 from quantdeck.core.events import StateEvent
@@ -23,7 +28,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     cfg = config_from(ns)
     engine = EngineEnv(ns.engine_python) if ns.engine_python else EngineEnv()
-    server = ServerProcess(cfg, engine=engine)
+    server = ServerProcess(cfg, engine=engine, startup_timeout=ns.startup_timeout)
+    stop = threading.Event()
+    until_signal(stop)  # serve's normal end: a stop signal ends it with exit code 0
     recorder = None
     if ns.record:
         recorder = Recorder(
@@ -31,10 +38,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         )
     out = EventPrinter(ns.json_events, recorder, ns.logs)
     server.subscribe(out)
-    stop = threading.Event()
-    until_signal(stop)
     server.subscribe(lambda ev: stop.set() if ev.get("state") == "crashed" else None)
     sampler = None
+    say_leftovers()
     try:
         server.start()
         while not stop.is_set() and not server.wait_ready(0.5):
@@ -65,8 +71,11 @@ def cmd_monitor(ns: argparse.Namespace) -> int:
     from quantdeck.core.monitor import MetricsScraper, Recorder, Sampler
     from quantdeck.core.runtime import AttachedServer
 
+    client_from(ns)
     att = AttachedServer(ns.url, api_key=ns.api_key)
     models = att.check()
+    stop = threading.Event()
+    until_signal(stop)  # from here a stop signal ends it cleanly, with exit code 0
     recorder = (
         Recorder(ns.record, {"source": "monitor", "url": att.url, "models": models})
         if ns.record
@@ -74,8 +83,6 @@ def cmd_monitor(ns: argparse.Namespace) -> int:
     )
     out = EventPrinter(ns.json_events, recorder)
     out(StateEvent("attached", url=att.url, models=models))
-    stop = threading.Event()
-    until_signal(stop)
     sampler = Sampler(
         hz=ns.hz, scraper=MetricsScraper(att.url, api_key=ns.api_key, window_s=ns.window)
     )
@@ -90,9 +97,48 @@ def cmd_monitor(ns: argparse.Namespace) -> int:
     return 0
 
 
+def say_leftovers() -> None:
+    """One line on stderr when processes an earlier Quantdeck started still run."""
+    from quantdeck.core.procs import leftovers
+
+    found = leftovers()
+    if found:
+        more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        print(
+            f"quantdeck: left running by an earlier Quantdeck: {found[0].describe()}{more}; "
+            "`quantdeck leftovers --stop` stops them",
+            file=sys.stderr,
+        )
+
+
+def cmd_leftovers(ns: argparse.Namespace) -> int:
+    from quantdeck.core.procs import leftovers, stop_leftover
+
+    found = leftovers()
+    if ns.json:
+        print_json([{**vars(x), "path": str(x.path)} for x in found])
+    stuck = [x for x in found if ns.stop and not stop_leftover(x)]
+    if not ns.json:
+        for x in found:
+            verb = "could not stop " if x in stuck else "stopped " if ns.stop else ""
+            print(verb + x.describe())
+        if found and not ns.stop:
+            print("stop them with `quantdeck leftovers --stop`", file=sys.stderr)
+        if not found:
+            print("no leftovers", file=sys.stderr)
+    return 1 if stuck else 0
+
+
 def register(add: AddCommand) -> None:
-    sp = add("serve", cmd_serve, "start vLLM, watch it, print events until SIGINT/SIGTERM")
+    sp = add("serve", cmd_serve, "start vLLM, watch it, print events until SIGINT/SIGTERM/SIGHUP")
     add_model_and_knobs(sp)
+    sp.add_argument(
+        "--startup-timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="give up when the server is not ready after S seconds (default: 1800)",
+    )
     sp.add_argument("--json-events", action="store_true", help="one JSON object per line")
     sp.add_argument("--record", metavar="FILE", help="record the session (JSONL) for replay")
     sp.add_argument("--hz", type=float, default=1.0, help="metrics events per second")
@@ -117,9 +163,21 @@ def register(add: AddCommand) -> None:
 
     sp = add("monitor", cmd_monitor, "watch a running vLLM server at URL without owning it")
     sp.add_argument("url")
-    sp.add_argument("--api-key")
+    add_client_options(sp)
     sp.add_argument("--json-events", action="store_true")
     sp.add_argument("--duration", type=float, default=None, metavar="S")
     sp.add_argument("--record", metavar="FILE")
     sp.add_argument("--hz", type=float, default=1.0)
     sp.add_argument("--window", type=float, default=60.0, metavar="S")
+
+    sp = add(
+        "leftovers",
+        cmd_leftovers,
+        "list processes an earlier Quantdeck started and left running (--stop: stop them)",
+    )
+    sp.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop them (only processes whose start time matches: a reused pid is never hit)",
+    )
+    sp.add_argument("--json", action="store_true")

@@ -307,11 +307,75 @@ class DoneEvent(Event):
     t: float | _Absent = ABSENT
 
 
+# -- fleets (quantdeck.core.fleet) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstanceEvent(Event):
+    """An event of the fleet instance ``instance`` (the router is ``"router"``), written as
+    the event's own JSON object plus ``"instance": NAME``: a reader of ``serve``'s events reads
+    a fleet's as its own, and an event without an instance is written as it always was."""
+
+    instance: str
+    event: Event
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.event.to_json(), "instance": self.instance}
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.instance if name == "instance" else self.event.get(name, default)
+
+
+@dataclass(frozen=True)
+class RestartEvent(Event):
+    """A crashed instance is started again after ``delay_s`` (attempt ``attempt`` in a row), or,
+    ``gave_up``, no more: it crashed that often without staying up."""
+
+    kind: ClassVar[str] = "restart"
+    attempt: int
+    delay_s: float
+    gave_up: bool = False
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class RouteEvent(Event):
+    """The router's workers changed: ``action`` add or remove ``worker``, and why (``reason``:
+    crashed, restarted, fallback, recovered)."""
+
+    kind: ClassVar[str] = "route"
+    action: str
+    worker: str
+    reason: str
+    ok: bool = True  # False: the router refused or did not answer (``error`` says what)
+    error: str | _Absent = ABSENT
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class FallbackEvent(Event):
+    """The fleet's fallback rule switched: ``active`` (the backups take traffic) or not, with
+    the figures that made it: the worst primary's ``metric`` value against ``above_ms``, and for
+    how long it had been over (or back under)."""
+
+    kind: ClassVar[str] = "fallback"
+    active: bool
+    metric: str
+    value_ms: float | None
+    above_ms: float
+    held_s: float
+    backups: list[str] = field(default_factory=list)
+    t: float = field(default_factory=now)
+
+
 def from_json(data: Mapping[str, Any]) -> Event:
     """The event a JSON object describes (as :meth:`Event.to_json` wrote it). Raises
     ``ValueError`` for an object that is not one."""
     if not isinstance(data, Mapping) or not isinstance(data.get("event"), str):
         raise ValueError("not an event: no 'event' key")
+    if isinstance(data.get("instance"), str):
+        inner = {k: v for k, v in data.items() if k != "instance"}
+        return InstanceEvent(data["instance"], from_json(inner))
     kind = data["event"]
     if kind == "progress":  # a stage's progress, or a benchmark's
         cls: type[Event] = BenchProgress if "done" in data else ProgressEvent

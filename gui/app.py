@@ -1,15 +1,24 @@
-"""Start the desktop panel: the window first, then the demo model (built in a worker if needed)."""
+"""Start the desktop panel: the window first, then the demo model (built in a worker if needed).
+
+SIGINT, SIGTERM and SIGHUP close the window as its close button does (the server and the jobs
+are stopped), then the app exits with 128 + the signal's number. Processes an earlier panel left
+running are offered to be stopped."""
 
 from __future__ import annotations
 
+import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QSocketNotifier
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from quantdeck.core.events import Event
 from quantdeck.core.models import default_demo_dir, ensure_demo_model, is_complete
+from quantdeck.core.procs import STOP_SIGNALS
 from quantdeck.gui.main_window import MainWindow
 
 
@@ -52,12 +61,72 @@ def _build_demo(win: MainWindow, demo: Path) -> None:
     )
 
 
+def close_on_signals(app: QApplication, win: MainWindow) -> QSocketNotifier:
+    """Close ``win`` and quit on a stop signal. Python runs signal handlers only when the main
+    thread runs Python, and it sits in Qt's event loop: the signal's number goes to a socket
+    (``signal.set_wakeup_fd``) that a socket notifier watches, which wakes the loop."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno())
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: None)  # the number reaches the socket; Qt acts on it
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Read, app)
+
+    def on_wakeup() -> None:
+        try:
+            received = [s for s in reader.recv(64) if s in STOP_SIGNALS]
+        except BlockingIOError:
+            return
+        if received:
+            win.close()  # closeEvent stops the server and the jobs
+            app.exit(128 + received[0])
+
+    notifier.activated.connect(on_wakeup)
+    notifier.sockets = (reader, writer)  # type: ignore[attr-defined]  # kept open with it
+    return notifier
+
+
+def offer_leftovers(win: MainWindow) -> Any:
+    """Look (in a worker) for processes an earlier Quantdeck left running; when there are,
+    a message offers to stop them. Returns the worker."""
+    from quantdeck.core.procs import Lease, leftovers, stop_leftover
+
+    def found(leases: list[Lease]) -> None:
+        if not leases:
+            return
+        box = QMessageBox(
+            QMessageBox.Warning,
+            "Processes left running",
+            "An earlier Quantdeck left these running:\n"
+            + "\n".join(x.describe() for x in leases)
+            + "\n\nStop them?",
+            QMessageBox.Yes | QMessageBox.No,
+            win,
+        )
+        stop = box.button(QMessageBox.Yes)
+        stop.setText("Stop them")
+        box.button(QMessageBox.No).setText("Leave them")
+        stop.clicked.connect(
+            lambda: win.background().start(lambda: [stop_leftover(x) for x in leases])
+        )
+        win.leftovers_box = box
+        box.open()  # not modal to the app: the window stays usable
+
+    return win.background().start(leftovers, returned=found)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("Quantdeck")
     win = build_window()
+    notifier = close_on_signals(app, win)
     win.show()
-    return app.exec()
+    offer_leftovers(win)
+    code = app.exec()
+    signal.set_wakeup_fd(-1)
+    notifier.setEnabled(False)
+    return code
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ over :data:`METRICS` (a column per run, arm or tuning point), the history over t
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from quantdeck.core.events import (
     StateEvent,
 )
 from quantdeck.core.launch import LaunchConfig
+from quantdeck.gui.labels import plain_label
 from quantdeck.gui.report import fmt as _fmt
 from quantdeck.gui.table_model import Column, ObjectTableModel
 from quantdeck.gui.workers import EventQueue, WorkerSet
@@ -109,6 +111,9 @@ def compare_columns(label_a: str, label_b: str) -> tuple[Column[dict[str, Any]],
 
 RUN_COLUMNS: tuple[Column[Path], ...] = (Column("run", lambda p: p.name, tooltip=str),)
 
+# Requests the live TTFT plot shows: the newest (a 100 000-prompt run stays light to draw).
+MAX_LIVE_POINTS = 10000
+
 
 class BenchTab(QWidget):
     finished = Signal(dict)  # the result of the last job (bench, ab or tune)
@@ -134,7 +139,8 @@ class BenchTab(QWidget):
         self.worker: Any = None
         self.result: dict[str, Any] | None = None
         self._workers = WorkerSet(self._on_error)
-        self._ttfts: list[float] = []
+        self._ttfts: collections.deque[float] = collections.deque(maxlen=MAX_LIVE_POINTS)
+        self._ttft_count = 0  # requests plotted since the run (or arm, point) began
 
         # -- load ------------------------------------------------------------------------------
         self.concurrency = QSpinBox()
@@ -247,7 +253,7 @@ class BenchTab(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
-        self.status = QLabel("—")
+        self.status = plain_label("—")
         self.status.setWordWrap(True)
         self.plot = pg.PlotWidget(background="w")
         self.plot.setTitle("TTFT per request (live)", color="#333")
@@ -372,7 +378,7 @@ class BenchTab(QWidget):
             self.failed.emit(str(e))
             return
         self.job, self.job_kind = job, kind
-        self._ttfts = []
+        self._reset_plot()
         self.curve.setData([], [])
         self.progress.setValue(0)
         self.status.setText(f"{kind}: running…")
@@ -405,6 +411,7 @@ class BenchTab(QWidget):
             if kind == "progress":
                 if ev.get("ttft_ms") is not None:
                     self._ttfts.append(ev.get("ttft_ms"))
+                    self._ttft_count += 1
                     changed = True
                 self.progress.setMaximum(ev.get("total"))
                 self.progress.setValue(ev.get("done"))
@@ -414,7 +421,7 @@ class BenchTab(QWidget):
                     f"{ev.get('label')}: {ev.get('stage')}"
                 )
                 if ev.get("stage") == "starting":
-                    self._ttfts = []
+                    self._reset_plot()
                     changed = True
             elif kind == "point":
                 vals = ", ".join(f"{k}={v}" for k, v in ev.get("values").items())
@@ -427,7 +434,7 @@ class BenchTab(QWidget):
                     )
                 )
                 if ev.get("stage") == "starting":
-                    self._ttfts = []
+                    self._reset_plot()
                     changed = True
             elif isinstance(ev, ArmServerEvent):
                 server = ev.server
@@ -439,7 +446,12 @@ class BenchTab(QWidget):
                     why = f": {server.get('reason')}" if server.get("reason") else ""
                     self.status.setText(f"arm {ev.index + 1}: server {server.state}{why}")
         if changed:
-            self.curve.setData(np.arange(len(self._ttfts)), np.asarray(self._ttfts))
+            n = self._ttft_count
+            self.curve.setData(np.arange(n - len(self._ttfts), n), np.asarray(self._ttfts))
+
+    def _reset_plot(self) -> None:
+        self._ttfts.clear()
+        self._ttft_count = 0
 
     def _on_done(self, result: dict[str, Any]) -> None:
         from quantdeck.core.bench import environment, save_run
@@ -527,11 +539,15 @@ class BenchTab(QWidget):
     def write_report(self, folder: str | Path) -> Path | None:
         from quantdeck.gui.report import write_report
 
-        runs = self._selected_runs()
-        if not runs:
-            self.status.setText("select runs in the history first")
+        try:
+            runs = self._selected_runs()
+            if not runs:
+                self.status.setText("select runs in the history first")
+                return None
+            index = write_report(runs, Path(folder))
+        except QuantdeckError as e:  # e.g. a folder Quantdeck did not make: refused, untouched
+            self.status.setText(str(e))
             return None
-        index = write_report(runs, Path(folder))
         self.status.setText(f"report: {index}")
         return index
 

@@ -15,19 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -36,10 +33,14 @@ from quantdeck.core.convert import METHODS, JobQueue, QuantSpec
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event
 from quantdeck.core.launch import DeviceFacts
-from quantdeck.gui.table_model import Column, ObjectTableModel, ProgressDelegate
+from quantdeck.gui.labels import plain_label
+from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 if TYPE_CHECKING:
     from quantdeck.gui.workers import WorkerSet
+
+# Lines the job log keeps: the oldest go first.
+MAX_LOG_LINES = 2000
 
 
 @dataclass
@@ -105,7 +106,7 @@ class ConvertTab(QWidget):
         self.method = QComboBox()
         for m in METHODS.values():
             self.method.addItem(f"{m.name} — {m.note}", m.name)
-        self.method_note = QLabel()
+        self.method_note = plain_label()
         self.method_note.setWordWrap(True)
         self.out = QLineEdit()
         self.calib = QLineEdit()
@@ -141,20 +142,12 @@ class ConvertTab(QWidget):
         self.quality_worker: Any = None
         self.log = QPlainTextEdit()
         self.log.setReadOnly(True)
-        self.log.setMaximumBlockCount(2000)
-        self.message = QLabel()
+        self.log.setMaximumBlockCount(MAX_LOG_LINES)
+        self.message = plain_label()
         self.message.setWordWrap(True)
         self.progress = QProgressBar()
         self.jobs_model: ObjectTableModel[JobRow] = ObjectTableModel(JOB_COLUMNS, self)
-        self.table = QTableView()
-        self.table.setModel(self.jobs_model)
-        self.table.setItemDelegateForColumn(self.jobs_model.column("%"), ProgressDelegate(self))
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.setWordWrap(False)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table = row_table(self.jobs_model, "%")
         buttons = QHBoxLayout()
         for b in (self.convert_button, self.cancel_button, self.launch_button, self.quality_button):
             buttons.addWidget(b)

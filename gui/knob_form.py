@@ -73,6 +73,9 @@ class KnobEditor:
                 w.setPlaceholderText(_AUTO if k.base is not list else "none")
             if k.unit == "bytes":
                 w.setPlaceholderText("auto (e.g. 128M, 4GiB)")
+            if k.secret_env:
+                w.setEchoMode(QLineEdit.Password)
+                w.setPlaceholderText("none")
             w.textChanged.connect(on_change)
         w.setToolTip(f"{k.flag}\n{k.doc}\nvLLM default: {k.vllm_default}")
         w.setObjectName(f"knob_{k.name}")
@@ -91,11 +94,11 @@ class KnobEditor:
             return float(w.value())
         text = w.text()
         if k.base is list:
-            return (
-                [p.strip() for p in text.split(",") if p.strip()]
-                if k.item is str
-                else parse_text(k, text) or []
-            )
+            if not text.strip():  # "auto" (None) where the knob has it: [] is a value to vLLM
+                return None if k.optional else []
+            if k.item is str:
+                return [p.strip() for p in text.split(",") if p.strip()]
+            return parse_text(k, text)
         if not text.strip():
             return None if k.optional else ""
         v = parse_text(k, text)
@@ -177,7 +180,7 @@ class KnobForm(QWidget):
                 if ed.knob.flag.startswith("--compilation-config.")
                 else ed.knob.flag
             )
-            ok = flags is None or flag in flags
+            ok = flags is None or flag in flags or ed.knob.quantdeck_only
             ed.widget.setEnabled(ok)
             if not ok:
                 ed.widget.setToolTip(f"{ed.knob.flag}: this vLLM has no such option")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.http import plain_http_warning
 from quantdeck.core.launch import (
     DeviceFacts,
     Finding,
@@ -29,13 +31,14 @@ from quantdeck.core.launch import (
     KvPlan,
     LaunchConfig,
     advise,
+    command_line,
     plan,
     profiles,
-    serve_command,
     validate,
 )
 from quantdeck.core.models import ModelInfo
 from quantdeck.gui.knob_form import KnobForm
+from quantdeck.gui.labels import plain_label
 
 SEGMENTS = (
     ("weights", "weights_bytes", "#4e79a7"),
@@ -95,13 +98,13 @@ class PlannerPanel(QWidget):
     def show_plan(self, p: KvPlan | None, findings: list[Any], error: str | None) -> None:
         self.bar.set_plan(p)
         if error:
-            self.figures.setText(f"<span style='color:#c00'>{error}</span>")
+            self.figures.setText(f"<span style='color:#c00'>{html.escape(error)}</span>")
             self.advice.setText("")
             return
         assert p is not None
         fits = p.fits and not any(f.level == "error" for f in findings)
         self.figures.setText(
-            f"{p.device}<br>"
+            f"{html.escape(p.device)}<br>"
             f"weights {p.weights_bytes / GiB:.2f} GiB · KV cache {p.kv_cache_bytes / GiB:.2f} GiB"
             f"<br>KV blocks {p.num_blocks:,} × {p.block_size} = {p.kv_cache_tokens:,} tokens"
             f"<br>max concurrency {p.max_concurrency}× at {p.max_model_len} tokens"
@@ -110,7 +113,7 @@ class PlannerPanel(QWidget):
         self.advice.setText(
             "<br>".join(
                 f"<span style='color:{'#c00' if f.level == 'error' else '#a60'}'>{f.level}: "
-                f"{f.message}</span>"
+                f"{html.escape(f.message)}</span>"
                 for f in findings
             )
         )
@@ -135,7 +138,7 @@ class LaunchTab(QWidget):
         self.model_path = ""
         self.model_label = QLabel("no model")
         self.model_label.setStyleSheet("font-weight:bold")
-        self.engine_label = QLabel("engine: probing…")
+        self.engine_label = plain_label("engine: probing…")
         self.engine_label.setStyleSheet("color:#555")
         self.eager = QCheckBox("Eager mode (no CUDA graphs / torch.compile)")
         self.eager.setStyleSheet("font-size: 13pt; font-weight: bold")
@@ -146,7 +149,7 @@ class LaunchTab(QWidget):
         self.stop_button = QPushButton("Stop")
         self.restart_button = QPushButton("Restart")
         self.copy_button = QPushButton("Copy `vllm serve` command")
-        self.stage = QLabel("stopped")
+        self.stage = plain_label("stopped")
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.profiles = QComboBox()
@@ -155,13 +158,15 @@ class LaunchTab(QWidget):
         self.save_profile = QPushButton("Save")
         self.load_profile = QPushButton("Load")
         self.delete_profile = QPushButton("Delete")
+        self.remember_key = QCheckBox("Remember API key")
+        self.remember_key.setToolTip("Keep the key in the system keyring (never in the profile)")
         self.attach_url = QLineEdit()
         self.attach_url.setPlaceholderText("http://host:8000 — monitor a server you do not own")
         self.attach_key = QLineEdit()
         self.attach_key.setPlaceholderText("API key (optional)")
         self.attach_key.setEchoMode(QLineEdit.Password)
         self.attach_button = QPushButton("Attach")
-        self.message = QLabel()
+        self.message = plain_label()
         self.message.setWordWrap(True)
 
         top = QVBoxLayout()
@@ -185,6 +190,7 @@ class LaunchTab(QWidget):
             self.save_profile,
             self.load_profile,
             self.delete_profile,
+            self.remember_key,
         ):
             prof.addWidget(w)
         right.addLayout(prof)
@@ -216,11 +222,7 @@ class LaunchTab(QWidget):
         self.save_profile.clicked.connect(self._on_save_profile)
         self.load_profile.clicked.connect(self._on_load_profile)
         self.delete_profile.clicked.connect(self._on_delete_profile)
-        self.attach_button.clicked.connect(
-            lambda: self.attach_requested.emit(
-                self.attach_url.text().strip(), self.attach_key.text().strip()
-            )
-        )
+        self.attach_button.clicked.connect(self._on_attach_clicked)
         self._refresh_profiles()
         self.set_server_state("stopped")
 
@@ -328,10 +330,8 @@ class LaunchTab(QWidget):
         self.start_requested.emit(cfg)
 
     def _on_copy_clicked(self) -> None:
-        import shlex
-
         try:
-            text = shlex.join(serve_command(validate(self.config())))
+            text = command_line(validate(self.config()))  # the key shows as ***
         except QuantdeckError as e:
             self.message.setText(str(e))
             return
@@ -345,13 +345,29 @@ class LaunchTab(QWidget):
         self.profiles.addItems(profiles.list_profiles())
         self.profiles.setCurrentText(current)
 
+    def _on_attach_clicked(self) -> None:
+        url, key = self.attach_url.text().strip(), self.attach_key.text().strip()
+        self.message.setText(plain_http_warning(url, key) or "")
+        self.attach_requested.emit(url, key)
+
     def _on_save_profile(self) -> None:
+        name = self.profiles.currentText().strip()
         try:
-            path = profiles.save_profile(self.profiles.currentText().strip(), self.config())
-            self.message.setText(f"saved {path}")
+            cfg = self.config()
+            path = profiles.save_profile(name, cfg)
+            self.message.setText(f"saved {path} (without the API key)")
         except QuantdeckError as e:
             self.message.setText(str(e))
-        self._refresh_profiles()
+            return
+        finally:
+            self._refresh_profiles()
+        if self.remember_key.isChecked() and cfg.server.api_key:
+            problem = profiles.remember_key(name, cfg.server.api_key)
+            if problem:  # said once: the box goes off and stays off
+                self.remember_key.setChecked(False)
+                self.remember_key.setEnabled(False)
+                self.remember_key.setToolTip(problem)
+                self.message.setText(f"saved {path}; {problem}")
 
     def _on_load_profile(self) -> None:
         try:
@@ -359,6 +375,8 @@ class LaunchTab(QWidget):
         except QuantdeckError as e:
             self.message.setText(str(e))
             return
+        if cfg.server.api_key is None:  # none remembered: keep the one typed in
+            cfg.server.api_key = self.form.editors["api_key"].value()
         self.set_config(cfg)
         if cfg.model.model and cfg.model.model != self.model_path:
             self.profile_model_requested.emit(cfg.model.model)

@@ -20,7 +20,10 @@ from PySide6.QtWidgets import (
 from quantdeck.core.events import Event
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# What the tab keeps: the newest lines, each cut to a length (a server that prints a tensor
+# on one line must not fill memory, nor make the view lay out megabytes).
 MAX_LINES = 20000
+MAX_LINE_CHARS = 2000
 
 
 class LogsPanel(QWidget):
@@ -89,6 +92,9 @@ class LogsPanel(QWidget):
             entry = ("fact", f"★ {ev.get('name')} = {ev.get('value')}")
         else:
             return
+        style, text = entry
+        if len(text) > MAX_LINE_CHARS:
+            entry = (style, text[:MAX_LINE_CHARS] + f"… ({len(text) - MAX_LINE_CHARS} more)")
         self.lines.append(entry)
         if self._visible(*entry):
             self._append(*entry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,8 +23,11 @@ from PySide6.QtWidgets import (
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, MetricsEvent, StateEvent
 from quantdeck.core.launch import DeviceFacts, detect_device
-from quantdeck.core.models import ModelInfo, inspect_model
+from quantdeck.core.models import AdapterInfo, ModelInfo, inspect_model, read_adapter
+from quantdeck.core.models.adapters import is_adapter_dir
 from quantdeck.core.paths import config_dir
+from quantdeck.gui.fleet_view import FleetView
+from quantdeck.gui.labels import plain_label
 from quantdeck.gui.launch_tab import LaunchTab
 from quantdeck.gui.logs import LogsPanel
 from quantdeck.gui.playground import PlaygroundPanel
@@ -72,14 +76,19 @@ def _scan_hf_cache() -> list[tuple[str, ModelInfo]]:
 
 @dataclass(frozen=True)
 class ModelFolder:
-    """A model folder of the library and what the inspector says of it (None: unreadable)."""
+    """A model folder of the library and what the inspector says of it (None: unreadable);
+    a LoRA adapter folder has ``adapter`` instead, shown with its base model."""
 
     path: str
     info: ModelInfo | None
+    adapter: AdapterInfo | None = None
 
     @property
     def title(self) -> str:
         name = Path(self.path).name
+        if self.adapter:
+            base = Path(self.adapter.base_model or "?").name
+            return f"{name}   [{self.adapter.badge} on {base}]"
         return f"{name}   [{self.info.badge}]" if self.info else f"{name}   (unreadable)"
 
 
@@ -89,8 +98,14 @@ LIBRARY_COLUMNS: tuple[Column[ModelFolder], ...] = (
 
 
 def gui_settings() -> QSettings:
-    """Window state, in Quantdeck's config folder (kept out of tests by QUANTDECK_CONFIG_DIR)."""
-    return QSettings(str(config_dir() / "gui.ini"), QSettings.IniFormat)
+    """Window state, in Quantdeck's config folder (kept out of tests by QUANTDECK_CONFIG_DIR).
+    The file is made private (0600) before Qt writes it: it names models and folders, and Qt
+    keeps the mode of the file it replaces. It never holds the API key (to_yaml leaves it out)."""
+    path = config_dir() / "gui.ini"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    path.chmod(0o600)
+    return QSettings(str(path), QSettings.IniFormat)
 
 
 class MainWindow(QMainWindow):
@@ -115,7 +130,7 @@ class MainWindow(QMainWindow):
         self.library = QListView()  # shows the model's first column
         self.library.setObjectName("library")
         self.library.setModel(self.library_model)
-        self.library_info = QLabel()
+        self.library_info = plain_label()
         self.library_info.setWordWrap(True)
         self.library_info.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.add_folder_button = QPushButton("Add folder…")
@@ -143,6 +158,10 @@ class MainWindow(QMainWindow):
         self.convert = ConvertTab(lambda: self.launch.model_path or None, self.device)
         self.tabs.addTab(self.convert, "Convert")
         self.convert.launch_requested.connect(self.launch_converted)
+        self.fleet = FleetView()
+        self.tabs.addTab(self.fleet, "Fleet")
+        self.fleet.instance_chosen.connect(self._on_fleet_instance_chosen)
+        self.fleet.instance_event.connect(self.logs.add_event)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         side = QWidget()
         sl = QVBoxLayout(side)
@@ -162,14 +181,14 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.state_label = QLabel("● stopped")
         self.url_label = QLabel("")
-        self.status_label = QLabel(self.device.label)
+        self.status_label = plain_label(self.device.label)
         for w in (self.state_label, self.url_label):
             self.statusBar().addWidget(w)
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.progress)
         self.library.selectionModel().currentChanged.connect(self._on_library_changed)
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
-        self.launch.start_requested.connect(self.controller.start)
+        self.launch.start_requested.connect(self._on_start_requested)
         self.launch.stop_requested.connect(self.controller.stop)
         self.launch.attach_requested.connect(
             lambda url, key: self.controller.attach(url, key or None)
@@ -178,6 +197,7 @@ class MainWindow(QMainWindow):
         self.controller.event.connect(self._on_server_event)
         self.controller.metrics.connect(self._on_metrics)
         self.controller.error.connect(self._on_server_error)
+        self.controller.idle.connect(self._on_controller_idle)
         self.resize(1400, 900)
         settings = gui_settings()
         geo = settings.value("geometry")
@@ -304,12 +324,16 @@ class MainWindow(QMainWindow):
         """Add a model folder to the library (``info``: already inspected, e.g. by a scan)."""
         i = self.library_model.find(lambda m: m.path == str(path))
         if i < 0:
+            adapter = None
             if info is None:
                 try:
-                    info = inspect_model(path)
+                    if is_adapter_dir(path):
+                        adapter = read_adapter(path)
+                    else:
+                        info = inspect_model(path)
                 except QuantdeckError as e:
                     self.library_info.setText(str(e))
-            i = self.library_model.append(ModelFolder(str(path), info))
+            i = self.library_model.append(ModelFolder(str(path), info, adapter))
         if select:
             self.library.setCurrentIndex(self.library_model.index(i, 0))
 
@@ -323,7 +347,7 @@ class MainWindow(QMainWindow):
 
         try:
             for e in scan_folders([folder]):
-                self.add_model(Path(e.path), info=e.info)
+                self.add_model(Path(e.path), info=e.info)  # an adapter is read by add_model
         except QuantdeckError as e:
             self.library_info.setText(str(e))
 
@@ -345,6 +369,14 @@ class MainWindow(QMainWindow):
         if selected is None:
             return
         path, info = selected.path, selected.info
+        if selected.adapter is not None:  # served on top of its base: nothing to launch alone
+            a = selected.adapter
+            self.library_info.setText(
+                f"LoRA adapter · rank {a.rank} · alpha {a.alpha:g} · "
+                f"{', '.join(a.target_modules)} · base {a.base_model or 'not named'} · "
+                "load it into a server started with LoRA (quantdeck lora load)"
+            )
+            return
         if info is not None:
             q = info.quantization
             self.library_info.setText(
@@ -419,9 +451,32 @@ class MainWindow(QMainWindow):
                 f"{ev.get('host_ram_used_bytes', 0) / 2**30:.1f} GiB"
             )
 
+    def _on_start_requested(self, cfg: Any) -> None:
+        """Start (or Restart) is disabled from the click on: a double click starts one server."""
+        self.launch.set_server_state("starting")
+        self.controller.start(cfg)
+
+    def _on_controller_idle(self) -> None:
+        """Its actions done: the Launch tab shows its state (a start that failed before the
+        server said anything leaves it stopped, Start enabled again)."""
+        self.launch.set_server_state(self.controller.state)
+
     def _on_server_error(self, msg: str) -> None:
         self.launch.message.setText(msg)
         self.logs.add_event(StateEvent("error", reason=msg))
+
+    def _on_fleet_instance_chosen(self, url: str, api_key: str) -> None:
+        """Monitor, Logs and Playground follow a fleet's instance: the attach path, as the
+        Launch tab's attach row takes it (which would stop the Launch tab's own server)."""
+        server = self.controller.server
+        if server is not None and server.running:
+            self.fleet.message.setText(
+                "the Launch tab's server runs: stop it first (Monitor and Playground follow "
+                "one server)"
+            )
+            return
+        self.controller.attach(url, api_key or None)
+        self.tabs.setCurrentWidget(self._monitor_box)
 
     def _on_open_recording(self) -> None:
         from PySide6.QtWidgets import QFileDialog
@@ -469,6 +524,7 @@ class MainWindow(QMainWindow):
         if self._bench is not None:
             self._bench.shutdown()
         self.convert.shutdown()
+        self.fleet.shutdown()
         self.controller.shutdown()
         if self.workers is not None:
             self.workers.wait(10.0)

@@ -252,7 +252,7 @@ class MonitorPanel(QWidget):
         fps: float = 10.0,
     ) -> None:
         super().__init__(parent)
-        self.store = store or TimeSeriesStore()
+        self.store = store if store is not None else TimeSeriesStore()  # an empty one is falsy
         self._drawn_version = -1
         self._gpus_drawn = -1
         self.paused = False
@@ -309,6 +309,11 @@ class MonitorPanel(QWidget):
         self.banner = QLabel()
         self.banner.setStyleSheet("background:#fde2e1; color:#8a1c1c; padding:4px;")
         self.banner.hide()
+        # why the last sample lacks figures (the sampler goes on; this says what it misses)
+        self.problem = QLabel()
+        self.problem.setStyleSheet("color:#8a1c1c; padding:2px;")
+        self.problem.setWordWrap(True)
+        self.problem.hide()
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground(BACKGROUND)
         # every frame changes every plot: one full repaint is cheaper than many update rects
@@ -317,6 +322,7 @@ class MonitorPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.addLayout(bar)
         lay.addWidget(self.banner)
+        lay.addWidget(self.problem)
         lay.addWidget(self.graphics, 1)
         self._build_plots(0)
         self.timer = QTimer(self)
@@ -469,6 +475,12 @@ class MonitorPanel(QWidget):
     def add_event(self, ev: Event) -> None:
         """Feed one event (live or replayed); plots update on the next timer tick."""
         self.store.append(ev)
+        if ev.kind == "metrics":
+            error = ev.get("error")
+            text = f"monitoring: {str(error)[:300]}" if error else ""
+            if text != self.problem.text():
+                self.problem.setText(text)
+                self.problem.setVisible(bool(text))
 
     # -- controls ----------------------------------------------------------------------------
     def _on_window_changed(self, text: str) -> None:

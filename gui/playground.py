@@ -1,5 +1,6 @@
 """The Playground tab: chat or completion against the running server, streamed in a worker,
-with sampling parameters and per-reply TTFT and tokens/s."""
+with sampling parameters and per-reply TTFT and tokens/s; the model or a LoRA adapter the server
+serves is picked from its /v1/models."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QShowEvent, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -24,6 +25,9 @@ from PySide6.QtWidgets import (
 if TYPE_CHECKING:
     from quantdeck.gui.workers import WorkerSet
 
+# Lines the transcript keeps: the oldest go first (a long session must not fill memory).
+MAX_TRANSCRIPT_LINES = 5000
+
 
 def _reply(
     url: str, model: str, *, messages: list[dict[str, str]] | None, prompt: str | None, **kw: Any
@@ -37,6 +41,13 @@ def _reply(
         if delta:
             yield delta
     return last
+
+
+def _served_models(url: str, api_key: str | None) -> list[str]:
+    """The names the server answers to (in a worker): its model, then loaded adapters."""
+    from quantdeck.core.runtime import AttachedServer
+
+    return AttachedServer(url, api_key=api_key).check()
 
 
 class PlaygroundPanel(QWidget):
@@ -55,6 +66,9 @@ class PlaygroundPanel(QWidget):
         self._workers: WorkerSet | None = None
         self.mode = QComboBox()
         self.mode.addItems(["chat", "completion"])
+        self.model_choice = QComboBox()  # the base model or a LoRA adapter, from /v1/models
+        self.model_choice.setToolTip("the model or LoRA adapter the requests name")
+        self.refresh_models_button = QPushButton("Refresh models")
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0, 2)
         self.temperature.setSingleStep(0.1)
@@ -68,6 +82,7 @@ class PlaygroundPanel(QWidget):
         self.max_tokens.setValue(128)
         self.transcript = QPlainTextEdit()
         self.transcript.setReadOnly(True)
+        self.transcript.setMaximumBlockCount(MAX_TRANSCRIPT_LINES)
         self.input = QPlainTextEdit()
         self.input.setPlaceholderText("Write a message or a prompt…")
         self.input.setMaximumHeight(90)
@@ -78,6 +93,8 @@ class PlaygroundPanel(QWidget):
         self.stats = QLabel("—")
         params = QFormLayout()
         for label, w in (
+            ("Model", self.model_choice),
+            ("", self.refresh_models_button),
             ("Mode", self.mode),
             ("Temperature", self.temperature),
             ("Top-p", self.top_p),
@@ -101,12 +118,38 @@ class PlaygroundPanel(QWidget):
         self.send_button.clicked.connect(self._on_send_clicked)
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.clear_button.clicked.connect(self._on_clear_clicked)
+        self.refresh_models_button.clicked.connect(self.refresh_models)
 
     def _write(self, text: str) -> None:
         cur = self.transcript.textCursor()
         cur.movePosition(QTextCursor.End)
         cur.insertText(text)
         self.transcript.setTextCursor(cur)
+
+    def _start(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._workers is None:  # superqt is imported on first use: after the first paint
+            from quantdeck.gui.workers import WorkerSet
+
+            self._workers = WorkerSet(self._on_error)
+        return self._workers.start(func, *args, **kwargs)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.refresh_models()
+
+    def refresh_models(self) -> None:
+        """Fill the model choice from the server's /v1/models (adapters loaded since appear)."""
+        url, _, key = self._target()
+        if url:
+            self._start(_served_models, url, key, returned=self.set_models)
+
+    def set_models(self, names: list[str]) -> None:
+        """Offer ``names``; the current choice stays when the server still serves it."""
+        current = self.model_choice.currentText()
+        self.model_choice.clear()
+        self.model_choice.addItems(names)
+        if current in names:
+            self.model_choice.setCurrentText(current)
 
     def _on_send_clicked(self) -> None:
         url, model, key = self._target()
@@ -116,6 +159,8 @@ class PlaygroundPanel(QWidget):
         if not url or not model:
             self.stats.setText("no server: start or attach one first")
             return
+        if self.model_choice.findText(model) >= 0:  # the list is this server's: use the choice
+            model = self.model_choice.currentText()
         chat = self.mode.currentText() == "chat"
         if chat:
             self.history.append({"role": "user", "content": text})
@@ -123,11 +168,7 @@ class PlaygroundPanel(QWidget):
         else:
             self._write(f"\n{text}")
         self.input.clear()
-        if self._workers is None:  # superqt is imported on first use: after the first paint
-            from quantdeck.gui.workers import WorkerSet
-
-            self._workers = WorkerSet(self._on_error)
-        self.worker = self._workers.start(
+        self.worker = self._start(
             _reply,
             url,
             model,

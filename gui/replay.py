@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from quantdeck.core.events import MetricsEvent
 from quantdeck.core.monitor import Recording, read_recording
@@ -24,25 +25,23 @@ def _window_for(rec: Recording) -> str:
     return list(WINDOWS)[-1]
 
 
-def main(
-    path: str, png: str | None = None, size: tuple[int, int] = (1400, 900), title: str | None = None
-) -> int:
-    rec = read_recording(path)  # one-line errors before Qt starts
-    if png and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtWidgets import QApplication, QLabel, QVBoxLayout, QWidget
+def replay_view(rec: Recording, title: str) -> tuple[Any, Any]:
+    """The window: a heading (plain text: a recording's title is data, never markup) over a
+    Monitor panel fed the recording's metrics. Returns (window, panel)."""
+    from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+    from quantdeck.gui.labels import plain_label
     from quantdeck.gui.monitor import MonitorPanel
 
-    app = QApplication.instance() or QApplication([])
     box = QWidget()
-    box.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
-    title = title or rec.header.get("title") or rec.header.get("model") or Path(path).name
-    label = QLabel(
-        f"<b>{title}</b> · {rec.duration_s:.0f} s recorded · "
-        f"{len(rec.of(MetricsEvent))} samples"
-        + (f" · {rec.header.get('note')}" if rec.header.get("note") else "")
+    note = rec.header.get("note")
+    label = plain_label(
+        f"{title} · {rec.duration_s:.0f} s recorded · {len(rec.of(MetricsEvent))} samples"
+        + (f" · {note}" if note else "")
     )
+    font = label.font()
+    font.setBold(True)
+    label.setFont(font)
     panel = MonitorPanel(parent=box)
     lay = QVBoxLayout(box)
     lay.addWidget(label)
@@ -50,6 +49,21 @@ def main(
     for ev in rec.of(MetricsEvent):
         panel.add_event(ev)
     panel.window_box.setCurrentText(_window_for(rec))
+    return box, panel
+
+
+def main(
+    path: str, png: str | None = None, size: tuple[int, int] = (1400, 900), title: str | None = None
+) -> int:
+    rec = read_recording(path)  # one-line errors before Qt starts
+    if png and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([])
+    title = title or rec.header.get("title") or rec.header.get("model") or Path(path).name
+    box, panel = replay_view(rec, str(title))
+    box.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
     box.resize(*size)
     if png:
         box.show()

@@ -3,17 +3,23 @@
 Charts: output throughput per run (bars), TTFT and end-to-end latency CDFs from the per-request
 records, the batch-1 decode roofline where the device's bandwidth is known, and for a tune run
 goodput per point. Renders off screen when there is no display.
+
+A run file is data from anywhere (a shared result, a hand-edited file): every value reaches the
+page escaped, and a value that should be a number but is not is shown as its text, never drawn.
+The report folder is written whole or not at all (:func:`quantdeck.core.paths.atomic_dir`).
 """
 
 from __future__ import annotations
 
 import html
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from quantdeck.core.paths import atomic_dir
 from quantdeck.gui.monitor import COLORS
 
 
@@ -42,6 +48,13 @@ def flatten(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def number(v: Any) -> float | None:
+    """``v`` when it is a finite number (not a bool), else None."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
 
 
 def _app() -> Any:
@@ -76,7 +89,7 @@ def throughput_chart(items: list[dict[str, Any]], path: Path) -> None:
     import pyqtgraph as pg
 
     w = _plot("Output throughput", "", "tokens/s")
-    ys = [it["result"].get("output_throughput") or 0.0 for it in items]
+    ys = [number(it["result"].get("output_throughput")) or 0.0 for it in items]
     w.addItem(
         pg.BarGraphItem(
             x=np.arange(len(ys)),
@@ -96,7 +109,11 @@ def cdf_chart(items: list[dict[str, Any]], field: str, title: str, path: Path) -
     w = _plot(title, "ms", "fraction of requests")
     w.addLegend(offset=(-10, 10))
     for i, it in enumerate(items):
-        vals = sorted(r[field] * 1000 for r in it["result"].get("requests", []) if r["success"])
+        vals = sorted(
+            v * 1000
+            for r in it["result"].get("requests", [])
+            if isinstance(r, dict) and r.get("success") and (v := number(r.get(field))) is not None
+        )
         if not vals:
             continue
         ys = np.arange(1, len(vals) + 1) / len(vals)
@@ -113,7 +130,7 @@ def cdf_chart(items: list[dict[str, Any]], field: str, title: str, path: Path) -
 def roofline_chart(items: list[dict[str, Any]], path: Path) -> bool:
     import pyqtgraph as pg
 
-    rows = [(i, it) for i, it in enumerate(items) if it["roofline"].get("roofline_tok_s")]
+    rows = [(i, it) for i, it in enumerate(items) if number(it["roofline"].get("roofline_tok_s"))]
     if not rows:
         return False
     w = _plot("Decode per sequence vs batch-1 roofline", "", "tokens/s per sequence")
@@ -127,7 +144,7 @@ def roofline_chart(items: list[dict[str, Any]], path: Path) -> bool:
         w.addItem(
             pg.BarGraphItem(
                 x=[k + 0.15],
-                height=[roof.get("decode_tok_s_per_seq", 0)],
+                height=[number(roof.get("decode_tok_s_per_seq")) or 0.0],
                 width=0.3,
                 brush=COLORS[i % len(COLORS)],
             )
@@ -142,7 +159,7 @@ def tune_chart(run: dict[str, Any], path: Path) -> None:
 
     w = _plot("Goodput per tuning point (in order measured)", "point", "requests/s")
     pts = run["points"]
-    ys = [p.get("goodput") or 0.0 for p in pts]
+    ys = [number(p.get("goodput")) or 0.0 for p in pts]
     brushes = [
         "#59a14f" if p.get("meets") else ("#bbbbbb" if p.get("dropped") else "#e15759") for p in pts
     ]
@@ -165,18 +182,38 @@ _COLS = (
 
 
 def fmt(v: Any, spec: str) -> str:
-    """A table cell: '-' for none, the value formatted, else its text."""
+    """A table cell: '-' for none, a number formatted, anything else as its text."""
     if v is None:
         return "-"
+    if number(v) is None:
+        return str(v)
     try:
         return format(v, spec)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # e.g. a float given for an integer column
         return str(v)
 
 
+def cell(v: Any, spec: str) -> str:
+    """:func:`fmt`, escaped for HTML."""
+    return html.escape(fmt(v, spec))
+
+
+def percent(v: Any) -> str:
+    """A fraction as an escaped percentage cell; a non-number as its escaped text."""
+    f = number(v)
+    return cell(v, "") if f is None else f"{f * 100:.0f}%"
+
+
 def write_report(runs: list[dict[str, Any]], out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
+    """Write the report folder ``out`` (index.html and its PNGs); returns its index.html.
+    A previous report there is replaced; any other file or folder there is refused."""
     _app()
+    with atomic_dir(out, "report", overwrite=True) as tmp:
+        _write_report(runs, tmp)
+    return out.expanduser().absolute() / "index.html"
+
+
+def _write_report(runs: list[dict[str, Any]], out: Path) -> None:
     items = flatten(runs)
     parts = [
         "<!doctype html><meta charset='utf-8'><title>Quantdeck report</title>",
@@ -198,11 +235,9 @@ def write_report(runs: list[dict[str, Any]], out: Path) -> Path:
                 "<tr><td>"
                 + html.escape(str(it["label"]))
                 + "</td>"
-                + "".join(f"<td>{html.escape(fmt(r.get(k), s))}</td>" for k, _, s in _COLS)
+                + "".join(f"<td>{cell(r.get(k), s)}</td>" for k, _, s in _COLS)
                 + f"<td>{html.escape(str((it['facts'] or {}).get('quantization_kernel', '')))}"
-                + f"</td><td>{fmt(frac * 100 if frac else None, '.0f')}"
-                + ("%" if frac else "")
-                + "</td></tr>"
+                + f"</td><td>{percent(frac)}</td></tr>"
             )
         parts.append("</table>")
         throughput_chart(items, out / "throughput.png")
@@ -220,9 +255,10 @@ def write_report(runs: list[dict[str, Any]], out: Path) -> Path:
         name = f"tune_{n}.png"
         tune_chart(run, out / name)
         best = run.get("best") or {}
+        slo = run.get("slo_ms") or {}
         parts.append(
-            f"<h2>Tuning ({html.escape(run['strategy'])}, targets p99 TTFT "
-            f"{run['slo_ms']['ttft']:g} ms, p99 TPOT {run['slo_ms']['tpot']:g} ms)</h2>"
+            f"<h2>Tuning ({html.escape(str(run.get('strategy')))}, targets p99 TTFT "
+            f"{cell(slo.get('ttft'), 'g')} ms, p99 TPOT {cell(slo.get('tpot'), 'g')} ms)</h2>"
         )
         parts.append(
             "<table><tr><th>point</th><th>values</th><th>goodput</th><th>meets</th>"
@@ -233,9 +269,9 @@ def write_report(runs: list[dict[str, Any]], out: Path) -> Path:
             mark = " (best)" if p["values"] == best.get("values") else ""
             parts.append(
                 f"<tr><td>{i}{mark}</td><td>{html.escape(vals)}</td>"
-                f"<td>{fmt(p.get('goodput'), '.2f')}</td><td>{p.get('meets')}</td>"
-                f"<td>{fmt(p.get('p99_ttft_ms'), '.0f')}</td>"
-                f"<td>{fmt(p.get('p99_tpot_ms'), '.1f')}</td>"
+                f"<td>{cell(p.get('goodput'), '.2f')}</td><td>{cell(p.get('meets'), '')}</td>"
+                f"<td>{cell(p.get('p99_ttft_ms'), '.0f')}</td>"
+                f"<td>{cell(p.get('p99_tpot_ms'), '.1f')}</td>"
                 f"<td>{html.escape(str(p.get('dropped') or p.get('error') or ''))}</td>"
                 "</tr>"
             )
@@ -247,6 +283,4 @@ def write_report(runs: list[dict[str, Any]], out: Path) -> Path:
             + html.escape("\n".join(f"{k}: {v}" for k, v in env.items()))
             + "</pre>"
         )
-    index = out / "index.html"
-    index.write_text("\n".join(parts), encoding="utf-8")
-    return index
+    (out / "index.html").write_text("\n".join(parts), encoding="utf-8")

@@ -2,12 +2,16 @@
 
 Starts the demo model from the Launch tab, sends Playground requests and a little background
 load while the Monitor fills, runs a small benchmark, saves launch.png, monitor.png, logs.png,
-playground.png, benchmark.png, stops the server, converts the demo model to W8A8 (convert.png)
-and exits 0 (1 if the server never became ready).
+playground.png, benchmark.png, stops the server, converts the demo model to W8A8 (convert.png),
+brings up a two-instance demo fleet in the Fleet tab under load (fleet.png; Open in Monitor
+must attach, Stop fleet must leave no process) and exits 0 (1 if a server never became ready).
+OUTDIR is written whole or not at all (:func:`quantdeck.core.paths.atomic_dir`): an earlier set
+of screenshots is replaced, any other file or folder there is refused.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,7 +19,9 @@ from typing import Any
 
 from PySide6.QtWidgets import QApplication
 
+from quantdeck.core.errors import ServerError
 from quantdeck.core.models import ensure_demo_model
+from quantdeck.core.paths import atomic_dir
 
 
 def _wait(app: QApplication, cond: Callable[[], bool], timeout: float) -> bool:
@@ -58,17 +64,29 @@ threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
 def _background_load(url: str, model: str, seconds: float) -> Any:
     """Three clients sending completions for ``seconds``, in another process (as other
     users of the server would be): returns the Popen, whose ``is_alive()`` says if it runs."""
-    import subprocess
+    from quantdeck.core.procs import spawn
 
-    proc = subprocess.Popen([sys.executable, "-c", _LOAD, url, model, str(seconds)])
+    proc = spawn([sys.executable, "-c", _LOAD, url, model, str(seconds)], kind="load generator")
     proc.is_alive = lambda: proc.poll() is None  # type: ignore[attr-defined]
     return proc
 
 
 def main(argv: Sequence[str]) -> int:
-    out = Path(argv[0] if argv else "screenshots")
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(argv[0] if argv else "screenshots").expanduser().absolute()
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    try:
+        with atomic_dir(out, "screenshots", overwrite=True) as tmp:
+            _shoot(app, tmp)
+    except ServerError as e:
+        print(f"screenshots: {e}", file=sys.stderr)
+        return 1
+    for p in sorted(out.glob("*.png")):
+        print(p)
+    return 0
+
+
+def _shoot(app: QApplication, out: Path) -> None:
+    """Drive the window and save the PNGs into ``out``; ServerError if it never got ready."""
     from quantdeck.gui.main_window import MainWindow
 
     win = MainWindow()
@@ -87,12 +105,9 @@ def main(argv: Sequence[str]) -> int:
         not _wait(app, lambda: win.controller.state in ("ready", "crashed"), 600)
         or win.controller.state != "ready"
     ):
-        print(
-            f"screenshots: the server did not become ready ({win.controller.state})",
-            file=sys.stderr,
-        )
+        state = win.controller.state
         win.close()
-        return 1
+        raise ServerError(f"the server did not become ready ({state})")
     _wait(app, lambda: False, 1.0)
     launch.grab().save(str(out / "launch.png"))
     loader = _background_load(win.controller.url, win.controller.model_name, 25)
@@ -146,10 +161,70 @@ def main(argv: Sequence[str]) -> int:
     win.grab().save(str(out / "convert.png"))
     win.controller.stop()
     _wait(app, lambda: win.controller.state in ("stopped", "crashed"), 120)
-    win.close()
-    for p in sorted(out.glob("*.png")):
-        print(p)
-    return 0
+    try:
+        _shoot_fleet(app, win, out, target.parent)
+    finally:
+        win.close()
+        shutil.rmtree(target.parent, ignore_errors=True)  # our temp folder: the W8A8 model
+
+
+def _fleet_file(folder: Path) -> Path:
+    """Two demo instances (eager, 64 MiB of KV cache, two seats) behind a round-robin router,
+    on free ports."""
+    import yaml
+
+    from quantdeck.core.runtime import free_port
+
+    profile = {
+        "model": str(ensure_demo_model()),
+        "enforce-eager": True,
+        "kv-cache-memory-bytes": 64 * 2**20,
+        "max-num-seqs": 2,
+    }
+    doc = {
+        "router": {"port": free_port(), "policy": "round_robin", "retries": 2},
+        "instances": [
+            {"name": "a", "port": free_port(), "profile": profile, "restart": "on-failure"},
+            {"name": "b", "port": free_port(), "profile": profile, "restart": "on-failure"},
+        ],
+    }
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _shoot_fleet(app: QApplication, win: Any, out: Path, folder: Path) -> None:
+    """The Fleet tab with a live two-instance fleet under load (fleet.png); then "Open in
+    Monitor" must attach the Monitor to instance a, and Stop fleet must leave no process."""
+    import psutil
+
+    view = win.fleet
+    win.tabs.setCurrentWidget(view)
+    view.load(str(_fleet_file(folder)))
+    _wait(app, lambda: view.start_button.isEnabled(), 30)
+    view.start_button.click()
+    try:
+        _wait(app, lambda: view.phase == "serving" or view.job is None, 900)
+        if view.phase != "serving":
+            raise ServerError(f"the fleet did not come up: {view.message.text()}")
+        loader = _background_load(view.spec.router.url, str(ensure_demo_model()), 40)
+        rows = view.rows.rows
+        _wait(app, lambda: all(r.tok_s for r in rows[1:]) and rows[0].requests, 60)
+        view.select("a")
+        _wait(app, lambda: False, 1.0)
+        win.grab().save(str(out / "fleet.png"))
+        view.open_monitor.click()
+        if not _wait(app, lambda: len(win.monitor.store) >= 3, 60):
+            raise ServerError(f"Open in Monitor: no points from a ({win.controller.state})")
+        _wait(app, lambda: not loader.is_alive(), 60)
+    finally:
+        pids = {c.pid for c in psutil.Process().children(recursive=True)}
+        win.controller.stop()
+        view.stop_fleet()
+        _wait(app, lambda: view.job is None, 180)
+    left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    if left:
+        raise ServerError(f"Stop fleet left processes {left}")
 
 
 if __name__ == "__main__":

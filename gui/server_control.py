@@ -8,7 +8,9 @@ queues onto the UI thread. Nothing here touches a widget."""
 
 from __future__ import annotations
 
+import collections
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
@@ -35,6 +37,7 @@ class QtServerController(QObject):
     event = Signal(object)  # any core Event: state, fact, progress, log, advice, plan
     metrics = Signal(object)  # MetricsEvent (telemetry included)
     error = Signal(str)  # one-line user-facing errors
+    idle = Signal()  # the last action asked has ended
 
     def __init__(self, parent: QObject | None = None, *, hz: float = 2.0) -> None:
         super().__init__(parent)
@@ -46,15 +49,30 @@ class QtServerController(QObject):
         self._lock = threading.Lock()
         self._workers: WorkerSet | None = None
         self._unsub: Any = None
+        self._actions: collections.deque[Callable[[], None]] = collections.deque()
 
     # -- helpers -----------------------------------------------------------------------------
-    def _run(self, fn: Any) -> Any:
-        """Run ``fn`` in a worker; a failure is the ``error`` signal's one line."""
+    def _run(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in a worker once the actions asked before it have ended (one at a time,
+        in the order asked: a double-clicked Start never spawns two servers, a Stop clicked
+        while a start runs stops what it started); a failure is the ``error`` signal's line."""
+        self._actions.append(fn)
+        if len(self._actions) == 1:
+            self._run_next()
+
+    def _run_next(self) -> None:
         if self._workers is None:  # superqt is imported on first use: after the first paint
             from quantdeck.gui.workers import WorkerSet
 
             self._workers = WorkerSet(self.error.emit)
-        return self._workers.start(fn)
+        self._workers.start(self._actions[0], finished=self._on_action_finished)
+
+    def _on_action_finished(self) -> None:
+        self._actions.popleft()
+        if self._actions:
+            self._run_next()
+        else:
+            self.idle.emit()
 
     def _on_core_event(self, ev: Event) -> None:
         if ev.kind == "state":
@@ -109,7 +127,7 @@ class QtServerController(QObject):
         return self.attached.api_key if self.attached else None
 
     # -- actions -----------------------------------------------------------------------------
-    def start(self, cfg: LaunchConfig) -> Any:
+    def start(self, cfg: LaunchConfig) -> None:
         """Spawn a server for ``cfg`` (stopping the current one first)."""
 
         def body() -> None:
@@ -122,15 +140,15 @@ class QtServerController(QObject):
             self._unsub = srv.subscribe(self._on_core_event)
             srv.start()
 
-        return self._run(body)
+        self._run(body)
 
-    def stop(self) -> Any:
-        return self._run(self._shutdown)
+    def stop(self) -> None:
+        self._run(self._shutdown)
 
-    def restart(self, cfg: LaunchConfig) -> Any:
-        return self.start(cfg)
+    def restart(self, cfg: LaunchConfig) -> None:
+        self.start(cfg)
 
-    def attach(self, url: str, api_key: str | None = None) -> Any:
+    def attach(self, url: str, api_key: str | None = None) -> None:
         def body() -> None:
             from quantdeck.core.runtime import AttachedServer
 
@@ -142,7 +160,7 @@ class QtServerController(QObject):
             self._on_core_event(StateEvent("attached", url=att.url, models=models))
             self._start_sampler()
 
-        return self._run(body)
+        self._run(body)
 
     def _shutdown(self) -> None:
         self._stop_sampler()
@@ -154,7 +172,10 @@ class QtServerController(QObject):
             self._on_core_event(StateEvent("stopped"))
 
     def shutdown(self, timeout: float = 60.0) -> None:
-        """Stop everything and wait for the workers (the app is closing)."""
-        self._shutdown()
+        """Stop everything (the app is closing): the actions not yet begun are dropped, the
+        one running ends first (a start would otherwise spawn a server after this stop)."""
+        while len(self._actions) > 1:
+            self._actions.pop()
         if self._workers is not None:
             self._workers.wait(timeout)
+        self._shutdown()

@@ -20,11 +20,14 @@ from PySide6.QtCore import (
     Qt,
 )
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QApplication,
+    QHeaderView,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionProgressBar,
     QStyleOptionViewItem,
+    QTableView,
 )
 
 T = TypeVar("T")
@@ -150,3 +153,19 @@ class ProgressDelegate(QStyledItemDelegate):
         bar.state = option.state | QStyle.State_Horizontal  # Qt 6: vertical without it
         style = option.widget.style() if option.widget is not None else QApplication.style()
         style.drawControl(QStyle.CE_ProgressBar, bar, painter)
+
+
+def row_table(model: ObjectTableModel[Any], progress_column: str | None = None) -> QTableView:
+    """The panel's table of rows: one row selected at a time, columns sized to their contents,
+    the last one stretched, ``progress_column`` drawn as bars."""
+    table = QTableView()
+    table.setModel(model)
+    if progress_column is not None:
+        table.setItemDelegateForColumn(model.column(progress_column), ProgressDelegate(table))
+    table.setSelectionBehavior(QAbstractItemView.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SingleSelection)
+    table.setWordWrap(False)
+    table.verticalHeader().setVisible(False)
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+    table.horizontalHeader().setStretchLastSection(True)
+    return table

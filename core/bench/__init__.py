@@ -3,7 +3,16 @@
 from quantdeck.core.bench.ab import ABRun, parse_arm
 from quantdeck.core.bench.client import Bench
 from quantdeck.core.bench.load import LoadSpec, parse_slo
-from quantdeck.core.bench.runs import compare, environment, list_runs, load_run, runs_dir, save_run
+from quantdeck.core.bench.runs import (
+    check_result_target,
+    compare,
+    environment,
+    list_runs,
+    load_run,
+    runs_dir,
+    save_run,
+    write_result,
+)
 from quantdeck.core.bench.stats import summary_lines
 from quantdeck.core.bench.tune import Tuner, apply_point, parse_space
 
@@ -11,6 +20,7 @@ __all__ = [
     "ABRun",
     "apply_point",
     "Bench",
+    "check_result_target",
     "compare",
     "environment",
     "list_runs",
@@ -23,4 +33,5 @@ __all__ = [
     "save_run",
     "summary_lines",
     "Tuner",
+    "write_result",
 ]

@@ -14,7 +14,10 @@ numbers are comparable one to one:
 - Goodput: completed requests whose TTFT, TPOT and E2E are all within the SLO limits (ms), per s.
 - Failed requests stay in the records and in ``failed``; nothing is dropped. Requests that were
   never sent because the run ended early (server gone, cancelled) count as failed, with the
-  reason as their error.
+  reason as their error. Whatever goes wrong with one request (a malformed or oversized
+  stream message, an ``error`` object, a reset connection, a bug) fails that request with its
+  reason; it never escapes the request's task, so ``completed + failed`` is always the number
+  of requests.
 
 The per-request records are kept in the result, so every aggregate can be recomputed from a
 saved run (:func:`compute_metrics`).
@@ -30,6 +33,7 @@ import codecs
 import contextlib
 import gc
 import json
+import logging
 import math
 import threading
 import time
@@ -49,6 +53,20 @@ if TYPE_CHECKING:
 from quantdeck.core.bench.datasets import _Tokenizer, build_requests, tokenizer_vocab
 from quantdeck.core.bench.load import DEFAULT_PERCENTILES, LoadSpec, Request, RequestRecord
 from quantdeck.core.bench.stats import compute_metrics
+
+log = logging.getLogger("quantdeck.bench")
+
+# What one response may bring (vLLM's messages are well under 1 KiB each): past these the
+# request fails rather than the client's memory filling up.
+MAX_MESSAGE_CHARS = 4 * 2**20  # one server-sent message
+MAX_RESPONSE_BYTES = 64 * 2**20  # one response's whole stream
+ERROR_BODY_BYTES = 4096  # what is read of a non-200 answer's body
+
+
+class StreamError(ValueError):
+    """A streamed answer the client cannot read as a completion: the request fails with this
+    message as its reason."""
+
 
 # -- the run ---------------------------------------------------------------------------------
 
@@ -82,6 +100,7 @@ class Bench:
         self.ended: str | None = None  # why the run ended early
         self.client_cpu_s: float | None = None
         self.model_root: str | None = None
+        self._failed_callbacks: set[str] = set()
 
     def cancel(self) -> None:
         """From any thread: stop sending, abort the requests in flight (they count as failed)."""
@@ -105,10 +124,16 @@ class Bench:
             raise ServerError(f"{self.url}: HTTP {r.status_code} (API key?)")
         if r.status_code != 200:
             raise ServerError(f"{self.url}/v1/models: HTTP {r.status_code}")
-        models = r.json().get("data", [])
+        try:
+            models = [m for m in r.json().get("data", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError, TypeError):
+            raise ServerError(f"{self.url}/v1/models: not an OpenAI model list") from None
         names = [m.get("id") for m in models]
-        # where the served model lies (vLLM's "root"): its tokenizer files, if on this machine
-        self.model_root = next((m.get("root") for m in models if m.get("id") == self.model), None)
+        # where the served model lies (vLLM's "root"): its tokenizer files, if on this machine;
+        # a LoRA adapter's root is the adapter folder: its base model's ("parent") has them
+        roots = {m.get("id"): m.get("root") for m in models}
+        entry = next((m for m in models if m.get("id") == self.model), {})
+        self.model_root = roots.get(entry.get("parent")) or entry.get("root")
         if self.model not in names:
             raise ConfigError(
                 f"model '{self.model}' is not served at {self.url} "
@@ -235,12 +260,12 @@ class Bench:
                     self.ended = self.ended or f"server gone ({rec.error})"
                     stop.set()
                 if self.stop_when is not None and not stop.is_set():
-                    why = self.stop_when(records)
+                    why = self._call("stop_when", self.stop_when, records)
                     if why:
                         self.ended = self.ended or why
                         stop.set()
                 if self.on_record is not None:
-                    self.on_record(rec, len(records), len(reqs))
+                    self._call("on_record", self.on_record, rec, len(records), len(reqs))
 
             # cancel() wakes the loop itself: no timer polls for it, since at batch 1 on a
             # small box every wake-up of the client is taken from the server's cores
@@ -289,8 +314,28 @@ class Bench:
             stop.set()
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
+        # a task cancelled before its first step never runs its body: it counts as not sent
+        seen = {r.index for r in records}
+        records += [
+            RequestRecord(
+                i, r.prompt_len, r.output_len, error=f"not sent: {self.ended or 'cancelled'}"
+            )
+            for i, r in enumerate(reqs)
+            if i not in seen
+        ]
         records.sort(key=lambda r: r.index)
         return records, duration, started
+
+    def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """A caller's callback: its error is logged once with its traceback, and the run
+        goes on (as an observer of a :class:`~quantdeck.core.events.Publisher`)."""
+        try:
+            return fn(*args)
+        except Exception:
+            if name not in self._failed_callbacks:
+                self._failed_callbacks.add(name)
+                log.exception("the bench's %s callback failed", name)
+            return None
 
     @staticmethod
     async def _gather_or_abort(
@@ -304,7 +349,9 @@ class Bench:
         if not everything.done():
             for t in tasks:
                 t.cancel()
-        await everything
+        for result in await everything:  # a request task never raises: one that did is a bug
+            if isinstance(result, Exception):
+                raise result
 
     async def _alive(self, client: aiohttp.ClientSession) -> bool:
         import aiohttp
@@ -338,60 +385,83 @@ class Bench:
         url = self.url + "/v1/completions"
         st = time.perf_counter()
         rec.start_time = st - t0
-        last = st
-        first = False
         try:
-            async with client.post(url, json=body) as resp:
-                if resp.status != 200:
-                    text = await resp.text(errors="replace")
-                    rec.error = f"HTTP {resp.status}: {text[:160]}"
-                    return rec
-                pieces: list[str] = []
-                async for now, message in _sse_messages(resp):
-                    kind, data = sse_message(message)
-                    if kind == "token":
-                        if not first:
-                            first = True
-                            rec.ttft = now - st
-                        else:
-                            rec.itl.append(now - last)
-                        last = now
-                        pieces.append(data["choices"][0].get("text") or "")
-                    elif kind == "usage":
-                        usage = data["usage"]
-                        rec.output_tokens = int(usage.get("completion_tokens") or 0)
-                        if usage.get("prompt_tokens") is not None:
-                            rec.prompt_len = int(usage["prompt_tokens"])
-                    elif kind == "error":
-                        rec.error = f"server error mid-stream: {_error_text(data)}"[:200]
-                rec.generated_text = "".join(pieces)
-                if rec.error:
-                    return rec
+            await self._stream(client, url, body, rec, st)
         except asyncio.CancelledError:
             rec.error = "cancelled in flight"
-            return rec
-        except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as e:
-            rec.error = f"{type(e).__name__}: {e}"[:200]
-            return rec
-        if not first:
+        except StreamError as e:
+            rec.error = str(e)
+        except json.JSONDecodeError as e:
+            rec.error = f"malformed stream message: not JSON ({e.msg})"
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            rec.error = f"{type(e).__name__}: {e}"
+        except Exception as e:  # whatever it was, it fails this request, not the run
+            rec.error = f"client error: {type(e).__name__}: {e}"
+        rec.error = rec.error[:200]
+        return rec
+
+    async def _stream(
+        self,
+        client: aiohttp.ClientSession,
+        url: str,
+        body: dict[str, Any],
+        rec: RequestRecord,
+        st: float,
+    ) -> None:
+        """Send one request and read its stream into ``rec`` (success when it streamed a
+        token and no error); raises on what it cannot read."""
+        async with client.post(url, json=body) as resp:
+            if resp.status != 200:
+                text = (await resp.content.read(ERROR_BODY_BYTES)).decode(errors="replace")
+                rec.error = f"HTTP {resp.status}: {text[:160]}"
+                return
+            pieces: list[str] = []
+            last = st
+            async for now, message in _sse_messages(resp):
+                kind, data = sse_message(message)
+                if kind == "token":
+                    if not pieces:  # the first token
+                        rec.ttft = now - st
+                    else:
+                        rec.itl.append(now - last)
+                    last = now
+                    pieces.append(data["choices"][0].get("text") or "")
+                elif kind == "usage":
+                    usage = data["usage"]
+                    rec.output_tokens = usage.get("completion_tokens") or 0
+                    if usage.get("prompt_tokens") is not None:
+                        rec.prompt_len = usage["prompt_tokens"]
+                elif kind == "error":
+                    rec.error = f"server error mid-stream: {_error_text(data)}"
+            rec.generated_text = "".join(pieces)
+        if rec.error:
+            return
+        if not pieces:
             rec.error = "no token streamed"
-            return rec
+            return
         rec.success = True
         rec.latency = last - st
         if not rec.output_tokens:
             rec.output_tokens = 1 + len(rec.itl)
-        return rec
 
 
 async def _sse_messages(resp: Any) -> AsyncIterator[tuple[float, str]]:
     """The server-sent messages of a streamed response, each with when it arrived (the read
-    that completed it), split on blank lines after an incremental UTF-8 decode."""
+    that completed it), split on blank lines after an incremental UTF-8 decode. Raises
+    :class:`StreamError` past :data:`MAX_MESSAGE_CHARS` in one message or
+    :data:`MAX_RESPONSE_BYTES` in all."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    buf, now = "", time.perf_counter()
+    buf, now, total = "", time.perf_counter(), 0
     async for chunk in resp.content.iter_any():
         now = time.perf_counter()
+        total += len(chunk)
+        if total > MAX_RESPONSE_BYTES:
+            raise StreamError(f"the response passed {MAX_RESPONSE_BYTES // 2**20} MiB")
         buf += decoder.decode(chunk)
         *messages, buf = buf.split("\n\n")
+        for message in (*messages, buf):
+            if len(message) > MAX_MESSAGE_CHARS:
+                raise StreamError(f"a stream message over {MAX_MESSAGE_CHARS // 2**20} MiB")
         for message in messages:
             yield now, message
     buf += decoder.decode(b"", final=True)
@@ -403,7 +473,10 @@ def sse_message(message: str) -> tuple[str | None, dict[str, Any]]:
     """One server-sent message of a streamed completion, read as ``vllm bench serve`` reads
     it: its JSON payload and what it carries: "token" (a chunk with a choice, even one with
     empty text), "usage" (the closing usage chunk), "error" (the server gave up mid-stream) or
-    None (``[DONE]``, SSE comments used as pings, other fields)."""
+    None (``[DONE]``, SSE comments used as pings, other fields). What it returns has the
+    shapes its kind promises (a "token"'s first choice is an object whose text is a string or
+    None; a "usage"'s token counts are whole numbers >= 0 or None); a message that does not
+    raises :class:`StreamError` (``json.JSONDecodeError`` when it is not JSON)."""
     message = message.strip()
     if not message.startswith("data:"):
         return None, {}
@@ -414,12 +487,31 @@ def sse_message(message: str) -> tuple[str | None, dict[str, Any]]:
     if not isinstance(data, dict):
         return None, {}
     if data.get("choices"):
+        choices = data["choices"]
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise StreamError(f"malformed stream message: 'choices' is {_short(choices)}")
+        text = choices[0].get("text")
+        if text is not None and not isinstance(text, str):
+            raise StreamError(f"malformed stream message: 'text' is {_short(text)}")
         return "token", data
     if data.get("usage"):
+        usage = data["usage"]
+        if not isinstance(usage, dict):
+            raise StreamError(f"malformed stream message: 'usage' is {_short(usage)}")
+        for key in ("completion_tokens", "prompt_tokens"):
+            v = usage.get(key)
+            if v is not None and (type(v) is not int or v < 0):
+                raise StreamError(f"malformed stream message: '{key}' is {_short(v)}")
         return "usage", data
     if data.get("error") or data.get("object") == "error":
         return "error", data
     return None, data
+
+
+def _short(value: Any) -> str:
+    """A value as a reason shows it: its JSON, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _error_text(data: dict[str, Any]) -> str:

@@ -47,8 +47,16 @@ class LoadSpec:
             raise ConfigError("--concurrency must be at least 1")
         if not self.request_rate > 0:
             raise ConfigError("--request-rate must be > 0 (inf: all at once)")
-        if not self.burstiness > 0:
-            raise ConfigError("--burstiness must be > 0")
+        if not 0 < self.burstiness < math.inf:
+            raise ConfigError("--burstiness must be a number > 0")
+        if self.warmups < 0:
+            raise ConfigError("--warmups must be 0 or more")
+        if self.seed < 0:
+            raise ConfigError("--seed / --load-seed must be 0 or more")
+        if self.temperature is not None and not 0 <= self.temperature < math.inf:
+            raise ConfigError("--temperature must be a number >= 0")
+        if not 0 < self.request_timeout_s < math.inf:
+            raise ConfigError("the request timeout must be a number of seconds > 0")
         if self.prompts_file and self.sharegpt:
             raise ConfigError("give --prompts-file or --sharegpt, not both")
         if self.dataset not in DATASETS:

@@ -7,7 +7,6 @@ record), ``load``, ``config`` (the launch config when Quantdeck started the serv
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -17,6 +16,7 @@ from typing import Any
 
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.paths import data_root, write_json
+from quantdeck.core.schema import Fields, load_json, read_bounded
 
 COMPARE_KEYS = (
     "completed",
@@ -65,21 +65,50 @@ def _slug(text: str) -> str:
 
 
 def save_run(result: dict[str, Any], label: str | None = None, folder: Path | None = None) -> Path:
-    """Write the run atomically; returns its path."""
+    """Write the run atomically (fsynced, mode 0600: prompts and settings are the user's) under
+    a new name, never over another run, even one saved at the same moment; returns its path."""
     folder = folder or runs_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     label = label or result.get("label") or Path(str(result.get("model_id", "run"))).name
     result["label"] = label
-    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(label)}.json"
-    n = 1
-    while path.exists():
-        path = path.with_name(f"{path.stem}-{n}.json")
-        n += 1
-    write_json(path, result)
-    return path
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(label)}"
+    n = 0
+    while True:
+        path = folder / (f"{stem}-{n}.json" if n else f"{stem}.json")
+        try:
+            write_json(path, result, private=True, replace=False)
+            return path
+        except FileExistsError:
+            n += 1
+
+
+def check_result_target(path: Path) -> None:
+    """``--json FILE`` may replace only a result Quantdeck wrote there before: anything else
+    at ``path`` (a file of the user's, a folder, a link) is refused, before the run starts."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise ConfigError(f"{path}: not a file Quantdeck wrote: not replaced")
+    if path.exists():
+        try:
+            load_run(path)
+        except ConfigError:
+            raise ConfigError(
+                f"{path}: exists and is not a Quantdeck result: not replaced (choose another file)"
+            ) from None
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """Write ``result`` to ``path`` (atomically, 0600) after :func:`check_result_target`."""
+    check_result_target(path)
+    write_json(path, result, private=True)
+
+
+MAX_RUN_BYTES = 512 * 2**20  # a long A/B run with every request's token times is ~100 MiB
+MAX_ITEMS = 100_000  # arms, tuning points
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
+    """A saved run (``bench``, ``ab`` or ``tune``), by path or by its name in the history.
+    Checked with the one schema (:mod:`quantdeck.core.schema`): what the lists, comparisons
+    and reports read has its type, so a damaged or foreign file is one ConfigError line."""
     p = Path(path)
     if not p.is_file():
         cand = runs_dir() / p.name
@@ -87,22 +116,72 @@ def load_run(path: str | Path) -> dict[str, Any]:
             p = cand
         else:
             raise ConfigError(f"{path}: no such run file")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: not a run file ({e})") from None
+    raw = read_bounded(p, MAX_RUN_BYTES, "run")
+    # json.dumps writes NaN for a figure it could not compute: read as no figure
+    data = load_json(raw, f"{p}: not a run file", nonfinite_as_none=True)
     if not isinstance(data, dict) or (
         "completed" not in data and data.get("kind") not in ("ab", "tune")
     ):
         raise ConfigError(f"{p}: not a benchmark result")
+    _check_run(Fields(data, str(p)))
     data.setdefault("label", p.stem)
     data["_path"] = str(p)
     return data
 
 
+def _check_run(f: Fields) -> None:
+    kind = f.text("kind", max_len=32) or "bench"
+    f.text("label")
+    if kind == "ab":
+        for i, arm in enumerate(f.items("arms", max_len=MAX_ITEMS, required=True) or []):
+            a = Fields(arm, f"{f.where}: arm {i + 1}")
+            a.text("label", required=True)
+            a.text("error")
+            a.number("ready_s")
+            a.sub("facts")
+            result, roofline = a.sub("result"), a.sub("roofline")
+            if result:
+                _check_figures(result, required=False)
+            if roofline:
+                roofline.number("fraction_of_roofline")
+                roofline.number("roofline_tok_s")
+    elif kind == "tune":
+        for i, point in enumerate(f.items("points", max_len=MAX_ITEMS, required=True) or []):
+            _check_point(Fields(point, f"{f.where}: point {i + 1}"))
+        best = f.sub("best")
+        if best:
+            _check_point(best)
+    else:
+        f.items("requests", max_len=10_000_000)
+    _check_figures(f, required=kind == "bench")
+
+
+def _check_figures(f: Fields, *, required: bool) -> None:
+    """A result's figures (what ``runs`` lists and compares): counts and non-negative
+    numbers, or none; a bench result has its count of completed requests."""
+    for key in COMPARE_KEYS:
+        if key in ("completed", "failed"):
+            f.integer(key, lo=0, hi=2**53, required=required and key == "completed")
+        else:
+            f.number(key, lo=0, hi=1e15)
+
+
+def _check_point(f: Fields) -> None:
+    f.sub("values", required=True)
+    for key in ("goodput", "p99_ttft_ms", "p99_tpot_ms"):
+        f.number(key, lo=0)
+    f.boolean("meets")
+    f.text("error")
+    f.text("dropped")
+
+
 def list_runs(folder: Path | None = None) -> list[Path]:
+    """The run files of the history, newest first (an unreadable folder has none)."""
     folder = folder or runs_dir()
-    return sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []
+    try:
+        return sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []
+    except OSError:
+        return []
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,22 +1,24 @@
 """Conversion jobs: a supervised subprocess per job, a queue, cancel at any stage.
 
 The work itself happens in ``python -m quantdeck.core.workers.quantize`` (the only place that
-imports torch for it). This side checks the request first (source readable, method known, target
-free, disk space), runs the entry point in its own process group writing into a temporary folder
-next to the target, streams its JSON progress events, verifies the result (the inspector recognises
-the format vLLM expects, the weights shrank) and only then renames it into place. A cancelled,
-failed or killed job leaves nothing that looks like a model; the source is never written."""
+imports torch for it). This side checks the request first, creating nothing (source readable,
+method known, target free or empty and neither inside nor around the source, disk space), runs
+the entry point in its own process group writing into a temporary folder next to the target
+(:func:`quantdeck.core.paths.atomic_dir`), streams its JSON progress events, verifies the result
+(the inspector recognises the format vLLM expects, the weights shrank) and only then renames it
+into place. A cancelled, failed or killed job leaves nothing that looks like a model; the source
+is never written."""
 
 from __future__ import annotations
 
 import collections
 import itertools
 import json
+import logging
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +30,12 @@ from typing import Any
 from quantdeck.core.errors import ConfigError, ModelError, QuantdeckError
 from quantdeck.core.events import DoneEvent, Event, LogEvent, ProgressEvent, Publisher, StateEvent
 from quantdeck.core.models import CONVERSION_METHODS, ConversionMethod, ModelInfo, inspect_model
-from quantdeck.core.procs import subprocess_env, worker_command, worker_events
+from quantdeck.core.paths import atomic_dir, check_output_dir, refuse_overlap
+from quantdeck.core.procs import run_child, spawn, subprocess_env, worker_command, worker_events
+
+log = logging.getLogger(__name__)
+
+OUTPUT_KIND = "conversion"  # the kind in a converted folder's Quantdeck marker
 
 
 @dataclass(frozen=True)
@@ -52,17 +59,15 @@ class QuantSpec:
                 f"{self.src}: already {info.quantization.method}-quantized; "
                 "convert from the unquantized model"
             )
-        out = Path(self.out).expanduser()
-        if out.resolve() == Path(info.path):
-            raise ConfigError("--out: the target is the source folder")
-        if out.exists() and any(out.iterdir()):
-            raise ConfigError(f"{out}: exists and is not empty")
+        out = Path(self.out).expanduser().absolute()
+        refuse_overlap(out, info.path)
+        check_output_dir(out, OUTPUT_KIND)
         if self.samples < 1 or self.seq_len < 16:
             raise ConfigError("--samples must be >= 1 and --seq-len >= 16")
         if self.calib is not None and not Path(self.calib).is_file():
             raise ConfigError(f"{self.calib}: no such calibration file")
-        parent = out.parent
-        parent.mkdir(parents=True, exist_ok=True)
+        # The nearest folder that exists: the check creates nothing (run_job makes the rest).
+        parent = next(p for p in out.parents if p.is_dir())
         method = CONVERSION_METHODS[self.method]
         need = int(info.weights_bytes * (1 + method.scratch)) + 64 * 2**20
         free = shutil.disk_usage(parent).free
@@ -110,33 +115,19 @@ def run_job(
     """Convert, blocking; returns the ``done`` event. Raises JobCancelled / QuantdeckError."""
     emit = on_event or (lambda ev: None)
     src_info, _method = spec.check()
-    out = Path(spec.out).expanduser()
-    if out.exists():
-        out.rmdir()  # empty, checked above
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    cmd = worker_command("quantize", "--src", src_info.path, python=python) + [
-        "--out",
-        str(tmp),
-        "--method",
-        spec.method,
-        "--samples",
-        str(spec.samples),
-        "--seq-len",
-        str(spec.seq_len),
-    ]
-    if spec.calib:
-        cmd += ["--calib", spec.calib]
+    out = Path(spec.out).expanduser().absolute()
     t0 = time.time()
     emit(ProgressEvent("start", 0.0, t=t0))
     err_tail: collections.deque[str] = collections.deque(maxlen=20)
-    try:
-        proc = subprocess.Popen(
+    with atomic_dir(out, OUTPUT_KIND) as tmp:
+        cmd = _worker_command(spec, src_info, tmp, python)
+        proc = spawn(  # its own group, dies with us, leased
             cmd,
+            kind="conversion",
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             bufsize=1,
-            start_new_session=True,
             env=subprocess_env({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}),
         )
         stdout, stderr = proc.stdout, proc.stderr
@@ -162,14 +153,10 @@ def run_job(
             raise JobCancelled(f"{spec.method} conversion of {src_info.path} cancelled")
         if rc != 0 or done is None:
             last = next((ln for ln in reversed(err_tail) if ln.strip()), f"exit code {rc}")
-            raise QuantdeckError(f"{spec.method} conversion failed: {last}")
+            raise QuantdeckError(f"{spec.method} conversion into {out} failed: {last}")
         emit(ProgressEvent("verify", 100.0))
         info = verify(tmp, spec, src_info)
         assert info.quantization is not None  # verify() raises on a folder without one
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     result = {
         "out": str(out),
         "quant_method": info.quantization.method,
@@ -181,6 +168,21 @@ def run_job(
     }
     emit(DoneEvent(result, t=time.time()))
     return result
+
+
+def _worker_command(spec: QuantSpec, src: ModelInfo, out: Path, python: str | None) -> list[str]:
+    """The conversion worker's command line, writing into ``out``."""
+    cmd = worker_command("quantize", "--src", src.path, python=python) + [
+        "--out",
+        str(out),
+        "--method",
+        spec.method,
+        "--samples",
+        str(spec.samples),
+        "--seq-len",
+        str(spec.seq_len),
+    ]
+    return cmd + ["--calib", spec.calib] if spec.calib else cmd
 
 
 def _watch_cancel(proc: subprocess.Popen[str], cancel: threading.Event | None) -> None:
@@ -273,6 +275,9 @@ class JobQueue:
                 job.state = "cancelled"
             except QuantdeckError as e:
                 job.state, job.error = "failed", str(e)
+            except Exception as e:  # a bug or the system (OSError...): failed, never "running"
+                log.exception("conversion job %d failed", job.id)
+                job.state, job.error = "failed", f"{type(e).__name__}: {e}"
             self._emit(job, StateEvent(job.state, error=job.error))
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
@@ -307,8 +312,8 @@ def compare_quality(
     cmd = worker_command("quality", orig, quant) + ["--max-tokens", str(max_tokens)]
     if text:
         cmd += ["--text", text]
-    r = subprocess.run(
-        cmd, capture_output=True, text=True, env=subprocess_env({"HF_HUB_OFFLINE": "1"})
+    r = run_child(  # dies with us; a hung check ends after an hour
+        cmd, kind="quality check", timeout=3600.0, env=subprocess_env({"HF_HUB_OFFLINE": "1"})
     )
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]

@@ -5,8 +5,10 @@ from quantdeck.core.launch.advisor import Finding, advise, errors
 from quantdeck.core.launch.config import GROUPS, LaunchConfig
 from quantdeck.core.launch.device import DeviceFacts, GiB, cpu_device, cuda_device, detect_device
 from quantdeck.core.launch.knobs import (
+    MASK,
     Knob,
     check_value,
+    command_line,
     from_yaml,
     iter_knobs,
     parse_text,
@@ -15,12 +17,14 @@ from quantdeck.core.launch.knobs import (
     to_yaml,
     validate,
     vllm_args,
+    vllm_env,
 )
 from quantdeck.core.launch.planner import CPU_DEFAULT_KV_BYTES, KvPlan, plan
 
 __all__ = [
     "advise",
     "check_value",
+    "command_line",
     "CPU_DEFAULT_KV_BYTES",
     "cpu_device",
     "cuda_device",
@@ -35,6 +39,7 @@ __all__ = [
     "Knob",
     "KvPlan",
     "LaunchConfig",
+    "MASK",
     "parse_text",
     "plan",
     "serve_command",
@@ -42,4 +47,5 @@ __all__ = [
     "to_yaml",
     "validate",
     "vllm_args",
+    "vllm_env",
 ]

@@ -6,8 +6,10 @@ out Start); warnings are shown next to the knob they are about.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from quantdeck.core.http import is_loopback
 from quantdeck.core.launch.config import LaunchConfig
 from quantdeck.core.launch.device import DeviceFacts
 from quantdeck.core.launch.planner import KvPlan
@@ -24,6 +26,9 @@ _COMPATIBLE = {
     "compressed-tensors": {"compressed-tensors"},
     "bitsandbytes": {"bitsandbytes"},
 }
+
+
+Report = Callable[[str, str], None]  # (knob, message)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,9 @@ def advise(
     cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts, kv_plan: KvPlan | None = None
 ) -> list[Finding]:
     """Errors first, then warnings."""
+    bad_shape = info.shape_error()
+    if bad_shape:  # nothing below holds for a shape with zero or negative counts
+        return [Finding("error", "", bad_shape)]
     out: list[Finding] = []
 
     def err(knob: str, msg: str) -> None:
@@ -186,6 +194,10 @@ def advise(
     if cfg.cache.kv_cache_dtype.startswith("fp8") and not device.is_cuda:
         warn("kv_cache_dtype", "an fp8 KV cache on CPU is emulated: it saves memory, not time")
 
+    _exposure(cfg, err, warn)
+    if cfg.lora.allow_runtime_lora_updating and not cfg.lora.enable_lora:
+        err("allow_runtime_lora_updating", "loading adapters at run time needs LoRA enabled")
+
     if kv_plan is not None:
         for r in kv_plan.reasons:
             err(
@@ -198,6 +210,26 @@ def advise(
             warn("", w)
     out.sort(key=lambda f: f.level != "error")
     return out
+
+
+def _exposure(cfg: LaunchConfig, err: Report, warn: Report) -> None:
+    """A server other machines reach needs a key, or the user's explicit word that it may be
+    open; even with a key, vLLM guards only its /v1 API."""
+    host = cfg.server.host
+    if is_loopback(host):
+        return
+    where = f"host {host or '(every interface)'} is reachable from other machines"
+    still_open = (
+        "/metrics, /health and /tokenize stay open even with a key (vLLM's key guards /v1 only)"
+    )
+    if not cfg.server.api_key and not cfg.server.allow_open:
+        err(
+            "host",
+            f"{where} and no API key is set: set one, bind 127.0.0.1, or allow an open "
+            f"server (--allow-open); {still_open}",
+        )
+    else:
+        warn("host", f"{where}: {still_open}")
 
 
 def errors(findings: list[Finding]) -> list[Finding]:

@@ -30,11 +30,16 @@ def knob(
     unit: str | None = None,
     advanced: bool = False,
     positional: bool = False,
+    secret_env: str | None = None,
+    quantdeck_only: bool = False,
 ) -> Any:
     """Declare one launch setting.
 
     ``flag`` defaults to ``--`` + the field name with dashes (vLLM's own naming);
     ``vllm_default`` defaults to ``default`` and decides whether the value is passed at all.
+    ``secret_env``: the value is a secret, handed to vLLM in this environment variable (another
+    user can read a process's argv in ``/proc``) and never written to a file or shown.
+    ``quantdeck_only``: Quantdeck's own setting, never passed to vLLM.
     """
     meta = {
         "doc": doc,
@@ -47,6 +52,8 @@ def knob(
         "unit": unit,
         "advanced": advanced,
         "positional": positional,
+        "secret_env": secret_env,
+        "quantdeck_only": quantdeck_only,
     }
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -239,6 +246,13 @@ class LoRAConfig:
     lora_modules: list[str] = knob(
         [], "Adapters to load at start, each NAME=PATH.", flag="--lora-modules"
     )
+    allow_runtime_lora_updating: bool = knob(
+        False,
+        "Load and unload adapters while the server runs (sets VLLM_ALLOW_RUNTIME_LORA_UPDATING); "
+        "any API client may then load a folder of this machine.",
+        quantdeck_only=True,
+        title="Adapters at run time",
+    )
 
 
 @dataclass
@@ -252,7 +266,18 @@ class ServerConfig:
         vllm_default=None,
     )
     port: int = knob(8000, "TCP port of the OpenAI API and /metrics.", ge=1, le=65535)
-    api_key: str | None = knob(None, "Key the API requires as a Bearer token.")
+    api_key: str | None = knob(
+        None,
+        "Key the API requires as a Bearer token (guards /v1 only: /metrics stays open).",
+        secret_env="VLLM_API_KEY",
+        title="API key",
+    )
+    allow_open: bool = knob(
+        False,
+        "Serve on an address beyond this machine without an API key.",
+        quantdeck_only=True,
+        title="Allow an open server",
+    )
 
 
 GROUPS: dict[str, type] = {

@@ -10,18 +10,25 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import re
+import shlex
 import types
 import typing
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
 
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch.config import GROUPS, LaunchConfig
+from quantdeck.core.schema import shown
 
 COMPILATION_PREFIX = "--compilation-config."
+MASK = "***"  # what a secret shows as wherever a command or config is shown
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class Knob:
     unit: str | None
     advanced: bool
     positional: bool
+    secret_env: str | None  # a secret, passed to vLLM in this environment variable
+    quantdeck_only: bool  # never passed to vLLM
 
     @property
     def key(self) -> str:
@@ -147,6 +156,8 @@ def iter_knobs() -> tuple[Knob, ...]:
                     unit=m["unit"],
                     advanced=m["advanced"],
                     positional=m["positional"],
+                    secret_env=m["secret_env"],
+                    quantdeck_only=m["quantdeck_only"],
                 )
             )
     names = [k.name for k in out]
@@ -175,13 +186,15 @@ def check_value(k: Knob, value: Any) -> None:
     if k.base is list:
         assert k.item is not None  # _resolve gives every list knob its item type
         if not isinstance(value, list) or not all(_is(k.item, v) for v in value):
-            raise ConfigError(f"{k.key}: expected a list of {k.item.__name__}, got {value!r}")
+            raise ConfigError(f"{k.key}: expected a list of {k.item.__name__}, got {shown(value)}")
         return
     if not _is(k.base, value):
-        raise ConfigError(f"{k.key}: expected {k.base.__name__}, got {value!r}")
+        raise ConfigError(f"{k.key}: expected {k.base.__name__}, got {shown(value)}")
+    if k.base is float and not math.isfinite(value):
+        raise ConfigError(f"{k.key}: {value} is not a finite number")
     if k.choices is not None and value not in k.choices:
-        shown = ", ".join(str(c) for c in k.choices)
-        raise ConfigError(f"{k.key}: {value!r} is not one of {shown}")
+        allowed = ", ".join(str(c) for c in k.choices)
+        raise ConfigError(f"{k.key}: {shown(value)} is not one of {allowed}")
     if k.ge is not None and value < k.ge:
         raise ConfigError(f"{k.key}: {value} is below the minimum {k.ge:g}")
     if k.gt is not None and value <= k.gt:
@@ -235,12 +248,12 @@ def validate(cfg: LaunchConfig) -> LaunchConfig:
             f"scheduler.max_num_active_seqs ({s.max_num_active_seqs}) exceeds "
             f"scheduler.max_num_seqs ({s.max_num_seqs})"
         )
+    for k in iter_knobs():
+        _check_text(k, k.get(cfg))
     if not lo.enable_lora and lo.lora_modules:
         raise ConfigError("lora.lora_modules is set but lora.enable_lora is off")
     for spec in lo.lora_modules:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise ConfigError(f"lora.lora_modules: '{spec}' is not NAME=PATH")
+        _check_lora(spec)
     if (
         p.tensor_parallel_size * p.pipeline_parallel_size > 1
         and p.distributed_executor_backend == "uni"
@@ -252,6 +265,44 @@ def validate(cfg: LaunchConfig) -> LaunchConfig:
     if m.model == "":
         raise ConfigError("model.model: no model path given")
     return cfg
+
+
+def _check_text(k: Knob, value: Any) -> None:
+    """Every text value must reach vLLM as the one value it is: no control characters (a
+    newline or NUL splits or ends it on its way), and a value that stands alone as an argv word
+    (the model, a list item) never starts with '-', where vLLM's parser would read an option."""
+    if isinstance(value, str):
+        words = [value]
+    elif k.base is list and k.item is str and value:
+        words = value
+    else:
+        return
+    for w in words:
+        what = "the value" if k.secret_env else shown(w)
+        if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in w):
+            raise ConfigError(f"{k.key}: {what} holds a control character or line break")
+        if (k.positional or k.base is list) and w.startswith("-"):
+            raise ConfigError(f"{k.key}: {what} starts with '-' and would read as an option")
+
+
+_LORA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _check_lora(spec: str) -> None:
+    """A ``lora_modules`` entry is NAME=PATH with a plain name and an existing adapter folder;
+    vLLM reads anything else as JSON, which a shared profile could fill with its own fields."""
+    name, sep, path = spec.partition("=")
+    where = "lora.lora_modules"
+    if not sep or not name or not path:
+        raise ConfigError(f"{where}: {shown(spec)} is not NAME=PATH")
+    if not _LORA_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{where}: adapter name {shown(name)}: use up to 64 letters, digits, '.', '_' or '-'"
+        )
+    if "," in path:
+        raise ConfigError(f"{where}: adapter path {shown(path)} holds ',' (vLLM would read JSON)")
+    if not Path(path).is_absolute() or not Path(path).is_dir():
+        raise ConfigError(f"{where}: adapter path {shown(path)} is not an existing absolute folder")
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -292,7 +343,10 @@ def _parse_int(t: str) -> int:
     s = t.strip().lower().removesuffix("b")
     for suf in sorted(_SUFFIX, key=len, reverse=True):
         if s.endswith(suf) and s[: -len(suf)].replace(".", "", 1).isdigit():
-            return int(float(s[: -len(suf)]) * _SUFFIX[suf])
+            value = float(s[: -len(suf)]) * _SUFFIX[suf]
+            if not math.isfinite(value):  # 400 digits and a suffix: no size
+                raise ValueError(t)
+            return int(value)
     return int(s)
 
 
@@ -319,18 +373,21 @@ def _changed(k: Knob, cfg: LaunchConfig) -> bool:
 
 
 def vllm_args(cfg: LaunchConfig, *, supported: set[str] | None = None) -> list[str]:
-    """The ``vllm serve`` options for ``cfg`` (model path excluded): only values that differ
-    from vLLM's defaults, so an older vLLM is never handed a flag it does not need.
+    """The ``vllm serve`` options for ``cfg`` (model path and secrets excluded): only values
+    that differ from vLLM's defaults, so an older vLLM is never handed a flag it does not need.
 
-    ``supported``: the option strings the target vLLM accepts; a changed knob outside it
+    Each value is one ``--flag=value`` word, so no value can read as a flag of its own; a
+    list follows its flag as items that never start with '-' (argparse takes one value after
+    ``=``). ``supported``: the option strings the target vLLM accepts; a changed knob outside it
     raises ConfigError naming the flag.
     """
     args: list[str] = []
     compilation: dict[str, Any] = {}
     for k in iter_knobs():
-        if not _changed(k, cfg):
+        if not _changed(k, cfg) or k.secret_env or k.quantdeck_only:
             continue
         v = k.get(cfg)
+        _check_text(k, v)
         if k.flag.startswith(COMPILATION_PREFIX):
             compilation[k.flag[len(COMPILATION_PREFIX) :]] = v
             continue
@@ -340,30 +397,58 @@ def vllm_args(cfg: LaunchConfig, *, supported: set[str] | None = None) -> list[s
         if k.base is bool:
             args.append(flag if v else "--no-" + flag[2:])
         elif k.base is list:
-            args.append(flag)
-            args.extend(str(x) for x in v)
+            args.extend([flag, *(str(x) for x in v)])
         else:
-            args.extend([flag, str(v)])
+            args.append(f"{flag}={v}")
     if compilation:
         if supported is not None and "--compilation-config" not in supported:
             raise ConfigError("compilation: this vLLM has no --compilation-config option")
-        args.extend(["--compilation-config", json.dumps(compilation, separators=(",", ":"))])
+        args.append("--compilation-config=" + json.dumps(compilation, separators=(",", ":")))
     return args
 
 
+def switch_env(cfg: LaunchConfig) -> dict[str, str]:
+    """The vLLM switches that live in its environment, not its flags (not secrets)."""
+    if cfg.lora.allow_runtime_lora_updating:  # the /v1/load_lora_adapter routes
+        return {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    return {}
+
+
+def vllm_env(cfg: LaunchConfig) -> dict[str, str]:
+    """The secrets and :func:`switch_env`, for vLLM's environment. A secret left unset is
+    passed empty, so that a ``VLLM_API_KEY`` in the user's own environment cannot make the
+    server ask for a key that Quantdeck does not know."""
+    secrets = {k.secret_env: k.get(cfg) or "" for k in iter_knobs() if k.secret_env}
+    return {**switch_env(cfg), **secrets}
+
+
 def serve_command(cfg: LaunchConfig) -> list[str]:
-    """The full ``vllm serve MODEL …`` command, for operators to copy."""
+    """The full ``vllm serve MODEL …`` argv (secrets go in the environment: vllm_env)."""
+    model = next(k for k in iter_knobs() if k.positional)
+    _check_text(model, cfg.model.model)
     return ["vllm", "serve", cfg.model.model, *vllm_args(cfg)]
+
+
+def command_line(cfg: LaunchConfig) -> str:
+    """``serve_command`` as one shell line to show or copy, a secret set as its variable to
+    ``***`` in front (the reader puts the key there; the line itself never holds it)."""
+    env = [f"{k}={v}" for k, v in switch_env(cfg).items()]
+    env += [f"{k.secret_env}={MASK}" for k in iter_knobs() if k.secret_env and k.get(cfg)]
+    return " ".join([*env, shlex.join(serve_command(cfg))])
 
 
 # -- YAML (profiles and vllm serve --config) -------------------------------------------------
 
 
-def to_dict(cfg: LaunchConfig) -> dict[str, Any]:
-    """The settings that differ from vLLM's defaults, keyed like ``vllm serve --config``."""
+def to_dict(cfg: LaunchConfig, *, for_vllm: bool = False) -> dict[str, Any]:
+    """The settings that differ from vLLM's defaults, keyed like ``vllm serve --config``.
+    Secrets are never included (profiles, settings, recordings and run files are built from
+    this); ``for_vllm`` leaves out Quantdeck's own settings too, which vLLM would refuse."""
     out: dict[str, Any] = {}
     compilation: dict[str, Any] = {}
     for k in iter_knobs():
+        if k.secret_env or (for_vllm and k.quantdeck_only):
+            continue
         v = k.get(cfg)
         if k.positional:
             if v:
@@ -378,8 +463,8 @@ def to_dict(cfg: LaunchConfig) -> dict[str, Any]:
     return out
 
 
-def to_yaml(cfg: LaunchConfig) -> str:
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=None)
+def to_yaml(cfg: LaunchConfig, *, for_vllm: bool = False) -> str:
+    return yaml.safe_dump(to_dict(cfg, for_vllm=for_vllm), sort_keys=False, default_flow_style=None)
 
 
 def from_dict(data: Any, *, where: str = "profile") -> LaunchConfig:
@@ -422,6 +507,10 @@ def from_yaml(text: str, *, where: str = "profile") -> LaunchConfig:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{where}:{line} is not valid YAML") from None
+    except ValueError as e:  # a tagged or date-like scalar YAML cannot build (2020-13-45)
+        raise ConfigError(f"{where}: is not valid YAML ({e})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: is not valid YAML (nested too deeply)") from None
     return from_dict(data or {}, where=where)
 
 

@@ -133,6 +133,9 @@ def cudagraph_capture_sizes(cfg: LaunchConfig, max_num_seqs: int) -> list[int]:
 
 def plan(cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts) -> KvPlan:
     """Predict the memory split and KV cache of launching ``info`` with ``cfg`` on ``device``."""
+    bad_shape = info.shape_error()
+    if bad_shape:
+        raise PlanError(bad_shape)
     tp = cfg.parallel.tensor_parallel_size
     pp = cfg.parallel.pipeline_parallel_size
     if device.is_cuda and tp * pp > device.count:

@@ -1,7 +1,8 @@
 """Launch profiles: the YAML that ``vllm serve --config FILE`` reads, kept in the config dir.
 
 Saved atomically (write a temporary file beside the target, fsync, rename), so a crash never
-leaves half a profile behind.
+leaves half a profile behind. A profile never holds the API key: on request it is kept in the OS
+keyring (the ``keyring`` package) under the profile's name, or not kept at all.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch.config import LaunchConfig
 from quantdeck.core.launch.knobs import from_yaml, to_yaml, validate
 from quantdeck.core.paths import config_dir, write_atomic
+from quantdeck.core.schema import read_bounded, shown
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,79}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._ -]{0,79}")  # whole name: fullmatch, no newline
+_MAX_BYTES = 2**20  # a profile is a few hundred bytes
 
 
 def profiles_dir() -> Path:
@@ -23,8 +26,10 @@ def profiles_dir() -> Path:
 
 
 def profile_path(name: str) -> Path:
-    if not _NAME.match(name):
-        raise ConfigError(f"profile name '{name}': use letters, digits, space, '.', '_' or '-'")
+    if not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"profile name {shown(name)}: use letters, digits, space, '.', '_' or '-'"
+        )
     return profiles_dir() / f"{name}.yaml"
 
 
@@ -36,18 +41,56 @@ def save_profile(name: str, cfg: LaunchConfig) -> Path:
 
 
 def load_file(path: str | os.PathLike[str]) -> LaunchConfig:
+    """Read a profile file (size-bounded); any damage is a ConfigError naming the file."""
     p = Path(path)
+    raw = read_bounded(p, _MAX_BYTES, "profile")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such profile file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
     return from_yaml(text, where=str(p))
 
 
 def load_profile(name: str) -> LaunchConfig:
-    return load_file(profile_path(name))
+    """The profile, with its API key from the keyring when one was remembered."""
+    cfg = load_file(profile_path(name))
+    cfg.server.api_key = remembered_key(name)
+    return cfg
+
+
+KEYRING_SERVICE = "quantdeck"
+
+
+def remember_key(name: str, key: str) -> str | None:
+    """Keep profile ``name``'s API key in the OS keyring. Returns None, or the one line to
+    show when no keyring works (then the key is not kept anywhere)."""
+    profile_path(name)  # the same names as profile files
+    try:
+        import keyring
+
+        keyring.set_password(KEYRING_SERVICE, f"profile:{name}", key)
+    except Exception as e:  # (NoKeyringError, or any backend's own error)
+        return f"no working keyring ({type(e).__name__}): the API key is not remembered"
+    return None
+
+
+def remembered_key(name: str) -> str | None:
+    """Profile ``name``'s API key from the OS keyring; None when none is kept (or none works)."""
+    try:
+        import keyring
+
+        return keyring.get_password(KEYRING_SERVICE, f"profile:{name}")
+    except Exception:  # (no keyring is the normal state on a server)
+        return None
+
+
+def _forget_key(name: str) -> None:
+    try:
+        import keyring
+
+        keyring.delete_password(KEYRING_SERVICE, f"profile:{name}")
+    except Exception:  # (nothing kept, or no keyring: nothing to forget)
+        pass
 
 
 def delete_profile(name: str) -> None:
@@ -55,6 +98,7 @@ def delete_profile(name: str) -> None:
     if not p.exists():
         raise ConfigError(f"profile '{name}' does not exist")
     p.unlink()
+    _forget_key(name)
 
 
 def list_profiles() -> list[str]:

@@ -2,25 +2,24 @@
 
 Plain Python (it runs in the GUI process): the training itself happens in a subprocess,
 ``python -m quantdeck.core.workers.demo_train``, which is the only place that imports torch. A
-build writes into a sibling temp folder ``.quantdeck-demo.tmp-XXXX``; only when it succeeded is
-the marker file written and the folder renamed into place, so a half-built model is never seen.
+build goes through :func:`quantdeck.core.paths.atomic_dir`: it writes into a sibling temp folder
+``.quantdeck-demo.tmp-XXXX``; only when it succeeded is the marker file written and the folder
+renamed into place, so a half-built model is never seen. An earlier demo build is replaced; any
+other file or folder at the target is refused and left as it is.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from quantdeck.core.errors import ModelError
 from quantdeck.core.events import DoneEvent, Event
-from quantdeck.core.paths import data_root
-from quantdeck.core.procs import subprocess_env, worker_command, worker_events
+from quantdeck.core.paths import atomic_dir, data_root
+from quantdeck.core.procs import spawn, subprocess_env, worker_command, worker_events
 
 DEMO_MODEL_NAME = "quantdeck-demo"
 MARKER_NAME = ".quantdeck-demo.json"
@@ -56,8 +55,9 @@ def _run_build(
 
     Returns (exit code, the "done" event or None, the last non-empty stderr line).
     """
-    proc = subprocess.Popen(
+    proc = spawn(  # its own group, dies with us, leased
         cmd,
+        kind="demo model build",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -92,23 +92,6 @@ def _run_build(
     return rc, done, last_err
 
 
-def _replace_dir(tmp: Path, target: Path) -> None:
-    """Move ``tmp`` to ``target``, setting an existing ``target`` aside first."""
-    old: Path | None = None
-    if target.exists() or target.is_symlink():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.replace(target, old / target.name)
-    try:
-        os.replace(tmp, target)
-    except OSError:
-        if old is not None:  # put the previous folder back
-            os.replace(old / target.name, target)
-            shutil.rmtree(old, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def ensure_demo_model(
     path: Path | None = None,
     *,
@@ -120,20 +103,15 @@ def ensure_demo_model(
 
     ``python`` is the interpreter that has torch and transformers (default: this one);
     ``on_progress`` receives each JSON event the build prints. Raises :class:`ModelError`
-    when the build fails; no temp folder is left behind.
+    when the build fails and :class:`ConfigError` when something other than a demo build is
+    at ``path``; no temp folder is left behind.
     """
     target = Path(path) if path is not None else default_demo_dir()
     target = target.expanduser().absolute()
     if not force and is_complete(target):
         return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        tmp.chmod(0o755)  # mkdtemp makes it private; the model folder is ordinary data
-    except OSError as exc:
-        raise ModelError(f"cannot create the demo model folder {target}: {exc}") from exc
-    cmd = worker_command("demo_train", str(tmp), python=python)
-    try:
+    with atomic_dir(target, "demo-model", overwrite=True) as tmp:
+        cmd = worker_command("demo_train", str(tmp), python=python)
         try:
             rc, done, last_err = _run_build(cmd, on_progress)
         except OSError as exc:
@@ -152,10 +130,6 @@ def ensure_demo_model(
         }
         try:
             (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-            _replace_dir(tmp, target)
         except OSError as exc:
-            raise ModelError(f"cannot move the built demo model into {target}: {exc}") from exc
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            raise ModelError(f"cannot write the demo model's marker in {tmp}: {exc}") from exc
     return target

@@ -7,7 +7,6 @@ inspected in milliseconds.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from dataclasses import asdict, dataclass, field
@@ -15,33 +14,38 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.errors import ModelError
+from quantdeck.core.schema import Fields, is_int, load_json, read_bounded, regular_file, shown
 
-# Bytes per element of the dtypes a safetensors header may name.
-DTYPE_BYTES: dict[str, float] = {
-    "F64": 8,
-    "I64": 8,
-    "U64": 8,
-    "F32": 4,
-    "I32": 4,
-    "U32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I16": 2,
-    "U16": 2,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "F8_E4M3FNUZ": 1,
-    "F8_E5M2FNUZ": 1,
-    "F4": 0.5,
-    "F6_E2M3": 0.75,
-    "F6_E3M2": 0.75,
+# Bits per element of the dtypes a safetensors header may name.
+DTYPE_BITS: dict[str, int] = {
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+    "F32": 32,
+    "I32": 32,
+    "U32": 32,
+    "F16": 16,
+    "BF16": 16,
+    "I16": 16,
+    "U16": 16,
+    "I8": 8,
+    "U8": 8,
+    "BOOL": 8,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
 }
 TORCH_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn"}
 _MAX_HEADER = 100 * 2**20
+_MAX_CONFIG = 16 * 2**20  # config.json and the shard index: metadata, never this large
+_MAX_INDEX = 64 * 2**20
+_MAX_DIM = 2**48  # one tensor dimension
+_MAX_RANK = 16
 
 # Text-generation architectures whose shape the planner understands (vLLM serves them all).
 # Others ending in ForCausalLM are accepted when config.json has the standard shape fields.
@@ -151,6 +155,18 @@ class ModelInfo:
             .replace("float32", "FP32")
         )
 
+    def shape_error(self) -> str | None:
+        """Why this shape cannot be planned (a count below one), else None. The inspector
+        refuses such configs; this guards a ModelInfo made some other way."""
+        counts = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads")
+        for name in (*counts, "head_dim", "vocab_size", "max_position_embeddings"):
+            v = getattr(self, name)
+            if v is None and name == "max_position_embeddings":  # unknown: the planner assumes
+                continue
+            if not (is_int(v) and v >= 1):
+                return f"{self.path}: {name} is {shown(v)}, not a positive integer"
+        return None
+
     def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
         """Bytes of KV cache one token takes over all layers (keys and values)."""
         if self.kv_lora_rank:
@@ -177,9 +193,9 @@ class TensorEntry:
 
 
 def read_safetensors_header(path: Path) -> list[TensorEntry]:
-    """Parse one safetensors file's header; check it against the file's size."""
+    """Parse one safetensors file's header; check every entry and it against the file's size."""
     try:
-        size = path.stat().st_size
+        size = regular_file(path, error=ModelError)
         with open(path, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
@@ -194,52 +210,81 @@ def read_safetensors_header(path: Path) -> list[TensorEntry]:
     except OSError as e:
         raise ModelError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
         raise ModelError(f"{path}: corrupt safetensors header (not JSON)") from None
+    header = load_json(text, f"{path}: safetensors header", error=ModelError)
     if not isinstance(header, dict):
         raise ModelError(f"{path}: corrupt safetensors header (not a JSON object)")
-    out: list[TensorEntry] = []
-    end_max = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (start, end) = (
-                entry["dtype"],
-                tuple(entry["shape"]),
-                entry["data_offsets"],
-            )
-            numel = 1
-            for d in shape:
-                numel *= int(d)
-        except (KeyError, TypeError, ValueError):
-            raise ModelError(f"{path}: corrupt safetensors header (bad entry '{name}')") from None
-        if dtype not in DTYPE_BYTES:
-            raise ModelError(f"{path}: unknown tensor dtype '{dtype}' for '{name}'")
-        if end < start or end - start != int(numel * DTYPE_BYTES[dtype] + 0.999):
-            raise ModelError(
-                f"{path}: corrupt safetensors header (offsets of '{name}' do not match its shape)"
-            )
-        end_max = max(end_max, end)
-        out.append(TensorEntry(name, dtype, shape, end - start))
+    out = [_tensor_entry(path, name, entry) for name, entry in header.items()]
+    end_max = max((e for _, e in out), default=0)
     if 8 + n + end_max > size:
         raise ModelError(
             f"{path}: truncated safetensors file ({size} bytes, header promises {8 + n + end_max})"
         )
-    return out
+    return [t for t, _ in out if t is not None]
+
+
+def _tensor_entry(path: Path, name: str, entry: Any) -> tuple[TensorEntry | None, int]:
+    """One header entry as (tensor, end offset); ``__metadata__`` is (None, 0)."""
+    if name == "__metadata__":
+        return None, 0
+    bad = f"{path}: corrupt safetensors header (bad entry {shown(name)}"
+    if not isinstance(entry, dict):
+        raise ModelError(f"{bad}: not an object)")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise ModelError(f"{path}: unknown tensor dtype {shown(dtype)} for {shown(name)}")
+    if not (
+        isinstance(shape, list)
+        and len(shape) <= _MAX_RANK
+        and all(is_int(d) and 0 <= d <= _MAX_DIM for d in shape)
+    ):
+        raise ModelError(f"{bad}: shape {shown(shape)})")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(is_int(o) for o in offsets)):
+        raise ModelError(f"{bad}: data_offsets {shown(offsets)})")
+    numel = 1
+    for d in shape:
+        numel *= d
+    start, end = offsets
+    if not 0 <= start <= end or end - start != (numel * DTYPE_BITS[dtype] + 7) // 8:
+        raise ModelError(
+            f"{path}: corrupt safetensors header (offsets of {shown(name)} do not match its shape)"
+        )
+    return TensorEntry(name, dtype, tuple(shape), end - start), end
+
+
+def _read_json(path: Path, max_bytes: int) -> Any:
+    """A model's JSON metadata file, size-bounded and parsed strictly."""
+    raw = read_bounded(path, max_bytes, "model metadata", error=ModelError)
+    return load_json(raw, str(path), error=ModelError)
+
+
+def _is_shard_name(name: Any) -> bool:
+    """A plain .safetensors file name: no folder part, so it stays inside the model folder."""
+    return (
+        isinstance(name, str)
+        and name.endswith(".safetensors")
+        and Path(name).name == name
+        and "\\" not in name
+        and "\0" not in name
+    )
 
 
 def _weight_files(root: Path) -> list[Path]:
     index = root / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            wm = json.loads(index.read_text())["weight_map"]
-            names = sorted(set(wm.values()))
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
-            raise ModelError(f"{index}: corrupt index (no weight_map)") from None
-        files = [root / n for n in names]
-        missing = [f.name for f in files if not f.is_file()]
+        f = Fields(_read_json(index, _MAX_INDEX), str(index), error=ModelError)
+        weight_map = f.sub("weight_map", required=True)
+        assert weight_map is not None  # required
+        for tensor, shard in weight_map.data.items():
+            if not _is_shard_name(shard):
+                weight_map.fail(
+                    f"shard of {shown(tensor)} must be a .safetensors file in the model "
+                    f"folder, got {shown(shard)}"
+                )
+        files = [root / n for n in sorted(set(weight_map.data.values()))]
+        missing = [p.name for p in files if not p.is_file()]
         if missing:
             raise ModelError(f"{index}: shard {missing[0]} is missing")
         return files
@@ -248,59 +293,64 @@ def _weight_files(root: Path) -> list[Path]:
 
 # -- config.json ----------------------------------------------------------------------------
 
-
-def _first(cfg: dict[str, Any], *names: str) -> Any:
-    for n in names:
-        if cfg.get(n) is not None:
-            return cfg[n]
-    return None
+_MAX_GROUP = 2**20  # group sizes; -1 is one group per channel
 
 
-def parse_quantization(qc: Any) -> Quantization | None:
-    """Read config.json's ``quantization_config`` the way vLLM dispatches on it."""
-    if not isinstance(qc, dict):
+def parse_quantization(qc: Any, where: str = "quantization_config") -> Quantization | None:
+    """Read config.json's ``quantization_config`` the way vLLM dispatches on it; a field of
+    the wrong type or range is a ModelError naming it."""
+    if qc is None:
         return None
-    method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
+    f = Fields(qc, where, error=ModelError)
+    method = (f.text(f.first("quant_method", "quant_algo"), max_len=64) or "").lower()
     if not method:
-        if qc.get("load_in_4bit") or qc.get("load_in_8bit"):
+        if f.boolean("load_in_4bit") or f.boolean("load_in_8bit"):
             method = "bitsandbytes"
         else:
             return None
-    if method == "gptq":
-        bits = qc.get("bits")
-        return Quantization("gptq", bits, qc.get("group_size"), f"W{bits}A16")
-    if method == "awq":
-        bits = _first(qc, "bits", "w_bit")
-        return Quantization("awq", bits, _first(qc, "group_size", "q_group_size"), f"W{bits}A16")
+    if method in ("gptq", "awq"):
+        bits = f.integer(f.first("bits", "w_bit"), lo=2, hi=8, required=True)
+        group = f.integer(f.first("group_size", "q_group_size"), lo=-1, hi=_MAX_GROUP)
+        return Quantization(method, bits, group, f"W{bits}A16")
     if method == "fp8":
-        block = qc.get("weight_block_size")
-        scheme = "FP8-block" if block else "FP8"
-        return Quantization("fp8", 8, block[-1] if block else None, scheme)
+        block = f.data.get("weight_block_size")
+        if block is not None and not (
+            isinstance(block, list) and len(block) == 2 and all(is_int(b) and b > 0 for b in block)
+        ):
+            f.fail(f"'weight_block_size' must be two positive integers, got {shown(block)}")
+        return Quantization("fp8", 8, block[-1] if block else None, "FP8-block" if block else "FP8")
     if method == "bitsandbytes":
-        if qc.get("load_in_4bit"):
-            return Quantization(
-                "bitsandbytes",
-                4,
-                qc.get("bnb_4bit_blocksize", 64),
-                str(qc.get("bnb_4bit_quant_type", "fp4")),
-            )
+        if f.boolean("load_in_4bit"):
+            blocksize = f.integer("bnb_4bit_blocksize", lo=1, hi=2**20)
+            kind = f.text("bnb_4bit_quant_type", max_len=16)
+            return Quantization("bitsandbytes", 4, blocksize or 64, kind or "fp4")
         return Quantization("bitsandbytes", 8, None, "int8")
     if method == "compressed-tensors":
-        return _compressed_tensors(qc)
-    bits = _first(qc, "bits", "w_bit", "num_bits")
-    return Quantization(method, bits if isinstance(bits, int) else None, qc.get("group_size"), None)
+        return _compressed_tensors(f)
+    # A method Quantdeck does not parse: its bits and group, when they are plain numbers.
+    bits = f.data.get(f.first("bits", "w_bit", "num_bits"))
+    group = f.data.get("group_size")
+    return Quantization(
+        method,
+        bits if is_int(bits) and 1 <= bits <= 32 else None,
+        group if is_int(group) else None,
+        None,
+    )
 
 
-def _compressed_tensors(qc: dict[str, Any]) -> Quantization:
-    groups = qc.get("config_groups") or {}
-    g: dict[str, Any] = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
-    w = g.get("weights") or {}
-    a = g.get("input_activations") or {}
-    bits = w.get("num_bits")
-    wtype = w.get("type", "int")
-    gs = w.get("group_size") if w.get("strategy") == "group" else None
+def _compressed_tensors(f: Fields) -> Quantization:
+    groups = f.sub("config_groups")
+    first = next(iter(groups.data), None) if groups else None
+    g = groups.sub(first) if groups and first is not None else None
+    w = g.sub("weights") if g else None
+    a = g.sub("input_activations") if g else None
+    bits = w.integer("num_bits", lo=1, hi=32) if w else None
+    wtype = (w.text("type", max_len=16) if w else None) or "int"
+    strategy = w.text("strategy", max_len=32) if w else None
+    gs = w.integer("group_size", lo=-1, hi=_MAX_GROUP) if w and strategy == "group" else None
     if a:
-        abits, atype = a.get("num_bits"), a.get("type", "int")
+        abits = a.integer("num_bits", lo=1, hi=32)
+        atype = a.text("type", max_len=16) or "int"
         kind = (
             "FP8"
             if atype == "float" and wtype == "float"
@@ -309,14 +359,14 @@ def _compressed_tensors(qc: dict[str, Any]) -> Quantization:
             else atype.upper()
         )
         scheme = f"W{bits}A{abits}-{kind}"
-        if kind == "FP8" and w.get("strategy") == "tensor":
+        if kind == "FP8" and strategy == "tensor":
             scheme += "-tensor"
     else:
         scheme = f"W{bits}A16" + ("-FP8" if wtype == "float" else "")
     return Quantization("compressed-tensors", bits, gs, scheme)
 
 
-def _load_config(root: Path) -> dict[str, Any]:
+def _load_config(root: Path) -> Fields:
     p = root / "config.json"
     if not root.exists():
         raise ModelError(f"{root}: no such folder")
@@ -324,92 +374,98 @@ def _load_config(root: Path) -> dict[str, Any]:
         raise ModelError(f"{root}: not a folder")
     if not p.is_file():
         raise ModelError(f"{root}: no config.json (not a model folder)")
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ModelError(f"{p}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise ModelError(f"{p}: corrupt JSON (line {e.lineno}: {e.msg})") from None
-    if not isinstance(cfg, dict):
-        raise ModelError(f"{p}: corrupt JSON (not an object)")
-    return cfg
+    return Fields(_read_json(p, _MAX_CONFIG), str(p), error=ModelError)
+
+
+def _architecture(cfg: Fields) -> str:
+    archs = cfg.items("architectures", max_len=64) or []
+    arch = archs[0] if archs else None
+    if not arch:
+        cfg.fail("no 'architectures' entry (unknown architecture)")
+    if not isinstance(arch, str) or len(arch) > 256:
+        cfg.fail(f"'architectures' must be a list of names, got {shown(archs)}")
+    if arch not in KNOWN_ARCHITECTURES and not arch.endswith(_GENERATIVE_SUFFIXES):
+        cfg.fail(f"unknown architecture '{arch}' (not a text-generation model vLLM serves)")
+    return arch
 
 
 def inspect_model(path: str | os.PathLike[str]) -> ModelInfo:
     """Inspect a model folder; raise ModelError with one line naming the file and problem."""
     root = Path(path).expanduser()
     cfg = _load_config(root)
-    archs = cfg.get("architectures") or []
-    arch = archs[0] if isinstance(archs, list) and archs else None
-    where = root / "config.json"
-    if not arch:
-        raise ModelError(f"{where}: no 'architectures' entry (unknown architecture)")
-    text_config = cfg.get("text_config")
-    text: dict[str, Any] = text_config if isinstance(text_config, dict) else cfg
-    if arch not in KNOWN_ARCHITECTURES and not arch.endswith(_GENERATIVE_SUFFIXES):
-        raise ModelError(
-            f"{where}: unknown architecture '{arch}' (not a text-generation model vLLM serves)"
-        )
-    layers = _first(text, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _first(text, "hidden_size", "n_embd", "d_model")
-    heads = _first(text, "num_attention_heads", "n_head")
-    vocab = _first(text, "vocab_size", "padded_vocab_size")
-    for name, v in (
-        ("num_hidden_layers", layers),
-        ("hidden_size", hidden),
-        ("num_attention_heads", heads),
-        ("vocab_size", vocab),
-    ):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ModelError(
-                f"{where}: '{name}' missing or not a positive integer "
-                f"(unknown architecture '{arch}'?)"
-            )
-    kv = _first(text, "num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+    arch = _architecture(cfg)
+    # Multimodal checkpoints nest the language model's shape in text_config.
+    text = cfg.sub("text_config") or cfg
+    layers = text.integer(
+        text.first("num_hidden_layers", "n_layer", "num_layers"), lo=1, hi=100_000, required=True
+    )
+    hidden = text.integer(
+        text.first("hidden_size", "n_embd", "d_model"), lo=1, hi=2**20, required=True
+    )
+    heads = text.integer(text.first("num_attention_heads", "n_head"), lo=1, hi=2**16, required=True)
+    vocab = text.integer(
+        text.first("vocab_size", "padded_vocab_size"), lo=1, hi=2**24, required=True
+    )
+    assert layers and hidden and heads and vocab  # required
+    kv = text.integer(
+        text.first("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
+        lo=1,
+        hi=2**16,
+    )
     if kv is None:
-        kv = 1 if text.get("multi_query") else heads
-    head_dim = text.get("head_dim") or hidden // heads
+        kv = 1 if text.data.get("multi_query") else heads
+    head_dim = text.integer("head_dim", lo=1, hi=2**16) or hidden // heads
+    max_positions = text.integer(
+        text.first("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
+        lo=1,
+        hi=2**40,
+    )
     files = _weight_files(root)
     if not files:
         raise ModelError(
             f"{root}: no *.safetensors weights (only safetensors checkpoints are supported)"
         )
     tensors = [t for f in files for t in read_safetensors_header(f)]
-    quant = parse_quantization(cfg.get("quantization_config") or text.get("quantization_config"))
+    qsource = cfg if cfg.data.get("quantization_config") else text
+    quant = parse_quantization(
+        qsource.data.get("quantization_config"), f"{qsource.where}: 'quantization_config'"
+    )
     dtypes: dict[str, int] = {}
     for t in tensors:
         dtypes[t.dtype] = dtypes.get(t.dtype, 0) + t.nbytes
-    torch_dtype = _first(cfg, "torch_dtype", "dtype") or _first(text, "torch_dtype", "dtype")
+    torch_dtype = cfg.text(cfg.first("torch_dtype", "dtype"), max_len=64) or text.text(
+        text.first("torch_dtype", "dtype"), max_len=64
+    )
     if torch_dtype is None and dtypes:
         main = max(dtypes, key=dtypes.__getitem__)
         torch_dtype = TORCH_DTYPES.get(main)
+    tie = text.boolean("tie_word_embeddings")
+    sliding = text.data.get("sliding_window")
     return ModelInfo(
         path=str(root.resolve()),
         architecture=arch,
-        model_type=str(cfg.get("model_type") or text.get("model_type") or ""),
+        model_type=cfg.text("model_type", max_len=256)
+        or text.text("model_type", max_len=256)
+        or "",
         num_parameters=count_parameters(tensors, quant),
         num_layers=layers,
         hidden_size=hidden,
-        intermediate_size=_first(text, "intermediate_size", "n_inner", "ffn_hidden_size"),
-        num_attention_heads=heads,
-        num_kv_heads=int(kv),
-        head_dim=int(head_dim),
-        vocab_size=vocab,
-        max_position_embeddings=_first(
-            text, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"
+        intermediate_size=text.integer(
+            text.first("intermediate_size", "n_inner", "ffn_hidden_size"), lo=1, hi=2**24
         ),
-        torch_dtype=str(torch_dtype) if torch_dtype else None,
+        num_attention_heads=heads,
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        max_position_embeddings=max_positions,
+        torch_dtype=torch_dtype or None,
         weights_bytes=sum(t.nbytes for t in tensors),
         quantization=quant,
         safetensors_files=len(files),
-        tie_word_embeddings=bool(
-            text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
-        ),
-        kv_lora_rank=text.get("kv_lora_rank"),
-        qk_rope_head_dim=text.get("qk_rope_head_dim"),
-        sliding_window=text.get("sliding_window")
-        if isinstance(text.get("sliding_window"), int)
-        else None,
+        tie_word_embeddings=bool(cfg.boolean("tie_word_embeddings") if tie is None else tie),
+        kv_lora_rank=text.integer("kv_lora_rank", lo=1, hi=2**20),
+        qk_rope_head_dim=text.integer("qk_rope_head_dim", lo=0, hi=2**16),
+        sliding_window=sliding if is_int(sliding) and sliding > 0 else None,
         tensor_dtypes=dtypes,
         linear_weight_bytes=sum(t.nbytes for t in tensors if _is_linear(t)),
     )

@@ -42,6 +42,11 @@ HISTOGRAMS = {
     "queue": ("vllm:request_queue_time_seconds",),
 }
 QUANTILES = (0.5, 0.9, 0.99)
+# A vLLM payload is 20-70 KB; one past this is not read (a scrape's memory stays bounded).
+MAX_PAYLOAD_BYTES = 16 * 2**20
+# Scrapes kept for the windowed figures: a window's worth at the sampler's rate, with room;
+# a cap all the same, should the clock step back and keep old scrapes in the window.
+MAX_HISTORY = 4096
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,10 @@ def parse_metrics(text: str, t: float | None = None) -> RawMetrics:
     seen_g: set[str] = set()
     for fam in text_string_to_metric_families(text):
         name = fam.name
+        # a NaN or infinite reading says nothing: it counts as not reported
+        fam.samples = [s for s in fam.samples if math.isfinite(s.value)]
+        if not fam.samples:
+            continue
         if name == "vllm:cache_config_info":
             for s in fam.samples:
                 if s.name.endswith("_info") or s.name == name:
@@ -243,7 +252,7 @@ class MetricsDeriver:
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
-        self._history: collections.deque[RawMetrics] = collections.deque()
+        self._history: collections.deque[RawMetrics] = collections.deque(maxlen=MAX_HISTORY)
         self._prev: RawMetrics | None = None
 
     def reset(self) -> None:
@@ -341,28 +350,43 @@ class MetricsScraper:
         self.deriver = MetricsDeriver(window_s)
         self.filtered: bool | None = None  # None: not tried yet
 
-    def _get(self, path: str, params: Any = None) -> httpx.Response:
+    def _get(self, path: str, params: Any = None) -> tuple[int, str]:
+        """The status and text of a GET, read up to :data:`MAX_PAYLOAD_BYTES`."""
         try:
-            return self._client.get(path, params=params)
+            with self._client.stream("GET", path, params=params) as r:
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_PAYLOAD_BYTES:
+                        raise ServerError(
+                            f"{self.url}/metrics: payload over {MAX_PAYLOAD_BYTES // 2**20} MiB"
+                        )
+                return r.status_code, body.decode(r.encoding or "utf-8", errors="replace")
         except httpx.HTTPError as e:
             raise ServerError(f"{self.url}/metrics: {type(e).__name__}") from None
 
     def fetch(self) -> str:
         if self.filtered:
-            r = self._get("/metrics/", params=_FILTER)
-            if r.status_code == 200:
-                return r.text
+            status, text = self._get("/metrics/", params=_FILTER)
+            if status == 200:
+                return text
             self.filtered = False
-        r = self._get("/metrics")
-        if r.status_code != 200:
-            raise ServerError(f"{self.url}/metrics: HTTP {r.status_code}")
+        status, text = self._get("/metrics")
+        if status != 200:
+            raise ServerError(f"{self.url}/metrics: HTTP {status}")
         if self.filtered is None:  # once: does the filtered path carry every family we read?
-            f = self._get("/metrics/", params=_FILTER)
-            self.filtered = f.status_code == 200 and _types(f.text) >= _types(r.text) > set()
-        return r.text
+            f_status, f_text = self._get("/metrics/", params=_FILTER)
+            self.filtered = f_status == 200 and _types(f_text) >= _types(text) > set()
+        return text
 
     def scrape(self) -> MetricsSnapshot:
-        return self.deriver.push(parse_metrics(self.fetch()))
+        text = self.fetch()
+        try:
+            return self.deriver.push(parse_metrics(text))
+        except (ValueError, KeyError, TypeError, OverflowError) as e:  # a bad line or label
+            raise ServerError(
+                f"{self.url}/metrics: not a Prometheus exposition ({type(e).__name__})"
+            ) from None
 
     def close(self) -> None:
         self._client.close()

@@ -7,6 +7,7 @@ the host figures (psutil) remain. Units are in the field names.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -17,6 +18,8 @@ from typing import Any
 import psutil
 
 from quantdeck.core.events import MetricsEvent, Publisher
+
+log = logging.getLogger("quantdeck.monitor")
 
 
 class _NA:
@@ -222,19 +225,21 @@ def read_telemetry(watch: ProcessWatch | None = None) -> TelemetrySnapshot:
 
 @dataclass
 class Sample:
-    """What the sampler produced at one tick: telemetry, and metrics when a server is watched."""
+    """What the sampler produced at one tick: telemetry, and metrics when a server is watched;
+    what could not be read is None, and ``error`` says why."""
 
     t: float
-    telemetry: TelemetrySnapshot
+    telemetry: TelemetrySnapshot | None
     metrics: Any = None  # quantdeck.core.monitor.metrics.MetricsSnapshot | None
-    error: str | None = None  # why metrics are missing this tick
+    error: str | None = None  # why telemetry or metrics are missing this tick
 
     def to_event(self) -> MetricsEvent:
         """The flat ``metrics`` event of ``quantdeck serve/monitor --json-events``."""
         values: dict[str, Any] = {}
         if self.metrics is not None:
             values.update(self.metrics.to_json())
-        values.update(self.telemetry.to_json())
+        if self.telemetry is not None:
+            values.update(self.telemetry.to_json())
         values.pop("t", None)
         if self.error:
             values["error"] = self.error
@@ -262,23 +267,47 @@ class Sampler:
         self.latest: Sample | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing: set[str] = set()  # the readers failing now (logged when they began)
 
     def subscribe(self, fn: Callable[[Sample], None]) -> Callable[[], None]:
         """Call ``fn`` with every sample (in the sampler's thread); returns the unsubscriber."""
         return self._samples.subscribe(fn)
 
     def tick(self) -> Sample:
-        tel = read_telemetry(self.watch)
+        """One sample. A reader that fails (NVML, psutil, the scrape) leaves its part None and
+        says why in ``error``, every tick it fails; it is logged once, with its traceback,
+        when it starts failing, and sampling goes on."""
+        t = time.time()
+        tel, tel_err = self._read("telemetry", read_telemetry, self.watch)
         metrics, err = None, None
         if self.scraper is not None:
-            try:
-                metrics = self.scraper.scrape()
-            except Exception as e:  # a lost connection is a state to show, not a crash
-                err = str(e)
-        s = Sample(t=tel.t, telemetry=tel, metrics=metrics, error=err)
+            metrics, err = self._read("metrics", self.scraper.scrape)
+        errors = [e for e in (tel_err, err) if e]
+        s = Sample(
+            t=tel.t if tel else t,
+            telemetry=tel,
+            metrics=metrics,
+            error="; ".join(errors) or None,
+        )
         self.latest = s
         self._samples.emit(s)
         return s
+
+    def _read(self, what: str, read: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+        """``read(*args)``, or None and why: a lost connection or a failing driver is a state
+        to show, not the end of the sampler."""
+        try:
+            value = read(*args)
+        except Exception as e:
+            if what not in self._failing:
+                self._failing.add(what)
+                log.warning(
+                    "the sampler's %s reading failed; sampling goes on", what, exc_info=True
+                )
+            why = str(e) or type(e).__name__
+            return None, why if what == "metrics" else f"{what}: {why}"
+        self._failing.discard(what)
+        return value, None
 
     def _run(self) -> None:
         period = 1.0 / self.hz

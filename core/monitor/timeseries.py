@@ -8,6 +8,7 @@ lives here, once: name, unit, and how to read it from an event.
 from __future__ import annotations
 
 import csv
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ import numpy as np
 from quantdeck.core.events import Event, MetricsEvent
 
 GiB = 2**30
+# GPUs a store keeps series for (each costs 5 columns of ``capacity`` points, 1.4 MiB at the
+# default): the first ones of an event that lists more are kept, so that a recording cannot
+# make the store allocate without bound.
+MAX_GPUS = 16
 
 
 @dataclass(frozen=True)
@@ -27,20 +32,32 @@ class SeriesSpec:
     read: Callable[[Mapping[str, Any]], float | None]  # from a metrics event's values
 
 
+def _number(v: Any, scale: float) -> float | None:
+    """A reading as a finite float, scaled; None for anything else (a gap in the plot)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    x = float(v) * scale
+    return x if math.isfinite(x) else None
+
+
 def _key(k: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], float | None]:
     def read(ev: Mapping[str, Any]) -> float | None:
-        v = ev.get(k)
-        return None if v is None else float(v) * scale
+        return _number(ev.get(k), scale)
 
     return read
 
 
+def _gpus(ev: Mapping[str, Any]) -> list[Any]:
+    gpus = ev.get("gpus")
+    return gpus if isinstance(gpus, list) else []
+
+
 def _gpu(i: int, k: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], float | None]:
     def read(ev: Mapping[str, Any]) -> float | None:
-        gpus = ev.get("gpus") or []
-        if i >= len(gpus) or gpus[i].get(k) is None:
+        gpus = _gpus(ev)
+        if i >= len(gpus) or not isinstance(gpus[i], dict):
             return None
-        return float(gpus[i][k]) * scale
+        return _number(gpus[i].get(k), scale)
 
     return read
 
@@ -152,14 +169,17 @@ class TimeSeriesStore:
             self.num_gpus += 1
 
     def append(self, ev: Event) -> None:
-        """Add one :class:`MetricsEvent` (other events are ignored)."""
+        """Add one :class:`MetricsEvent` (other events, and one without a time, are ignored)."""
         if not isinstance(ev, MetricsEvent):
+            return
+        t = _number(ev.t, 1.0)
+        if t is None:
             return
         values = ev.values
         with self._lock:
-            self._ensure_gpus(len(values.get("gpus") or []))
+            self._ensure_gpus(min(len(_gpus(values)), MAX_GPUS))
             i = self._n % self.capacity
-            self._t[i] = float(ev.t)
+            self._t[i] = t
             for s in self.specs:
                 v = s.read(values)
                 self._cols[s.name][i] = np.nan if v is None else v

@@ -1,5 +1,7 @@
-"""The engine at run time: which vLLM runs, the server subprocess and its log, the chat client."""
+"""The engine at run time: which vLLM runs, the server subprocess and its log, the chat client,
+LoRA adapters on a running server."""
 
+from quantdeck.core.runtime import lora
 from quantdeck.core.runtime.chat import stream
 from quantdeck.core.runtime.engine import EngineEnv
 from quantdeck.core.runtime.server import AttachedServer, ServerProcess, free_port, warm_up
@@ -9,6 +11,7 @@ __all__ = [
     "AttachedServer",
     "EngineEnv",
     "free_port",
+    "lora",
     "ServerProcess",
     "START_ORDER",
     "stream",

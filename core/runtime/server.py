@@ -1,18 +1,27 @@
 """The vLLM server as a supervised subprocess.
 
-One launcher for every vLLM (``python -m quantdeck.core.workers.engine``, see there), its own
-process group, a reader thread that turns the log into states and facts, a watcher that declares it
-ready (``/health`` 200 and ``/v1/models`` lists the model) or crashed (exit, or an engine process
-gone), and a stop that escalates SIGINT -> SIGTERM -> SIGKILL over the whole group and leaves no
-process behind. Observers receive typed events (core/events.py); nothing here knows about Qt."""
+One launcher for every vLLM (``python -m quantdeck.core.workers.engine``, see there), started by
+:func:`quantdeck.core.procs.spawn` (its own process group, dies with us, leased), a reader thread
+that turns the log into states and facts, a watcher that declares it ready (``/health`` 200 and
+``/v1/models`` lists the model) or crashed (exit, an engine process gone, or not ready by the
+start-up deadline), and a stop that escalates SIGINT -> SIGTERM -> SIGKILL over the whole group
+and leaves no process behind. Observers receive typed events (core/events.py); nothing here
+knows about Qt."""
 
 from __future__ import annotations
 
 import collections
+import errno
+import itertools
+import logging
 import os
+import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,27 +57,50 @@ from quantdeck.core.launch import (
     plan,
     validate,
     vllm_args,
+    vllm_env,
 )
 from quantdeck.core.models import ModelInfo, inspect_model
 from quantdeck.core.paths import cache_dir
-from quantdeck.core.procs import subprocess_env, worker_command
+from quantdeck.core.procs import (
+    Child,
+    group_pids,
+    live_lease_dirs,
+    signal_group,
+    spawn,
+    subprocess_env,
+    worker_command,
+)
 from quantdeck.core.runtime.engine import Capabilities, EngineEnv
 
+log = logging.getLogger("quantdeck.server")
 Observer = Callable[[Event], None]
 LOG_TAIL = 200
+# Long enough for a large model read from a slow disk, compiled and captured on first start.
+STARTUP_TIMEOUT_S = 1800.0
+RUN_DIRS_KEPT = 20  # server run folders (log, temp files) kept under cache_dir()/runs
+_RUN_DIR_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?$")
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def port_free(host: str, port: int) -> bool:
-    """True if nothing listens on host:port (we try to bind it, as the server will)."""
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(fam, socket.SOCK_STREAM) as s:
+    """True if nothing listens on host:port (we try to bind it, as the server will); a host
+    this machine cannot listen on is a ConfigError."""
+    host = host.strip("[]")
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         # as uvicorn does: connections of a stopped server in TIME_WAIT do not block the port,
         # a listening socket does
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
+        except socket.gaierror as e:
+            raise ConfigError(f"host '{host}' is not an address here ({e.strerror})") from None
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return False
+            raise ConfigError(f"cannot listen on {host} port {port}: {e.strerror}") from None
     return True
 
 
@@ -85,16 +117,135 @@ def alive_pids(pids: set[int]) -> set[int]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    host = host.strip("[]")
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
+def url_host(host: str) -> str:
+    """``host`` as a URL to reach it writes it: a wildcard address as loopback, an IPv6
+    address in brackets (``::1`` -> ``[::1]``)."""
+    host = host.strip("[]")
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
 def base_url(cfg: LaunchConfig) -> str:
-    host = cfg.server.host
-    if host in ("0.0.0.0", "", "::"):
-        host = "127.0.0.1"
-    return f"http://{host}:{cfg.server.port}"
+    return f"http://{url_host(cfg.server.host)}:{cfg.server.port}"
+
+
+def new_run_dir() -> Path:
+    """A fresh run folder under ``cache_dir()/runs``, created here so that no other server (in
+    this process or another) gets it: the time (names sort by age), and ``-2``, ``-3``... for
+    more in the same second. Short: vLLM's IPC sockets live in its ``tmp`` folder, and a socket
+    path may not exceed 107 bytes."""
+    root = cache_dir() / "runs"
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for count in itertools.count(1):
+        path = root / (stamp if count == 1 else f"{stamp}-{count}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
+
+
+def prune_run_dirs(root: Path, keep: int = RUN_DIRS_KEPT, *, spare: Path | None = None) -> None:
+    """Remove all but the newest ``keep`` run folders under ``root``; never ``spare``, the
+    folder of a server that still runs, or a folder Quantdeck did not name."""
+    try:
+        dirs = sorted(
+            p for p in root.iterdir() if _RUN_DIR_NAME.match(p.name) and not p.is_symlink()
+        )
+    except OSError:
+        return
+    busy = live_lease_dirs() | {spare}
+    for d in dirs[: max(0, len(dirs) - keep)]:
+        if d not in busy and d.is_dir():
+            drop_engine_tmp(d)
+            shutil.rmtree(d, ignore_errors=True)
+
+
+# vLLM binds its ZMQ IPC sockets at $TMPDIR/<uuid4> (37 bytes more), and a Unix socket path
+# may not exceed 107 bytes: a run folder deep in a long cache path (/check/work/main/.cache/...)
+# gets its temp folder under a short private root instead, linked from the run folder.
+_ENGINE_TMP_MAX = 107 - 38
+
+
+def _short_tmp_path() -> Path:
+    """Where the short TMPDIRs live: ``quantdeck-UID`` in the temp folder, or in /tmp where
+    the temp folder's own path is long."""
+    base = Path(tempfile.gettempdir())
+    if len(os.fsencode(base)) > 32:
+        base = Path("/tmp")
+    return base / f"quantdeck-{os.getuid()}"
+
+
+def _short_tmp_root() -> Path:
+    """:func:`_short_tmp_path`, made 0700 if missing; one that is not a private folder of this
+    user is refused, not used."""
+    root = _short_tmp_path()
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ServerError(
+            f"{root} is not a private folder of this user, so the server's sockets cannot "
+            "live there: remove it, or set QUANTDECK_CACHE_DIR to a shorter path"
+        )
+    return root
+
+
+def engine_tmp_dir(run_dir: Path) -> Path:
+    """The server's TMPDIR: ``run_dir/tmp``, or, where that path is too long for vLLM's
+    sockets, a fresh folder under :func:`_short_tmp_root` that ``run_dir/tmp`` links to."""
+    tmp = run_dir / "tmp"
+    if tmp.is_symlink():
+        drop_engine_tmp(run_dir)
+    if len(os.fsencode(tmp)) <= _ENGINE_TMP_MAX:
+        tmp.mkdir(parents=True, exist_ok=True)
+        return tmp
+    root = _short_tmp_root()
+    _sweep_short_tmp(root)
+    short = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp.symlink_to(short, target_is_directory=True)
+    return short
+
+
+_SHORT_TMP = re.compile(r"^run-(\d+)-")
+
+
+def _sweep_short_tmp(root: Path) -> None:
+    """Remove the short temp folders whose Quantdeck process is gone (killed before it could
+    remove them): each is named after the process that made it."""
+    for entry in root.iterdir():
+        m = _SHORT_TMP.match(entry.name)
+        if m and not psutil.pid_exists(int(m.group(1))) and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def drop_engine_tmp(run_dir: Path) -> None:
+    """Remove the short temp folder ``run_dir/tmp`` links to (only one Quantdeck made: under
+    its short root) and the link; a plain ``tmp`` folder goes with its run folder."""
+    link = run_dir / "tmp"
+    if not link.is_symlink():
+        return
+    target = Path(os.readlink(link))
+    if target.parent == _short_tmp_path() and _SHORT_TMP.match(target.name):
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        link.unlink()
+    except OSError:
+        pass
 
 
 # Several GPUs of one host: NVLink multicast (NVLS) off; it hangs or fails on hosts whose
@@ -111,7 +262,7 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
     for tensor / pipeline parallel launches, NVLink multicast off (the user's env wins)."""
     cache = cache_dir()
     env = {
-        "TMPDIR": str(run_dir / "tmp"),
+        "TMPDIR": str(engine_tmp_dir(run_dir)),
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
         "HF_HUB_OFFLINE": "1",
@@ -124,7 +275,6 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
         and cfg.parallel.tensor_parallel_size * cfg.parallel.pipeline_parallel_size > 1
     ):
         env.update({k: os.environ.get(k, v) for k, v in MULTI_GPU_ENV.items()})
-    (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
     return env
 
 
@@ -167,14 +317,19 @@ class ServerProcess:
         run_dir: Path | None = None,
         extra_env: dict[str, str] | None = None,
         nice: int = 0,
+        startup_timeout: float | None = None,
     ) -> None:
-        """``nice``: run the server this much nicer than this process (see lower_priority)."""
+        """``nice``: run the server this much nicer than this process (see lower_priority).
+        ``startup_timeout``: seconds to become ready, after which the start has failed
+        (default :data:`STARTUP_TIMEOUT_S`)."""
         self.cfg = cfg.copy()
         self.nice = nice
+        self.startup_timeout = startup_timeout or STARTUP_TIMEOUT_S
         self.engine = engine or EngineEnv()
         self._caps = capabilities
         self._device = device
-        self.run_dir = run_dir or cache_dir() / "runs" / time.strftime("%Y%m%d-%H%M%S")
+        self._own_run_dir = run_dir is None  # under cache_dir()/runs, pruned to the last few
+        self.run_dir = run_dir or new_run_dir()
         self.extra_env = dict(extra_env or {})
         self.state = sl.STOPPED
         self.facts: dict[str, Any] = {}
@@ -183,7 +338,7 @@ class ServerProcess:
         self.info: ModelInfo | None = None
         self.plan: KvPlan | None = None
         self.findings: list[Finding] = []
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: Child | None = None
         self._events: Publisher[Event] = Publisher("server")
         self._lock = threading.RLock()
         self._ready = threading.Event()
@@ -271,8 +426,13 @@ class ServerProcess:
         if self.running:
             raise ServerError("the server is already running")
         cmd = self.preflight()
+        if self._own_run_dir:
+            prune_run_dirs(self.run_dir.parent, spare=self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        env = subprocess_env({**engine_environment(self.run_dir, self.cfg), **self.extra_env})
+        # the API key goes in the environment: another user can read argv in /proc
+        env = subprocess_env(
+            {**engine_environment(self.run_dir, self.cfg), **vllm_env(self.cfg), **self.extra_env}
+        )
         self.exit_code = None
         self.facts = {}
         self.log_tail.clear()
@@ -286,8 +446,12 @@ class ServerProcess:
         for f in self.findings:
             self._emit(AdviceEvent(f.to_json()))
         try:
-            self._proc = subprocess.Popen(
+            self._proc = spawn(
                 cmd,
+                kind="vLLM server",
+                port=self.cfg.server.port,
+                # SIGTERM: vLLM's handler shuts down; the engine worker kills its whole group
+                deathsig=signal.SIGTERM,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -295,12 +459,15 @@ class ServerProcess:
                 bufsize=1,
                 errors="replace",
                 env=env,
-                start_new_session=True,
                 cwd=str(self.run_dir),
             )
         except OSError as e:
+            drop_engine_tmp(self.run_dir)
             self._set_state(sl.CRASHED, exit_code=None, reason=str(e))
             raise ServerError(f"cannot start {cmd[0]}: {e.strerror}") from None
+        except BaseException:
+            drop_engine_tmp(self.run_dir)  # nothing started: its TMPDIR goes
+            raise
         self._emit(FactEvent("pid", self._proc.pid))
         if self.nice:
             lower_priority(self._proc.pid, self.nice)
@@ -312,37 +479,109 @@ class ServerProcess:
             t.start()
 
     def _read_log(self) -> None:
+        """Drain the server's output to its end, whatever happens to server.log: vLLM blocks
+        on its next write to a pipe nobody reads. A failed write (a full disk) is reported
+        once; the lines still reach ``log_tail`` and the observers."""
         parser = sl.StartupLogParser()
         assert self._proc is not None and self._proc.stdout is not None
-        with open(self.log_path, "a", encoding="utf-8") as logf:
+        logf = self._open_log()
+        try:
             for raw in self._proc.stdout:
-                line = raw.rstrip("\n")
-                logf.write(raw)
-                logf.flush()
-                self.log_tail.append(line)
-                self._emit(LogEvent(line, sl.log_level(line)))
-                for ev in parser.feed(line):
-                    if ev.kind == "state" and self.state not in (
-                        sl.READY,
-                        sl.STOPPING,
-                        sl.CRASHED,
-                        sl.STOPPED,
-                    ):
-                        self._set_state(ev.name)
-                    elif ev.kind == "progress":
-                        self._emit(ProgressEvent(ev.name, ev.value))
-                    elif ev.kind == "fact":
-                        self.facts[ev.name] = ev.value
-                        self._emit(FactEvent(ev.name, ev.value))
+                if logf is not None:
+                    logf = self._write_log(logf, raw)
+                self._on_log_line(raw.rstrip("\n"), parser)
+        finally:
+            if logf is not None:
+                self._close_log(logf)
+
+    def _open_log(self) -> Any:
+        try:
+            return open(self.log_path, "a", encoding="utf-8")
+        except OSError as e:
+            self._log_not_saved(e)
+            return None
+
+    def _write_log(self, logf: Any, raw: str) -> Any:
+        """``logf`` after writing ``raw`` to it, or None once a write failed."""
+        try:
+            logf.write(raw)
+            logf.flush()
+            return logf
+        except OSError as e:
+            self._log_not_saved(e)
+            self._close_log(logf)
+            return None
+
+    @staticmethod
+    def _close_log(logf: Any) -> None:
+        try:
+            logf.close()
+        except OSError:
+            pass  # the buffered rest of a failed write
+
+    def _log_not_saved(self, e: OSError) -> None:
+        msg = f"cannot write {self.log_path} ({e.strerror or e}): the server log is not saved"
+        self.log_tail.append(f"quantdeck: {msg}")
+        self._emit(LogEvent(f"quantdeck: {msg}", "ERROR"))
+        self._emit(AdviceEvent({"level": "warning", "knob": "", "message": msg}))
+
+    def _on_log_line(self, line: str, parser: sl.StartupLogParser) -> None:
+        self.log_tail.append(line)
+        self._emit(LogEvent(line, sl.log_level(line)))
+        for ev in parser.feed(line):
+            if ev.kind == "state" and self.state not in (
+                sl.READY,
+                sl.STOPPING,
+                sl.CRASHED,
+                sl.STOPPED,
+            ):
+                self._set_state(ev.name)
+            elif ev.kind == "progress":
+                self._emit(ProgressEvent(ev.name, ev.value))
+            elif ev.kind == "fact":
+                self.facts[ev.name] = ev.value
+                self._emit(FactEvent(ev.name, ev.value))
 
     def _models_ok(self, client: httpx.Client) -> bool:
         r = client.get("/v1/models")
-        return r.status_code == 200 and any(
-            m.get("id") == self.served_name for m in r.json().get("data", [])
+        data = r.json() if r.status_code == 200 else None
+        models = data.get("data") if isinstance(data, dict) else None
+        return isinstance(models, list) and any(
+            isinstance(m, dict) and m.get("id") == self.served_name for m in models
         )
 
     def _watch(self) -> None:
-        """Poll until ready; then watch for an exit or a vanished engine process."""
+        """Watch the server to its end. Whatever stops the watching (the start-up deadline,
+        an engine process gone, an error of the watcher itself) brings the server down as
+        crashed with that reason: a server nobody watches would leave ``serve`` waiting."""
+        assert self._proc is not None
+        try:
+            reason = self._watch_running()
+        except Exception as e:  # a bug, or a URL httpx refuses: logged, and the server goes
+            log.exception("the watcher of the server at %s failed", self.url)
+            reason = f"the watcher failed: {type(e).__name__}: {e}"
+        if reason is not None:
+            self._crashed(reason)
+            drop_engine_tmp(self.run_dir)
+            return
+        if not self._stop_requested and group_pids(self._proc.pid):
+            # what is left of a server that died (multiprocessing's resource tracker...) keeps
+            # its log pipe open: the log reader would wait for it, and the crash with it
+            self._kill_group(signal.SIGKILL)
+        for t in self._threads:
+            if t is not threading.current_thread() and t.name == "vllm-log":
+                t.join(timeout=5 if self._stop_requested else 1)
+        self.exit_code = self._proc.returncode
+        if self._stop_requested:
+            self._set_state(sl.STOPPED, exit_code=self.exit_code)
+        else:
+            self._crashed(f"server exited with code {self.exit_code}")
+        drop_engine_tmp(self.run_dir)
+        self._done.set()
+
+    def _watch_running(self) -> str | None:
+        """Poll until ready, then for a vanished engine process, while the server runs: None
+        once it has exited, else why it must be brought down."""
         assert self._proc is not None
         with httpx.Client(
             base_url=self.url,
@@ -352,30 +591,31 @@ class ServerProcess:
         ) as client:
             while self._proc.poll() is None:
                 if not self._ready.is_set():
-                    try:
-                        if client.get("/health").status_code == 200 and self._models_ok(client):
-                            self._engine_pids = self._children()
-                            self.facts["ready_s"] = round(time.time() - (self.started_at or 0), 2)
-                            self._emit(FactEvent("ready_s", self.facts["ready_s"]))
-                            self._ready.set()
-                            self._set_state(sl.READY, url=self.url)
-                    except (httpx.HTTPError, ValueError):
-                        pass
+                    if self._check_ready(client):
+                        continue
+                    late = time.time() - (self.started_at or 0) > self.startup_timeout
+                    if late and not self._stop_requested:
+                        return f"not ready after {self.startup_timeout:g} s (start-up deadline)"
                 elif not self._stop_requested and self._engine_pids:
                     gone = sorted(self._engine_pids - alive_pids(self._engine_pids))
                     if gone:
-                        self._crashed(f"engine process {gone[0]} exited")
-                        return
+                        return f"engine process {gone[0]} exited"
                 time.sleep(0.25)
-        for t in self._threads:
-            if t is not threading.current_thread() and t.name == "vllm-log":
-                t.join(timeout=5)
-        self.exit_code = self._proc.returncode
-        if self._stop_requested:
-            self._set_state(sl.STOPPED, exit_code=self.exit_code)
-        else:
-            self._crashed(f"server exited with code {self.exit_code}")
-        self._done.set()
+        return None
+
+    def _check_ready(self, client: httpx.Client) -> bool:
+        """One poll of /health and /v1/models; True (and the state ready) once both answer."""
+        try:
+            if client.get("/health").status_code != 200 or not self._models_ok(client):
+                return False
+        except (httpx.HTTPError, ValueError):
+            return False
+        self._engine_pids = self._children()
+        self.facts["ready_s"] = round(time.time() - (self.started_at or 0), 2)
+        self._emit(FactEvent("ready_s", self.facts["ready_s"]))
+        self._ready.set()
+        self._set_state(sl.READY, url=self.url)
+        return True
 
     def _children(self) -> set[int]:
         if self._proc is None:
@@ -399,6 +639,8 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 pass
             self.exit_code = self._proc.returncode
+        elif self._proc is not None and group_pids(self._proc.pid):
+            self._kill_group(signal.SIGKILL)  # vLLM's engine core outlives its API server
         self._done.set()
 
     # -- wait / stop -------------------------------------------------------------------------
@@ -424,12 +666,8 @@ class ServerProcess:
         return pids
 
     def _kill_group(self, sig: int) -> None:
-        if self._proc is None:
-            return
-        try:
-            os.killpg(self._proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self._proc is not None:
+            signal_group(self._proc.pid, sig)
 
     def stop(self, *, sigint_timeout: float = 20.0, sigterm_timeout: float = 10.0) -> int | None:
         """SIGINT, then SIGTERM, then SIGKILL to the whole group; returns the exit code."""

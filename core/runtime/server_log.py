@@ -184,7 +184,11 @@ class StartupLogParser:
             m = pattern.search(line)
             if not m:
                 continue
-            for ev in make(m):
+            try:
+                events = make(m)
+            except ValueError:  # "took 1.2.3 seconds": a number the pattern let through
+                continue
+            for ev in events:
                 if ev.kind == "state":
                     if START_ORDER.index(ev.name) > START_ORDER.index(self.state):
                         self.state = ev.name

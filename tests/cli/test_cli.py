@@ -152,7 +152,7 @@ def test_command_and_profiles(llama8b: Path, tmp_path: Path) -> None:
     r = run("command", str(llama8b), "--max-num-seqs", "32", "--enforce-eager", env_extra=env)
     assert r.returncode == 0
     assert r.stdout.split()[:3] == ["vllm", "serve", str(llama8b)]
-    assert "--max-num-seqs 32" in r.stdout and "--enforce-eager" in r.stdout
+    assert "--max-num-seqs=32" in r.stdout and "--enforce-eager" in r.stdout
     r = run(
         "profile",
         "save",
@@ -168,7 +168,7 @@ def test_command_and_profiles(llama8b: Path, tmp_path: Path) -> None:
     assert saved.is_file()
     r2 = run("command", "--profile", "eager32", env_extra=env)
     assert r2.stdout == run("command", "--profile", str(saved), env_extra=env).stdout
-    assert "--max-num-seqs 32" in r2.stdout
+    assert "--max-num-seqs=32" in r2.stdout
     assert run("profile", "list", env_extra=env).stdout.split() == ["eager32"]
     r3 = run("command", "--profile", "eager32", "--yaml", env_extra=env)
     assert "max-num-seqs: 32" in r3.stdout

@@ -21,17 +21,14 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture
-def window(qtbot, demo_server, demo_model: Path):
+def window(qtbot, demo_server_parked, demo_model: Path):
     """The main window on the demo model; the session server steps aside meanwhile."""
-    demo_server.stop()
     win = MainWindow(device=cpu_device(), probe=False)
     qtbot.addWidget(win)
     win.add_model(demo_model, select=True)
     win.show()
     yield win
     win.controller.shutdown()
-    demo_server.start()
-    assert demo_server.wait_ready(420)
 
 
 def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:

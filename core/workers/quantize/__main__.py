@@ -26,6 +26,7 @@ from quantdeck.core.workers.quantize.common import (
     quiet_libraries,
     read_calibration,
     weight_bytes,
+    write_failure,
 )
 
 PROG = "quantize"  # the name on its one-line errors
@@ -113,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(e))
     except MemoryError:
         fail("out of memory while converting")
+    except Exception as e:  # e.g. the disk filled up while saving: one line, no traceback
+        if (why := write_failure(e)) is None:
+            raise
+        fail(f"cannot write the converted model ({why})")
     emit("done", **done)
     return 0
 

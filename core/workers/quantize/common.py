@@ -15,7 +15,7 @@ from typing import Any
 
 from quantdeck.core.errors import ModelError, QuantdeckError
 from quantdeck.core.models import ModelInfo, inspect_model
-from quantdeck.core.paths import CORPUS
+from quantdeck.core.paths import CORPUS, refuse_overlap
 from quantdeck.core.workers.protocol import emit
 
 DEFAULT_CALIB = CORPUS / "train.txt"
@@ -100,13 +100,27 @@ def check_source(src: Path) -> ModelInfo:
 
 
 def check_out(out: Path, src: Path) -> None:
-    """OUT must be an existing empty folder that is not SRC."""
+    """OUT must be an existing empty folder that is not, is not in and does not contain SRC.
+    (The job makes it: a temporary sibling of the target, renamed into place when verified.)"""
     if not out.is_dir():
         raise ConvertError(f"{out}: output folder does not exist (the caller makes it)")
     if any(out.iterdir()):
         raise ConvertError(f"{out}: output folder is not empty")
-    if out.resolve() == src.resolve():
-        raise ConvertError(f"{out}: output folder is the source folder")
+    refuse_overlap(out, src)
+
+
+def write_failure(e: Exception) -> str | None:
+    """What went wrong, in one line, when ``e`` is the system refusing a read or write (a full
+    disk, a quota, permissions); None for anything else. The libraries that save weights raise
+    OSError, or their own error types carrying the OS error's text (safetensors)."""
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}{e.strerror or e}"
+    text = str(e)
+    for needle in ("No space left on device", "Disk quota exceeded", "File too large"):
+        if needle in text:
+            return needle.lower()
+    return None
 
 
 def read_calibration(path: Path) -> list[str]:

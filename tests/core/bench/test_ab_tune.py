@@ -31,14 +31,6 @@ def _demo_cfg(demo_model: Path, **scheduler) -> LaunchConfig:
     return cfg
 
 
-@pytest.fixture(scope="module")
-def no_demo_server(demo_server):
-    """The session server is stopped for these tests and restarted after them."""
-    demo_server.stop()
-    yield
-    assert demo_server.restart(timeout=420)
-
-
 def test_ab_and_tune_refuse_bad_input(demo_model) -> None:
     spec = LoadSpec(num_prompts=2)
     with pytest.raises(ConfigError, match="two arms"):
@@ -121,7 +113,7 @@ def one_process_engine(monkeypatch) -> None:
 
 @pytest.mark.server
 @pytest.mark.usefixtures("one_process_engine")
-def test_ab_two_configs_end_to_end(demo_model, no_demo_server, tmp_path) -> None:
+def test_ab_two_configs_end_to_end(demo_model, demo_server_parked, tmp_path) -> None:
     events = []
     # warm-ups at the load's concurrency: the first batch of 8 on a fresh server is slow
     spec = LoadSpec(num_prompts=16, input_len=32, output_len=16, concurrency=8, warmups=8)
@@ -171,7 +163,9 @@ def test_ab_two_configs_end_to_end(demo_model, no_demo_server, tmp_path) -> None
 
 @pytest.mark.server
 @pytest.mark.usefixtures("one_process_engine")
-def test_three_point_tune_saves_best_profile(demo_model, no_demo_server, tmp_path, capsys) -> None:
+def test_three_point_tune_saves_best_profile(
+    demo_model, demo_server_parked, tmp_path, capsys
+) -> None:
     out = tmp_path / "tune.json"
     # from one sequence at a time the search walks up: 1, 4, 8
     rc = cli_main(

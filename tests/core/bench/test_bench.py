@@ -334,6 +334,7 @@ def test_cancel_ends_with_what_was_measured(demo_server) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.stops_session_server
 def test_server_gone_mid_run(demo_server) -> None:
     """The run ends with what it measured, says so, and counts every request."""
     spec = LoadSpec(num_prompts=60, input_len=32, output_len=48, concurrency=2, warmups=0)
@@ -352,8 +353,7 @@ def test_server_gone_mid_run(demo_server) -> None:
         assert result["completed"] >= 1 and result["failed"] >= 1
         assert result["completed"] + result["failed"] == 60
     finally:
-        t.join(60)
-        assert demo_server.restart(timeout=420)
+        t.join(60)  # the next test that needs the server starts it again
     with pytest.raises(ServerError):  # a new run against a dead URL fails up front
         Bench("http://127.0.0.1:9", "m", LoadSpec(num_prompts=1)).run()
 

@@ -20,6 +20,7 @@ from quantdeck.core.convert.jobs import JobCancelled, JobQueue, QuantSpec, run_j
 from quantdeck.core.errors import ConfigError, ModelError
 from quantdeck.core.events import Event
 from quantdeck.core.models import inspect_model
+from quantdeck.core.paths import output_kind
 
 
 def tree_hash(root: Path) -> str:
@@ -73,6 +74,7 @@ def test_quantize_cli_fp8(demo_model: Path, tmp_path: Path) -> None:
     assert pcts == sorted(pcts)
     info = inspect_model(out)
     assert info.quantization.badge == "FP8" and (out / "tokenizer.json").is_file()
+    assert output_kind(out) == "conversion"  # marked as Quantdeck's output
     assert tree_hash(demo_model) == before
     assert _leftovers(tmp_path) == []
 
@@ -81,7 +83,7 @@ def test_refusals_before_any_process(demo_model: Path, tmp_path: Path) -> None:
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "x").write_text("x")
-    with pytest.raises(ConfigError, match="exists and is not empty"):
+    with pytest.raises(ConfigError, match="is not empty and was not made by Quantdeck"):
         QuantSpec(str(demo_model), "w8a8", str(busy)).check()
     with pytest.raises(ConfigError, match="not one of"):
         QuantSpec(str(demo_model), "int3", str(tmp_path / "o")).check()
@@ -149,7 +151,7 @@ def test_cancel_mid_job_leaves_nothing(demo_model: Path, tmp_path: Path) -> None
     ],
 )
 def test_converted_models_serve_on_vllm_cpu(
-    demo_server, demo_model: Path, tmp_path: Path, method: str, kernel: str | None
+    demo_server_parked, demo_model: Path, tmp_path: Path, method: str, kernel: str | None
 ) -> None:
     """Each format vllm-cpu has kernels for loads in the real server and answers; the log names
     the quantization method class vLLM chose. The session server steps aside meanwhile."""
@@ -157,16 +159,21 @@ def test_converted_models_serve_on_vllm_cpu(
 
     from quantdeck.core.launch import LaunchConfig
     from quantdeck.core.runtime import ServerProcess, free_port
+    from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
     out = tmp_path / f"demo-{method}"
     run_job(QuantSpec(str(demo_model), method, str(out)))
-    demo_server.stop()
     cfg = LaunchConfig()
     cfg.model.model = str(out)
     cfg.compilation.enforce_eager = True
     cfg.cache.kv_cache_memory_bytes = 64 * 2**20
     cfg.server.port = free_port()
-    srv = ServerProcess(cfg, capabilities=demo_server.capabilities(), run_dir=tmp_path / "run")
+    srv = ServerProcess(
+        cfg,
+        capabilities=demo_server_parked.capabilities(),
+        run_dir=tmp_path / "run",
+        extra_env=ONE_PROCESS_ENGINE_ENV,  # one interpreter to start, not three
+    )
     try:
         srv.start()
         assert srv.wait_ready(420), "\n".join(list(srv.log_tail)[-30:])
@@ -189,8 +196,6 @@ def test_converted_models_serve_on_vllm_cpu(
             assert "bitsandbytes" in log.lower()
     finally:
         srv.stop()
-        demo_server.start()
-        assert demo_server.wait_ready(420)
 
 
 # -- GPTQ and AWQ through GPTQModel -----------------------------------------------------------
@@ -423,7 +428,7 @@ def test_cancel_gptq_mid_quantization_leaves_nothing(demo_model: Path, tmp_path:
     assert any(e.get("stage") == "quantize" for e in seen)
     assert not any(e.get("stage") in ("save", "verify") or e.get("event") == "done" for e in seen)
     time.sleep(0.5)
-    assert sorted(os.listdir(models)) == []  # no output, no temp folder
+    assert not models.exists()  # no output, no temp folder, not even the folder it made
     assert not [
         p for p in tmp_path.rglob("*") if p.suffix == ".safetensors" or p.name == "config.json"
     ]

@@ -266,7 +266,7 @@ def test_failing_build_raises_and_leaves_no_tmp(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="steps"):
         ensure_demo_model(target, python=python, on_progress=lambda ev: events.append(ev.to_json()))
     assert not target.exists()
-    assert leftovers(target.parent) == []
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "fake-python"]  # no temp, no parent made
     assert events == []
 
 
@@ -277,6 +277,14 @@ def test_missing_interpreter_raises_model_error(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
 
 
+def _old_build(target: Path) -> Path:
+    """A demo build of an earlier recipe (so not complete) with a file of its own."""
+    target.mkdir()
+    (target / MARKER_NAME).write_text(json.dumps({"recipe": demo_model.RECIPE_VERSION - 1}))
+    (target / "stale").write_text("from the earlier build")
+    return target
+
+
 def test_build_dying_midway_keeps_old_target(tmp_path: Path) -> None:
     python = _wrapper(
         tmp_path,
@@ -285,18 +293,16 @@ def test_build_dying_midway_keeps_old_target(tmp_path: Path) -> None:
         echo "killed by the test" >&2
         exit 1"""),
     )
-    target = tmp_path / DEMO_MODEL_NAME
-    target.mkdir()
-    (target / "partial").write_text("from an interrupted build")
+    target = _old_build(tmp_path / DEMO_MODEL_NAME)
     events: list[dict] = []
     with pytest.raises(ModelError, match="killed by the test"):
         ensure_demo_model(target, python=python, on_progress=lambda ev: events.append(ev.to_json()))
     assert [e["event"] for e in events] == ["progress"]
-    assert (target / "partial").exists()
+    assert (target / "stale").exists()
     assert leftovers(tmp_path) == []
 
 
-def test_incomplete_target_is_replaced(tmp_path: Path) -> None:
+def test_earlier_build_is_replaced(tmp_path: Path) -> None:
     # A stand-in builder that writes the files at once, to check the move into place.
     python = _wrapper(
         tmp_path,
@@ -308,9 +314,7 @@ def test_incomplete_target_is_replaced(tmp_path: Path) -> None:
         echo 'not json'
         echo '{"event": "done", "out": "'"$out"'", "seconds": 0.1, "final_loss": 1.0}'"""),
     )
-    target = tmp_path / DEMO_MODEL_NAME
-    target.mkdir()
-    (target / "stale").write_text("left from an interrupted build")
+    target = _old_build(tmp_path / DEMO_MODEL_NAME)
     events: list[dict] = []
     assert (
         ensure_demo_model(target, python=python, on_progress=lambda ev: events.append(ev.to_json()))

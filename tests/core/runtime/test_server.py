@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import httpx
 import psutil
 import pytest
-from conftest import alive_pids
+from conftest import alive_pids, keep_events
 from prometheus_client.parser import text_string_to_metric_families
 
 from quantdeck.core.errors import ConfigError, ModelError, ServerError
@@ -84,50 +85,83 @@ def test_refuses_before_spawning(demo_server: ServerProcess, demo_model) -> None
         ServerProcess(old_knob, capabilities=caps).start()
 
 
-def test_kill9_of_engine_is_a_crash(demo_server: ServerProcess) -> None:
-    group = demo_server._group_pids()
+@pytest.fixture(scope="module")
+def _layered_server(_session_server: ServerProcess, tmp_path_factory) -> Iterator[ServerProcess]:
+    """A server of this module's own in vLLM's usual layout (API server, engine core,
+    worker): what these tests stop, restart, kill and count, while the session's server is
+    parked. Its run folder lies deep, as in a long cache path: vLLM's sockets must still fit
+    (a Unix socket path has at most 107 bytes)."""
+    _session_server.stop()
+    run_dir = tmp_path_factory.mktemp("layered") / ("deep-folder-" * 8) / "run"
+    server = keep_events(
+        ServerProcess(
+            _session_server.cfg.copy(),
+            capabilities=_session_server.capabilities(),
+            run_dir=run_dir,
+        )
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(name="server")
+def layered_server(_layered_server: ServerProcess) -> ServerProcess:
+    """The module's server, ready (started again after a test stopped or crashed it)."""
+    if _layered_server.state != "ready":
+        _layered_server.stop()
+        _layered_server.start()
+    assert _layered_server.wait_ready(420), "\n".join(list(_layered_server.log_tail)[-30:])
+    return _layered_server
+
+
+def test_stop_leaves_no_process_and_restart_applies_changes(server: ServerProcess) -> None:
+    group = server._group_pids()
+    assert len(group) >= 2
+    tmp = server.run_dir / "tmp"
+    assert len(str(tmp)) > 107 - 38 and tmp.is_symlink()  # the deep run folder's short TMPDIR
+    short = tmp.resolve()
+    assert any(short.iterdir()), "vLLM put nothing in its TMPDIR"
+    code = server.stop()
+    assert server.state == "stopped" and code is not None
+    assert alive_pids(group) == []
+    assert not short.exists() and not tmp.exists()  # removed with the server
+    changed = server.cfg.copy()
+    changed.scheduler.max_num_seqs = 8
+    assert server.restart(changed, timeout=420)
+    r = httpx.get(server.url + "/v1/models", timeout=10)
+    assert r.status_code == 200
+    # the new knob reached vLLM: its scheduler config shows it
+    assert (
+        "--max-num-seqs=8"
+        in [e for e in server.events if e.get("state") == "starting"][-1]["command"]
+    )
+
+
+def test_kill9_of_engine_is_a_crash(server: ServerProcess) -> None:
+    group = server._group_pids()
     engine = [
         p
-        for p in psutil.Process(demo_server.pid).children(recursive=True)
+        for p in psutil.Process(server.pid).children(recursive=True)
         if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()
     ]
     assert engine, "no EngineCore process under the server"
     t0 = time.time()
     os.kill(engine[0].pid, signal.SIGKILL)
-    while demo_server.state != "crashed" and time.time() - t0 < 10:
+    while server.state != "crashed" and time.time() - t0 < 10:
         time.sleep(0.05)
-    assert demo_server.state == "crashed"
+    assert server.state == "crashed"
     assert time.time() - t0 <= 2.0
-    crash = [e for e in demo_server.events if e.get("state") == "crashed"][-1]
+    crash = [e for e in server.events if e.get("state") == "crashed"][-1]
     assert crash["log_tail"] and len(crash["log_tail"]) <= 200
-    demo_server.wait_exit(30)
+    server.wait_exit(30)
     deadline = time.time() + 15
     while alive_pids(group) and time.time() < deadline:
         time.sleep(0.2)
     assert alive_pids(group) == []
-    demo_server.start()  # leave a working server to the tests after this one
-    assert demo_server.wait_ready(420)
 
 
-def test_stop_leaves_no_process_and_restart_applies_changes(demo_server: ServerProcess) -> None:
-    group = demo_server._group_pids()
-    assert len(group) >= 2
-    code = demo_server.stop()
-    assert demo_server.state == "stopped" and code is not None
-    assert alive_pids(group) == []
-    changed = demo_server.cfg.copy()
-    changed.scheduler.max_num_seqs = 8
-    assert demo_server.restart(changed, timeout=420)
-    r = httpx.get(demo_server.url + "/v1/models", timeout=10)
-    assert r.status_code == 200
-    # the new knob reached vLLM: its scheduler config shows it
-    assert (
-        "--max-num-seqs"
-        in [e for e in demo_server.events if e.get("state") == "starting"][-1]["command"]
-    )
-
-
-def test_multi_gpu_launches_turn_nvlink_multicast_off(tmp_path, monkeypatch) -> None:
+def test_multi_gpu_launches_turn_nvlink_multicast_off(tmp_path, monkeypatch, short_tmp) -> None:
+    """(``short_tmp``: a run folder this deep gets its short TMPDIR in the test's own folder.)"""
     from quantdeck.core.launch import LaunchConfig
     from quantdeck.core.runtime.server import MULTI_GPU_ENV, engine_environment
 

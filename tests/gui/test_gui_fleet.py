@@ -1,0 +1,241 @@
+"""The Fleet tab without servers: the table fills from a fleet file, rows follow a real Fleet's
+own events, the buttons follow the states, a fleet that fails its checks starts nothing, the
+edit form round-trips the file, and choosing an instance points Monitor, Logs and Playground
+at it through the window's attach path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ckpt import TINY_LLAMA, write_checkpoint
+from PySide6.QtCore import Qt
+
+from quantdeck.core.events import FactEvent, InstanceEvent, LogEvent, RestartEvent, StateEvent
+from quantdeck.core.fleet import Fleet, load_fleet, running_fleet
+from quantdeck.core.fleet.document import read_document
+from quantdeck.core.launch import cpu_device
+from quantdeck.gui.fleet_view import FleetEditDialog, FleetView
+from quantdeck.gui.main_window import MainWindow
+
+A = "http://127.0.0.1:18001"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUANTDECK_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def fleet_file(tmp_path: Path) -> Path:
+    model = write_checkpoint(tmp_path / "model", TINY_LLAMA)
+    profile = {"model": str(model), "max-num-seqs": 2}
+    doc = {
+        "router": {"port": 18080, "policy": "round_robin", "retries": 2},
+        "instances": [
+            {"name": "a", "port": 18001, "profile": profile, "restart": "on-failure"},
+            {"name": "b", "port": 18002, "cpus": "0-1", "role": "backup", "profile": profile},
+        ],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture
+def view(qtbot, fleet_file: Path) -> FleetView:
+    v = FleetView()
+    qtbot.addWidget(v)
+    v.load(str(fleet_file))
+    qtbot.waitUntil(lambda: v.model.rowCount() == 3, timeout=10_000)
+    yield v
+    v.shutdown()
+
+
+def texts(view: FleetView, column: str) -> list[str]:
+    return [view.model.text(i, column) for i in range(view.model.rowCount())]
+
+
+def test_the_table_fills_from_the_file_stopped(view: FleetView, fleet_file: Path) -> None:
+    assert texts(view, "instance") == ["router", "a", "b"]
+    assert texts(view, "state") == ["stopped"] * 3
+    assert texts(view, "role") == ["router", "primary", "backup"]
+    assert texts(view, "GPUs/CPUs") == ["", "all", "CPU 0-1"]
+    assert texts(view, "format") == ["", "BF16", "BF16"]
+    assert str(fleet_file) in view.path_label.text()
+    assert view.start_button.isEnabled() and not view.stop_button.isEnabled()
+    view.select("a")
+    for b in (view.inst_start, view.inst_stop, view.inst_restart, view.open_monitor):
+        assert not b.isEnabled()  # no fleet runs
+
+
+def test_a_bad_file_is_one_line(qtbot, tmp_path: Path) -> None:
+    v = FleetView()
+    qtbot.addWidget(v)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("instances: []\n")
+    v.load(str(bad))
+    qtbot.waitUntil(lambda: v.message.text() != "", timeout=10_000)
+    assert "'instances' is empty" in v.message.text() and "\n" not in v.message.text()
+    assert v.model.rowCount() == 0 and not v.start_button.isEnabled()
+
+
+def test_rows_and_buttons_follow_a_real_fleets_events(qtbot, view: FleetView) -> None:
+    assert view.spec is not None
+    fleet = Fleet(view.spec)
+    view.watch(fleet)
+    emit = fleet._events.emit  # the fleet's own event path, as its threads use it
+
+    emit(InstanceEvent("a", StateEvent("ready")))
+    view.select("a")
+    assert view.model.text(1, "state") == "ready"
+    assert view.open_monitor.isEnabled()  # it serves: Monitor can follow it
+    assert not view.inst_stop.isEnabled()  # the router is not up: the fleet is still starting
+    emit(InstanceEvent("router", StateEvent("ready", url="http://127.0.0.1:18080")))
+    emit(InstanceEvent("router", FactEvent("workers", [A])))
+    assert view.phase_label.text() == "fleet: serving"
+    assert (view.inst_stop.isEnabled(), view.inst_restart.isEnabled()) == (True, True)
+    assert not view.inst_start.isEnabled()
+    assert texts(view, "router")[1:] == ["routed", "not routed"]
+
+    emit(InstanceEvent("a", StateEvent("crashed", reason="killed")))
+    emit(InstanceEvent("a", RestartEvent(1, 2.0)))
+    assert view.model.text(1, "state") == "crashed (restart 1 in 2 s)"
+    assert view.message.text() == "a: restart 1 in 2 s"
+    news = view.events.toPlainText()
+    assert "router: ready http://127.0.0.1:18080" in news and "a: crashed killed" in news
+    assert (view.inst_start.isEnabled(), view.inst_restart.isEnabled()) == (True, True)
+    assert not view.inst_stop.isEnabled()
+    assert view.open_monitor.isEnabled()  # a crashed instance's log is worth following
+    with qtbot.assertNotEmitted(view.instance_chosen):  # but there is nothing to attach to
+        qtbot.mouseClick(view.open_monitor, Qt.LeftButton)
+    assert view.message.text().startswith("a is crashed: its log is in the Logs tab")
+
+    facts = {"requests": 7, "retries": 1, "errors": 0, "workers": [{"url": A, "healthy": False}]}
+    emit(InstanceEvent("router", FactEvent("router", facts)))
+    assert view.model.text(0, "router") == "7 requests · 1 retries · 0 errors"
+    assert view.model.text(1, "router") == "routed · unhealthy"
+    view.select("router")
+    for b in (view.inst_start, view.inst_stop, view.inst_restart, view.open_monitor):
+        assert not b.isEnabled()  # the router is the fleet's: Start/Stop fleet act on it
+
+
+def test_events_from_the_fleets_threads_reach_the_table_queued(qtbot, view: FleetView) -> None:
+    import threading
+
+    fleet = Fleet(view.spec)
+    view.watch(fleet)
+    t = threading.Thread(target=fleet._events.emit, args=(InstanceEvent("b", StateEvent("ready")),))
+    t.start()
+    t.join()
+    assert view.model.text(2, "state") == "stopped"  # not touched from the other thread
+    qtbot.waitUntil(lambda: view.model.text(2, "state") == "ready", timeout=5_000)
+
+
+def test_a_fleet_that_fails_its_checks_starts_nothing(qtbot, tmp_path: Path) -> None:
+    model = write_checkpoint(tmp_path / "model", TINY_LLAMA)
+    profile = {"model": str(model)}
+    path = tmp_path / "clash.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "router": {"port": 18080},
+                "instances": [
+                    {"name": "a", "port": 18001, "profile": profile},
+                    {"name": "b", "port": 18001, "profile": profile},
+                ],
+            }
+        )
+    )
+    v = FleetView()
+    qtbot.addWidget(v)
+    v.load(str(path))
+    qtbot.waitUntil(lambda: v.start_button.isEnabled(), timeout=10_000)
+    qtbot.mouseClick(v.start_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: v.job is None, timeout=20_000)
+    assert "both use port 18001" in v.message.text() and "\n" not in v.message.text()
+    assert v.start_button.isEnabled() and v.phase_label.text() == "fleet: stopped"
+    assert all(s.pid is None for s in v.fleet.servers.values())  # nothing was started
+    assert running_fleet() is None
+    v.shutdown()
+
+
+def test_the_edit_form_round_trips_the_file(qtbot, fleet_file: Path) -> None:
+    dialog = FleetEditDialog(str(fleet_file), read_document(fleet_file))
+    qtbot.addWidget(dialog)
+    assert dialog.port.value() == 18080 and dialog.policy.currentText() == "round_robin"
+    assert dialog.table.rowCount() == 2
+    assert dialog.table.item(1, 6).text() == "0-1"
+    assert dialog.table.cellWidget(0, 4).currentText() == "on-failure"
+    assert dialog.save()  # unchanged: the same fleet
+    assert yaml.safe_load(fleet_file.read_text())["router"]["retries"] == 2
+
+    dialog = FleetEditDialog(str(fleet_file), read_document(fleet_file))
+    qtbot.addWidget(dialog)
+    dialog.port.setValue(18090)
+    dialog.table.item(1, 2).setText("18012")
+    dialog.table.cellWidget(1, 3).setCurrentText("primary")
+    qtbot.mouseClick(dialog.add_button, Qt.LeftButton)
+    dialog.table.item(2, 0).setText("far")
+    from PySide6.QtWidgets import QTableWidgetItem
+
+    dialog.table.setItem(2, 1, QTableWidgetItem("http://127.0.0.1:9"))
+    assert dialog.save()
+    spec = load_fleet(fleet_file)
+    assert spec.router.port == 18090 and spec.router.flags == ["--retry-max-retries=2"]
+    a, b, far = spec.instances
+    assert (a.restart, b.url, b.role, b.cpus) == (
+        "on-failure",
+        "http://127.0.0.1:18012",
+        "primary",
+        "0-1",
+    )
+    assert (far.name, far.url) == ("far", "http://127.0.0.1:9")
+
+
+def test_the_edit_form_shows_the_files_error_in_one_line(qtbot, fleet_file: Path) -> None:
+    dialog = FleetEditDialog(str(fleet_file), read_document(fleet_file))
+    qtbot.addWidget(dialog)
+    before = fleet_file.read_text()
+    dialog.table.item(0, 2).setText("eighty")
+    assert not dialog.save()
+    assert dialog.error.text() == "instance 'a': 'port' must be a number, got 'eighty'"
+    assert fleet_file.read_text() == before  # refused before writing
+    dialog.table.item(0, 2).setText("18001")
+    dialog.table.item(1, 0).setText("a")
+    assert not dialog.save()
+    assert "two instances are named 'a'" in dialog.error.text()
+    assert "\n" not in dialog.error.text() and dialog.result() == 0  # still open
+
+
+@pytest.fixture
+def window(qtbot) -> Any:
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    yield win
+    win.controller.shutdown()
+    win.fleet.shutdown()
+
+
+def test_open_in_monitor_attaches_and_logs_follow_the_instance(
+    qtbot, window: MainWindow, fleet_file: Path
+) -> None:
+    view = window.fleet
+    view.load(str(fleet_file))
+    qtbot.waitUntil(lambda: view.model.rowCount() == 3, timeout=10_000)
+    fleet = Fleet(view.spec)
+    view.watch(fleet)
+    fleet.servers["a"].log_tail.extend(["INFO earlier line 1", "INFO earlier line 2"])
+    fleet._events.emit(InstanceEvent("a", StateEvent("ready")))
+    view.select("a")
+    qtbot.mouseClick(view.open_monitor, Qt.LeftButton)
+    assert window.tabs.currentWidget() is window._monitor_box
+    fleet._events.emit(InstanceEvent("a", LogEvent("INFO a new line")))
+    fleet._events.emit(InstanceEvent("b", LogEvent("INFO not this instance")))
+    logs = window.logs.text()
+    assert "earlier line 2" in logs and "a new line" in logs
+    assert "not this instance" not in logs
+    # the window's attach path took the instance's URL (no server answers there: its error)
+    qtbot.waitUntil(lambda: "127.0.0.1:18001" in window.launch.message.text(), timeout=20_000)
