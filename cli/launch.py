@@ -15,24 +15,28 @@ from quantdeck.cli._common import (
     human_bytes,
     print_json,
 )
-from quantdeck.core.launch import LaunchConfig, knobs, profiles
+from quantdeck.core.launch import LaunchConfig, RayFacts, knobs, profiles
 
 
-def _plan_and_advise(ns: argparse.Namespace) -> tuple[LaunchConfig, Any, Any, list[Any]]:
-    from quantdeck.core.launch import advise, plan
+def _plan_and_advise(
+    ns: argparse.Namespace,
+) -> tuple[LaunchConfig, Any, Any, list[Any], RayFacts | None]:
+    from quantdeck.core.launch import advise, plan, with_ray
     from quantdeck.core.models import inspect_model
 
     cfg = config_from(ns)
     info = inspect_model(cfg.model.model)
-    dev = device_from(ns)
+    dev = with_ray(device_from(ns), cfg)  # the ray backend: the cluster's facts, probed
     kv = plan(cfg, info, dev)
-    return cfg, info, kv, advise(cfg, info, dev, kv)
+    return cfg, info, kv, advise(cfg, info, dev, kv), dev.ray
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
-    cfg, info, kv, findings = _plan_and_advise(ns)
+    cfg, info, kv, findings, ray = _plan_and_advise(ns)
     out = kv.to_json()
     out["model"] = info.path
+    if ray is not None:
+        out["ray"] = ray.to_json()
     out["errors"] = [f.message for f in findings if f.level == "error"]
     out["warnings"] = [f.message for f in findings if f.level == "warning"]
     out["fits"] = kv.fits and not out["errors"]
@@ -55,6 +59,11 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         f"{kv.block_size} ({human_bytes(kv.kv_bytes_per_token)} per token)"
     )
     print(f"concurrency   {kv.max_concurrency}x at max_model_len {kv.max_model_len}")
+    if ray is not None and ray.reachable:
+        print(
+            f"Ray cluster   {ray.address}: {ray.nodes} node{'s' * (ray.nodes != 1)}, "
+            f"{ray.gpus:g} GPUs, {ray.cpus:g} CPUs"
+        )
     print(f"fits          {'yes' if out['fits'] else 'no'}")
     for m in out["errors"]:
         print(f"error: {m}")

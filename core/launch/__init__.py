@@ -20,6 +20,7 @@ from quantdeck.core.launch.knobs import (
     vllm_env,
 )
 from quantdeck.core.launch.planner import CPU_DEFAULT_KV_BYTES, KvPlan, plan
+from quantdeck.core.launch.ray import RayFacts, probe_ray, uses_ray, with_ray
 
 __all__ = [
     "advise",
@@ -42,10 +43,14 @@ __all__ = [
     "MASK",
     "parse_text",
     "plan",
+    "probe_ray",
+    "RayFacts",
     "serve_command",
     "to_dict",
     "to_yaml",
+    "uses_ray",
     "validate",
     "vllm_args",
     "vllm_env",
+    "with_ray",
 ]

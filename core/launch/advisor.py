@@ -185,7 +185,21 @@ def advise(
             "pipeline_parallel_size",
             f"pipeline parallel {pp} exceeds the model's {info.num_layers} layers",
         )
-    if device.is_cuda and tp * pp > device.count:
+    on_cluster, cluster = _ray(cfg, device, err, warn)
+    if cluster is not None:  # the GPUs are the Ray cluster's, not this machine's
+        if tp * pp > cluster:
+            err(
+                "tensor_parallel_size",
+                f"tensor x pipeline parallel needs {tp * pp} GPUs; the Ray cluster at "
+                f"{device.ray.address if device.ray else ''} has {cluster:g}",
+            )
+        elif tp * pp < cluster:
+            warn(
+                "tensor_parallel_size",
+                f"tensor x pipeline parallel uses {tp * pp} of the Ray cluster's {cluster:g} "
+                "GPUs: the others stay idle",
+            )
+    elif device.is_cuda and not on_cluster and tp * pp > device.count:
         err(
             "tensor_parallel_size",
             f"tensor x pipeline parallel needs {tp * pp} GPUs; {device.count} present",
@@ -210,6 +224,53 @@ def advise(
             warn("", w)
     out.sort(key=lambda f: f.level != "error")
     return out
+
+
+# vllm/v1/executor/ray_utils.py, initialize_ray_cluster, where the platform has no ray_device_key
+CPU_RAY_REFUSAL = "current platform cpu does not support ray."
+
+
+def _ray(
+    cfg: LaunchConfig, device: DeviceFacts, err: Report, warn: Report
+) -> tuple[bool, float | None]:
+    """The Ray rules. Returns whether the launch runs on a Ray cluster named by an address (then
+    this machine's GPU count says nothing) and, when the cluster answered, its GPU count."""
+    address = cfg.parallel.ray_address
+    on_cluster = bool(address) and cfg.parallel.distributed_executor_backend == "ray"
+    if cfg.parallel.distributed_executor_backend != "ray":
+        if address:
+            err(
+                "ray_address",
+                f"ray_address {address} is set but the executor backend is "
+                f"{cfg.parallel.distributed_executor_backend or 'auto'}: set "
+                "distributed_executor_backend to ray (or clear ray_address)",
+            )
+        return on_cluster, None
+    if not device.is_cuda:
+        err(
+            "distributed_executor_backend",
+            "vLLM's CPU backend has no Ray executor (vLLM refuses: "
+            f"'{CPU_RAY_REFUSAL}'): use mp, or serve on GPUs",
+        )
+        return on_cluster, None
+    facts = device.ray
+    if facts is None:
+        if on_cluster:
+            warn("ray_address", f"the Ray cluster at {address} was not checked here")
+        return on_cluster, None
+    if not facts.installed:
+        err(
+            "distributed_executor_backend",
+            f"the ray backend needs Ray, which is not installed for {facts.python or 'vLLM'} "
+            "(pip install ray, on every node)",
+        )
+    if facts.error:
+        err("ray_address", facts.error)
+    if not facts.installed or facts.error:
+        return on_cluster, None
+    if not facts.reachable:  # no address: vLLM's Ray starts on this machine, with its GPUs
+        return on_cluster, None
+    return on_cluster, facts.gpus
 
 
 def _exposure(cfg: LaunchConfig, err: Report, warn: Report) -> None:

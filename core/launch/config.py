@@ -234,6 +234,15 @@ class ParallelConfig:
     distributed_executor_backend: ExecutorBackend | None = knob(
         None, "Worker backend for several GPUs: mp (one host) or ray (a cluster).", advanced=True
     )
+    ray_address: str | None = knob(
+        None,
+        "Ray cluster for the ray backend: auto (one started on this machine), HOST:PORT of its "
+        "head, or ray://HOST:PORT; given to vLLM as RAY_ADDRESS. Default: RAY_ADDRESS, else "
+        "vLLM's Ray starts an instance of its own on this machine.",
+        quantdeck_only=True,
+        advanced=True,
+        title="Ray address",
+    )
 
 
 @dataclass

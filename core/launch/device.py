@@ -9,8 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from quantdeck.core.launch.ray import RayFacts
 
 GiB = 2**30
 
@@ -26,6 +30,7 @@ class DeviceFacts:
     compute_capability: tuple[int, int] | None = None
     memory_bandwidth_bytes_per_s: float | None = None  # per GPU, peak
     cpu_flags: frozenset[str] = frozenset()
+    ray: RayFacts | None = None  # the Ray cluster a launch uses, when probed (launch.ray)
 
     @property
     def is_cuda(self) -> bool:

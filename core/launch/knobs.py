@@ -25,6 +25,7 @@ import yaml
 
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch.config import GROUPS, LaunchConfig
+from quantdeck.core.launch.ray import check_address
 from quantdeck.core.schema import shown
 
 COMPILATION_PREFIX = "--compilation-config."
@@ -262,6 +263,10 @@ def validate(cfg: LaunchConfig) -> LaunchConfig:
             "parallel.distributed_executor_backend 'uni' runs one process: "
             "it cannot serve tensor or pipeline parallel > 1"
         )
+    if p.ray_address is not None:
+        problem = check_address(p.ray_address)
+        if problem:
+            raise ConfigError(f"parallel.ray_address: {problem}")
     if m.model == "":
         raise ConfigError("model.model: no model path given")
     return cfg
@@ -409,9 +414,12 @@ def vllm_args(cfg: LaunchConfig, *, supported: set[str] | None = None) -> list[s
 
 def switch_env(cfg: LaunchConfig) -> dict[str, str]:
     """The vLLM switches that live in its environment, not its flags (not secrets)."""
+    env: dict[str, str] = {}
     if cfg.lora.allow_runtime_lora_updating:  # the /v1/load_lora_adapter routes
-        return {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-    return {}
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if cfg.parallel.ray_address:  # vLLM calls ray.init(address=None), which reads this
+        env["RAY_ADDRESS"] = cfg.parallel.ray_address
+    return env
 
 
 def vllm_env(cfg: LaunchConfig) -> dict[str, str]:
