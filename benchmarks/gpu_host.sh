@@ -5,13 +5,16 @@
 #
 #   bash benchmarks/gpu_host.sh wheel            # here: Quantdeck's wheel (+ platformdirs') into .whl/
 #   bash benchmarks/gpu_host.sh stash N          # keep .bundle/part.0N in /root/qd/parts
+#   bash benchmarks/gpu_host.sh rayparts         # here: Ray and its dependencies (cp312 wheels)
+#                                                # into .rayparts/part.0N, 50 MB each
+#   bash benchmarks/gpu_host.sh stash-ray N      # keep .rayparts/part.0N in /root/qd/rayparts
 #   bash benchmarks/gpu_host.sh setup STEP ...   # assemble vLLM, install Quantdeck, start the
 #                                                # runner: benchmarks/gpu_plans/run.py STEP ...
 #   bash benchmarks/gpu_host.sh next STEP ...    # start the runner again once it is done
 #   bash benchmarks/gpu_host.sh wait SECONDS     # wait for it, bring results back ($OUT)
 #
 # STEP ... is the runner's command line: steps (validation, fidelity, random-check, overhead,
-# tune, metrics-parse, nvml, client-cost) with their options, `+` between steps, e.g.
+# tune, fleet, ray, metrics-parse, nvml, client-cost) with their options, `+` between steps, e.g.
 #   setup fidelity --graphs --rounds 14 --concurrency 1 --num-prompts 32 --output-len 64
 # (`python3 benchmarks/gpu_plans/run.py --dry-run STEP ...` prints what it would run.)
 #
@@ -62,6 +65,19 @@ wheel)
 stash)
   mkdir -p $base/parts && cp "$repo/.bundle/part.0$2" $base/parts/ && ls -la $base/parts
   ;;
+rayparts)
+  # Ray for the `ray` step (the ray backend); the host's Python is 3.12, with no package index
+  rm -rf "$repo/.rayparts" && mkdir -p "$repo/.rayparts/wheels" || exit 1
+  "$repo/.venv/bin/python" -m pip download -q --only-binary=:all: --python-version 3.12 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform any -d "$repo/.rayparts/wheels" "ray==${2:-2.60.0}" \
+    || exit 1
+  tar -C "$repo/.rayparts" -cf - wheels | split -b 50M -d - "$repo/.rayparts/part." || exit 1
+  rm -rf "$repo/.rayparts/wheels" && ls -la "$repo/.rayparts"
+  ;;
+stash-ray)
+  mkdir -p $base/rayparts && cp "$repo/.rayparts/part.0$2" $base/rayparts/ && ls -la $base/rayparts
+  ;;
 setup|next)
   [ $# -ge 2 ] || { echo "usage: $0 $1 STEP [OPTIONS] [+ STEP ...]" >&2; exit 2; }
   cmd=$1; shift
@@ -75,6 +91,26 @@ setup|next)
     cp "$repo/.bundle/random_llama.py" $base/  # kept: later calls need not carry .bundle
     bash "$repo/.bundle/assemble.sh" $base/parts /root/vllm-site || exit 1
     install_wheels $base/extra "$repo"/.whl/*.whl || exit 1
+    if ls $base/rayparts/part.0* > /dev/null 2>&1; then  # stash-ray: Ray and what the host lacks
+      rm -rf $base/raywheels && cat $base/rayparts/part.0* | tar -C $base -xf - \
+        && mv $base/wheels $base/raywheels || exit 1
+      # only the distributions this Python has not got (those the host has stay the host's)
+      need=$(python3 - $base/raywheels/*.whl <<'PY'
+import importlib.metadata as md, os, sys
+for w in sys.argv[1:]:
+    name = os.path.basename(w).split("-")[0]
+    try:
+        md.version(name)
+    except md.PackageNotFoundError:
+        print(w)
+PY
+      )
+      echo "Ray: installing $(echo $need | wc -w) wheels:" $(for w in $need; do basename $w; done)
+      [ -n "$need" ] && { install_wheels $base/extra $need || exit 1; }
+      # an unzipped wheel loses the executable bits of Ray's gcs_server and raylet
+      find $base/extra/ray/core -type f \( -name gcs_server -o -name raylet \) -exec chmod +x {} +
+      python3 -c "import ray; print('ray', ray.__version__)" || exit 1
+    fi
     # the host sets PYTHONDONTWRITEBYTECODE=1 and ships no .pyc: without this every server
     # start compiles vLLM's and torch's sources again (~45 s of a 1B start instead of ~10)
     python3 -m compileall -q -j 12 /root/vllm-site $base/extra \
@@ -98,6 +134,7 @@ wait)
   tar -C $base -czf "$OUT/results.tgz" results && ls -la "$OUT"
   ;;
 *)
-  echo "usage: $0 wheel | stash N | setup STEP ... | next STEP ... | wait SECONDS" >&2; exit 2
+  echo "usage: $0 wheel | stash N | rayparts [VERSION] | stash-ray N | setup STEP ... |" \
+    "next STEP ... | wait SECONDS" >&2; exit 2
   ;;
 esac

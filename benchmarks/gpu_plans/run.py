@@ -33,6 +33,10 @@ Steps:
   1000 ms, p99 TPOT 50 ms).
 - ``metrics-parse``, ``nvml``: ``benchmarks/metrics_parse.py``, ``benchmarks/nvml_snapshot.py``.
 - ``client-cost [--requests N --rounds N --concurrency N ...]``: ``benchmarks/client_cost.py``.
+- ``ray [--ray-port P --port P --startup-s S]``: a loopback Ray head with the one GPU (``ray
+  start --head``, Ray from ``gpu_host.sh stash-ray``), the ray probe, ``quantdeck plan`` and
+  ``quantdeck serve`` with ``--distributed-executor-backend ray --ray-address 127.0.0.1:P``, a
+  ``quantdeck bench`` (c=4, 32 prompts), whether vLLM's log shows the Ray executor; ``ray stop``.
 
 ``fidelity``, ``random-check``, ``overhead`` and ``tune`` serve a Llama-3.2-1B-shaped random
 checkpoint (``--shape 8b``: the 8B) with ``--max-model-len 2048 --gpu-memory-utilization 0.85``,
@@ -328,6 +332,85 @@ def step_fleet(r: Runner, ns: argparse.Namespace) -> None:
     r.stamp(f"{tag} done")
 
 
+RAY_CLI = [PY, "-m", "ray.scripts.scripts"]  # the `ray` command (--target installs have none)
+# what vLLM's log says when its Ray executor runs the model (RayDistributedExecutor, ray_utils)
+RAY_EXECUTOR = re.compile(r"RayDistributedExecutor|ray_(distributed_)?executor|ray_utils|RayWorker")
+
+
+def step_ray(r: Runner, ns: argparse.Namespace) -> None:
+    """A loopback Ray head with the one GPU; `quantdeck plan` (which probes the cluster) and
+    `quantdeck serve` with the ray backend at its address; a short `quantdeck bench`; whether
+    vLLM's log shows the Ray executor; then the server and Ray stop."""
+    model = r.models(ns.shape, "bf16") / "bf16"
+    tag = r.tag(ns.tag or f"ray-{_mode(ns)}")
+    address = f"127.0.0.1:{ns.ray_port}"
+    knobs = f"{COMMON}{'' if ns.graphs else ' --enforce-eager'} --port {ns.port}"
+    knobs += f" --distributed-executor-backend ray --ray-address {address}"
+    head = ["start", "--head", "--port", str(ns.ray_port), "--num-gpus", "1"]
+    head += ["--disable-usage-stats", "--include-dashboard=false"]
+    r.run(RAY_CLI + head, r.results / f"{tag}-ray-start.txt")
+    server: subprocess.Popen[bytes] | None = None
+    log = r.results / f"{tag}-serve.jsonl"
+    try:
+        r.run(
+            [PY, "-m", "quantdeck.core.workers.ray_probe", address], r.results / f"{tag}-probe.txt"
+        )
+        plan = [PY, "-m", "quantdeck.cli", "plan", model, *knobs.split(), "--json"]
+        r.run(plan, r.results / f"{tag}-plan.json")
+        serve = [PY, "-m", "quantdeck.cli", "serve", model, *knobs.split()]
+        serve += ["--json-events", "--logs", "--startup-timeout", str(ns.startup_s)]
+        print("$ " + shlex.join(map(str, serve)) + f" > {log} &", flush=True)
+        if r.dry:
+            ready = True
+        else:
+            with open(log, "w", encoding="utf-8") as f:
+                server = subprocess.Popen(
+                    [str(c) for c in serve], stdout=f, stderr=subprocess.STDOUT, cwd=REPO
+                )
+            ready = _wait_ready(server, log, ns.startup_s)
+            r.stamp(f"server {'ready' if ready else 'not ready'}")
+        if ready:
+            bench = [PY, "-m", "quantdeck.cli", "bench", f"http://127.0.0.1:{ns.port}"]
+            bench += ["--concurrency", "4", "--num-prompts", "32", "--no-save"]
+            r.run(bench + ["--json", r.results / f"{tag}-bench.json"], r.results / f"{tag}.txt")
+        else:
+            r.failed.append(f"{tag}: the server did not become ready")
+    finally:
+        if server is not None:
+            _stop(server)
+        r.run(RAY_CLI + ["stop"], r.results / f"{tag}-ray-stop.txt")
+    if not r.dry:
+        lines = log.read_text(errors="replace").splitlines()
+        seen = [ln[:300] for ln in lines if RAY_EXECUTOR.search(ln)]
+        summary = f"Ray executor in vLLM's log: {'yes' if seen else 'no'} ({len(seen)} lines)"
+        with open(r.results / f"{tag}.txt", "a", encoding="utf-8") as f:
+            f.write("\n".join([summary, *seen[:20]]) + "\n")
+        print(summary, flush=True)
+        if not seen:
+            r.failed.append(f"{tag}: no Ray executor in the log")
+    r.stamp(f"{tag} done")
+
+
+def _wait_ready(server: subprocess.Popen[bytes], log: Path, limit_s: float) -> bool:
+    """Until `quantdeck serve` prints its ready state (True) or ends or runs out of time."""
+    end = time.time() + limit_s
+    while time.time() < end and server.poll() is None:
+        if '"state": "ready"' in log.read_text(errors="replace"):
+            return True
+        time.sleep(2)
+    return False
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    """SIGINT, as a person would: `quantdeck serve` stops vLLM and leaves no process."""
+    server.send_signal(2)
+    try:
+        server.wait(90)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def step_metrics_parse(r: Runner, ns: argparse.Namespace) -> None:
     r.run([PY, BENCH / "metrics_parse.py"], r.results / f"{r.tag('metrics_parse')}.txt")
 
@@ -395,6 +478,11 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, Callable[..., None]]]:
     ap.add_argument("--rate", type=float, default=8.0, help="failover load, req/s (8)")
     ap.add_argument("--prompts", type=int, default=320, help="per throughput run (320)")
     ap.add_argument("--tag", help="name of the output files")
+    ap = add("ray", step_ray, "the ray backend on a loopback Ray head: serve and bench")
+    _serving(ap)
+    ap.add_argument("--ray-port", type=int, default=6379, help="the Ray head's port (6379)")
+    ap.add_argument("--port", type=int, default=8011, help="the server's port (8011)")
+    ap.add_argument("--startup-s", type=float, default=600, help="ready within (600 s)")
     add("metrics-parse", step_metrics_parse, "/metrics parse + derive time")
     add("nvml", step_nvml, "one NVML snapshot's time")
     ap = add("client-cost", step_client_cost, "what each client costs, no model")

@@ -236,9 +236,9 @@ class ParallelConfig:
     )
     ray_address: str | None = knob(
         None,
-        "Ray cluster for the ray backend: auto (one started on this machine), HOST:PORT of its "
-        "head, or ray://HOST:PORT; given to vLLM as RAY_ADDRESS. Default: RAY_ADDRESS, else "
-        "vLLM's Ray starts an instance of its own on this machine.",
+        "Ray cluster for the ray backend: HOST:PORT of its head, or ray://HOST:PORT; given to "
+        "vLLM as RAY_ADDRESS. Auto: RAY_ADDRESS, else a cluster `ray start` made on this "
+        "machine, else vLLM's Ray starts one here.",
         quantdeck_only=True,
         advanced=True,
         title="Ray address",
