@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 import threading
+import time
+from typing import TYPE_CHECKING
 
 from quantdeck.cli._common import (
     AddCommand,
@@ -15,7 +17,10 @@ from quantdeck.cli._common import (
     until_signal,
 )
 from quantdeck.core.errors import ServerError
-from quantdeck.core.events import Event, InstanceEvent, LogEvent
+from quantdeck.core.events import Event, InstanceEvent, LogEvent, MetricsEvent
+
+if TYPE_CHECKING:
+    from quantdeck.core.monitor import Recorder
 
 
 def cmd_check(ns: argparse.Namespace) -> int:
@@ -31,14 +36,18 @@ class FleetPrinter:
     """The fleet's events: JSON lines (``"instance"`` on each), or ``NAME: line`` for a person;
     log lines only with ``--logs``."""
 
-    def __init__(self, json_events: bool, logs: bool) -> None:
-        self.json_events, self.logs = json_events, logs
+    def __init__(self, json_events: bool, logs: bool, recorder: Recorder | None = None) -> None:
+        self.json_events, self.logs, self.recorder = json_events, logs, recorder
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
+        if self.recorder is not None:
+            self.recorder.write(event)  # everything, log lines too (thread-safe)
         inner = event.event if isinstance(event, InstanceEvent) else event
         if isinstance(inner, LogEvent) and not self.logs:
             return
+        if isinstance(inner, MetricsEvent) and not self.json_events:
+            return  # a person reads the news; the figures are in the JSON and the recording
         name = event.get("instance") or "fleet"
         text = (
             json.dumps(event.to_json(), default=str)
@@ -51,12 +60,57 @@ class FleetPrinter:
 
 def cmd_up(ns: argparse.Namespace) -> int:
     from quantdeck.core.fleet import Fleet, load_fleet
+    from quantdeck.core.monitor import Recorder
 
-    fleet = Fleet(load_fleet(ns.file))
-    fleet.subscribe(FleetPrinter(ns.json_events, ns.logs))
+    spec = load_fleet(ns.file)
+    fleet = Fleet(spec)
+    recorder = None
+    if ns.record:
+        recorder = Recorder(ns.record, {"source": "fleet", "file": str(spec.path)})
+    fleet.subscribe(FleetPrinter(ns.json_events, ns.logs, recorder))
     stop = threading.Event()
     until_signal(stop)  # as serve: a stop signal ends it cleanly, with exit code 0
-    return 0 if fleet.serve(stop) else 3
+    try:
+        return 0 if fleet.serve(stop) else 3
+    finally:
+        if recorder is not None:
+            recorder.close()
+
+
+def cmd_replay(ns: argparse.Namespace) -> int:
+    """A recording of ``fleet up --record``, as the Fleet tab replays it: the fleet's news
+    with their times, then its rows as they ended."""
+    from quantdeck.core.fleet.rows import event_line, recorded_rows
+    from quantdeck.core.monitor import read_recording
+
+    rec = read_recording(ns.file)
+    rows = recorded_rows(rec)
+    news = []
+    for ev in rec.events:
+        rows.apply(ev)
+        line = event_line(ev) if isinstance(ev, InstanceEvent) else None
+        if line is not None:
+            news.append({"t": ev.get("t"), "line": line})
+    table = [{**r.describe(), "state": r.state_text(), "router": r.route_text()} for r in rows.rows]
+    for d, r in zip(table, rows.rows, strict=True):
+        d.update(kv_pct=r.kv_pct, running=r.running, waiting=r.waiting, tok_s=r.tok_s)
+        d["ttft_p99_ms"] = r.ttft_p99_ms
+    if ns.json:
+        print_json({"file": ns.file, "duration_s": rec.duration_s, "news": news, "rows": table})
+        return 0
+    for n in news:
+        t = n["t"]
+        stamp = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, float) else "--"
+        print(f"{stamp}  {n['line']}")
+    print(f"\n{ns.file}: {rec.duration_s:.0f} s, as it ended:")
+    for d in table:
+        figures = " ".join(
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+            for k in ("kv_pct", "running", "tok_s", "ttft_p99_ms")
+            if (v := d[k]) is not None
+        )
+        print(f"  {d['name']:<12} {d['role']:<8} {d['state']:<24} {figures} {d['router']}".rstrip())
+    return 0
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
@@ -93,7 +147,13 @@ def cmd_down(ns: argparse.Namespace) -> int:
     return 0
 
 
-ACTIONS = {"check": cmd_check, "up": cmd_up, "status": cmd_status, "down": cmd_down}
+ACTIONS = {
+    "check": cmd_check,
+    "up": cmd_up,
+    "status": cmd_status,
+    "down": cmd_down,
+    "replay": cmd_replay,
+}
 
 
 def cmd_fleet(ns: argparse.Namespace) -> int:
@@ -109,7 +169,13 @@ def register(add: AddCommand) -> None:
     p.add_argument("file", help="the fleet file (YAML)")
     p.add_argument("--json-events", action="store_true", help="one JSON object per line")
     p.add_argument("--logs", action="store_true", help="also print the instances' log lines")
+    p.add_argument(
+        "--record", metavar="OUT", help="record every event (JSONL) for `fleet replay` / the GUI"
+    )
     p = sub.add_parser("status", help="the running fleet: router, instances and their health")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("down", help="stop the running fleet (all its processes)")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S")
+    p = sub.add_parser("replay", help="a fleet recording: its news, then its rows as they ended")
+    p.add_argument("file", help="a recording of `fleet up --record`")
+    p.add_argument("--json", action="store_true")

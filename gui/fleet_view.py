@@ -4,9 +4,11 @@ fleet file in a form, and point Monitor, Logs and Playground at an instance.
 
 The fleet's blocking lifecycle (check, start, route, keep, stop) runs in a worker
 (:meth:`WorkerSet.follow`); its events come from its own threads through a Qt signal, which
-Qt queues onto the GUI thread; each instance's metrics are scraped once a second in a worker.
-The core objects (:mod:`quantdeck.core.fleet`, httpx, psutil) are imported on first use: the
-window shows before they load.
+Qt queues onto the GUI thread; each instance's metrics come as its ``metrics`` events (the
+fleet scrapes them once a second) and are kept in one store per instance, which the Monitor
+overlays. A recording of ``quantdeck fleet up --record`` replays here as if live. The core
+objects (:mod:`quantdeck.core.fleet`, httpx, psutil) are imported on first use: the window
+shows before they load.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -42,6 +44,7 @@ from quantdeck.core.events import (
     FallbackEvent,
     InstanceEvent,
     LogEvent,
+    MetricsEvent,
     RestartEvent,
 )
 from quantdeck.gui.labels import plain_label
@@ -53,9 +56,10 @@ if TYPE_CHECKING:
     from quantdeck.core.fleet.document import InstanceForm
     from quantdeck.core.fleet.rows import FleetRow, FleetRows
     from quantdeck.core.models import ModelInfo
+    from quantdeck.core.monitor import Recording, TimeSeriesStore
     from quantdeck.gui.workers import CallWorker, WorkerSet
 
-SAMPLE_MS = 1000  # the instances' metrics, scraped this often while the fleet runs
+STORE_POINTS = 3600  # each instance's metrics kept: an hour at the fleet's one sample a second
 LOG_REPLAY = 500  # the chosen instance's last log lines, shown in Logs when it is chosen
 MAX_EVENT_LINES = 2000
 
@@ -104,6 +108,7 @@ class FleetView(QWidget):
 
     instance_chosen = Signal(str, str)  # url, API key ("" for none): attach Monitor/Playground
     instance_event = Signal(object)  # the chosen instance's own events (its log, its states)
+    instances_changed = Signal(object)  # {name: TimeSeriesStore}: the instances to overlay
     _fleet_event = Signal(object)  # the fleet's events, from its threads
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -117,12 +122,14 @@ class FleetView(QWidget):
         self.phase = "no fleet"  # stopped, starting, serving, stopping
         self.chosen: str | None = None  # the instance Monitor, Logs and Playground follow
         self._unwatch: Any = None
-        self._sampler: Any = None  # InstanceSampler, made on first use
-        self._sampling = False
+        self.series: dict[str, TimeSeriesStore] = {}  # each instance's metrics
+        self.replayed: str | None = None  # the recording shown, if one is
         self._workers: WorkerSet | None = None
         self.model: ObjectTableModel[FleetRow] = ObjectTableModel(FLEET_COLUMNS, self)
         self.table = row_table(self.model, "KV %")
         self.open_button = QPushButton("Open fleet file…")
+        self.replay_button = QPushButton("Open recording…")
+        self.replay_button.setToolTip("Replay a recording of `quantdeck fleet up --record FILE`")
         self.edit_button = QPushButton("Edit fleet…")
         self.start_button = QPushButton("Start fleet")
         self.stop_button = QPushButton("Stop fleet")
@@ -140,7 +147,13 @@ class FleetView(QWidget):
         self.events.setMaximumBlockCount(MAX_EVENT_LINES)
         self.events.setPlaceholderText("the fleet's events: states, restarts, routes, fallback")
         top = QHBoxLayout()
-        for w in (self.open_button, self.edit_button, self.start_button, self.stop_button):
+        for w in (
+            self.open_button,
+            self.replay_button,
+            self.edit_button,
+            self.start_button,
+            self.stop_button,
+        ):
             top.addWidget(w)
         top.addWidget(self.phase_label)
         top.addStretch(1)
@@ -156,11 +169,9 @@ class FleetView(QWidget):
         lay.addLayout(per)
         lay.addWidget(self.message)
         lay.addWidget(self.events, 1)
-        self.timer = QTimer(self)
-        self.timer.setInterval(SAMPLE_MS)
-        self.timer.timeout.connect(self._sample)
         self._fleet_event.connect(self._on_fleet_event)
         self.open_button.clicked.connect(self._on_open_clicked)
+        self.replay_button.clicked.connect(self._on_replay_clicked)
         self.edit_button.clicked.connect(self.edit_fleet)
         self.start_button.clicked.connect(self.start_fleet)
         self.stop_button.clicked.connect(self.stop_fleet)
@@ -203,8 +214,7 @@ class FleetView(QWidget):
         if self.job is not None:  # read while a fleet ran: shown when it has stopped
             return
         self.path, self.spec, self.infos = path, spec, infos
-        self.rows = FleetRows(spec, infos)
-        self.model.set_rows(self.rows.rows)
+        self._show(FleetRows(spec, infos))
         self.path_label.setText(
             f"{path} · {len(spec.instances)} instances · router {spec.router.url} "
             f"({spec.router.policy})"
@@ -235,6 +245,50 @@ class FleetView(QWidget):
             else:
                 self.message.setText(f"{path} saved: the running fleet keeps its settings")
 
+    # -- a recording ---------------------------------------------------------------------------
+    def _on_replay_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a fleet recording", "", "Recordings (*.jsonl *.jsonl.gz);;All files (*)"
+        )
+        if path:
+            self.replay(path)
+
+    def replay(self, path: str) -> None:
+        """Read a recording of ``fleet up --record`` (in a worker) and show it: the rows as
+        they ended, the fleet's news with their times, each instance's metrics in the
+        Monitor's overlay."""
+        from quantdeck.core.monitor import read_recording
+
+        if self.job is not None:
+            self.message.setText("stop the fleet first: a recording replaces what is shown")
+            return
+        self.message.setText("")
+        self.workers.start(
+            read_recording,
+            path,
+            returned=lambda rec: self.show_recording(path, rec),
+            finished=self._update_buttons,
+        )
+
+    def show_recording(self, path: str, rec: Recording) -> None:
+        from quantdeck.core.fleet.rows import recorded_rows
+
+        try:
+            rows = recorded_rows(rec)
+        except QuantdeckError as e:
+            self.message.setText(str(e))
+            return
+        self.fleet, self.spec, self.path = None, None, None
+        self._show(rows, replayed=path)
+        for ev in rec.events:
+            self._on_fleet_event(ev)
+        self.phase = "replay"
+        self.path_label.setText(
+            f"replay: {Path(path).name} · {len(rows.rows) - 1} instances · "
+            f"{rec.duration_s:.0f} s recorded"
+        )
+        self._update_buttons()
+
     # -- the fleet ---------------------------------------------------------------------------
     def watch(self, fleet: Fleet) -> None:
         """Show ``fleet``'s events in the table: they come from its threads, through a Qt
@@ -244,9 +298,19 @@ class FleetView(QWidget):
         if self._unwatch is not None:
             self._unwatch()
         self.fleet, self.spec = fleet, fleet.spec
-        self.rows = FleetRows(fleet.spec, self.infos)
-        self.model.set_rows(self.rows.rows)
+        self._show(FleetRows(fleet.spec, self.infos))
         self._unwatch = fleet.subscribe(self._fleet_event.emit)
+
+    def _show(self, rows: FleetRows, replayed: str | None = None) -> None:
+        """These rows in the table, with an empty metrics store per instance (overlaid by
+        the Monitor)."""
+        from quantdeck.core.monitor import TimeSeriesStore
+
+        self.rows, self.replayed = rows, replayed
+        self.model.set_rows(rows.rows)
+        self.series = {r.name: TimeSeriesStore(STORE_POINTS) for r in rows.rows[1:]}
+        self.events.clear()
+        self.instances_changed.emit(self.series)
 
     def start_fleet(self) -> None:
         """Check the fleet, start its instances and then the router (in a worker), as
@@ -266,7 +330,6 @@ class FleetView(QWidget):
             finished=self._on_fleet_finished,
         )
         self.phase = "starting"
-        self.timer.start()
         self._update_buttons()
 
     def stop_fleet(self) -> None:
@@ -285,7 +348,6 @@ class FleetView(QWidget):
 
     def _on_fleet_finished(self) -> None:
         self.job = None
-        self.timer.stop()
         self.phase = "stopped"
         for n, row in enumerate(self.rows.rows if self.rows else []):
             if not row.local:
@@ -306,6 +368,20 @@ class FleetView(QWidget):
         for i in self.rows.apply(event):
             self.model.row_changed(i)
         ev, name = event.event, event.instance
+        if isinstance(ev, MetricsEvent):
+            store = self.series.get(name)
+            if store is not None:
+                store.append(ev)
+            if not self.replayed:
+                self._update_buttons()  # a remote instance answers, or no longer
+            return
+        if self.replayed:
+            t = ev.get("t")
+            stamp = time.localtime(t) if isinstance(t, int | float) else None
+            line = event_line(event)
+            if line is not None:
+                self.events.appendPlainText(f"{time.strftime('%H:%M:%S', stamp)}  {line}")
+            return
         if self.rows.row(name).is_router and ev.kind == "state":
             if ev.get("state") == "ready":
                 self.phase = "serving"
@@ -326,32 +402,6 @@ class FleetView(QWidget):
         if self.fleet is None or row is None:
             return
         self.workers.start(getattr(self.fleet, action), row.name, finished=self._update_buttons)
-
-    # -- metrics -----------------------------------------------------------------------------
-    def _sample(self) -> None:
-        if self._sampling or self.rows is None:
-            return
-        targets = self.rows.targets()
-        if not targets:
-            return
-        if self._sampler is None:
-            from quantdeck.core.fleet.rows import InstanceSampler
-
-            self._sampler = InstanceSampler()
-        self._sampling = True
-        self.workers.start(
-            self._sampler.sample, targets, returned=self._on_sample, finished=self._sampled
-        )
-
-    def _sampled(self) -> None:
-        self._sampling = False
-
-    def _on_sample(self, snaps: dict[str, Any]) -> None:
-        if self.rows is None or self.job is None:
-            return  # the fleet stopped meanwhile
-        for name, snap in snaps.items():
-            self.model.row_changed(self.rows.apply_metrics(name, snap))
-        self._update_buttons()
 
     # -- choosing an instance ----------------------------------------------------------------
     def selected(self) -> FleetRow | None:
@@ -408,15 +458,12 @@ class FleetView(QWidget):
 
     def shutdown(self, timeout: float = 120.0) -> None:
         """Stop the fleet and wait for every worker (the window is closing)."""
-        self.timer.stop()
         if self._workers is not None:
             self._workers.quit()
             self._workers.wait(timeout)
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
-        if self._sampler is not None:
-            self._sampler.close()
 
 
 # -- the edit form -----------------------------------------------------------------------------

@@ -162,6 +162,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.fleet, "Fleet")
         self.fleet.instance_chosen.connect(self._on_fleet_instance_chosen)
         self.fleet.instance_event.connect(self.logs.add_event)
+        self.fleet.instances_changed.connect(lambda stores: self.monitor.set_instances(stores))
         self.tabs.currentChanged.connect(self._on_tab_changed)
         side = QWidget()
         sl = QVBoxLayout(side)
@@ -496,6 +497,11 @@ class MainWindow(QMainWindow):
         except QuantdeckError as e:
             self.launch.message.setText(str(e))
             return 0
+        if rec.header.info.get("source") == "fleet":  # a fleet's: the Fleet tab replays it
+            self.fleet.show_recording(path, rec)
+            self.tabs.setCurrentWidget(self.fleet)
+            self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
+            return len(rec.events)
         self.monitor.store.clear()
         for ev in rec.events:
             if ev.kind == "metrics":

@@ -72,6 +72,14 @@ PLOTS: dict[str, list[tuple[str, str, int, bool]]] = {
     "Preemptions / s": [("preemptions_per_s", "preemptions", 2, False)],
 }
 
+# a fleet's instances overlaid, one curve per instance: plot title -> series
+INSTANCE_PLOTS = {
+    "p99 TTFT by instance (ms)": "ttft_p99_ms",
+    "KV-cache % by instance": "kv_usage_pct",
+    "Generated tok/s by instance": "generation_tokens_per_s",
+    "Running by instance": "running",
+}
+
 
 def _gpu_plots(n: int) -> dict[str, list[tuple[str, str, int, bool]]]:
     return {
@@ -253,7 +261,12 @@ class MonitorPanel(QWidget):
     ) -> None:
         super().__init__(parent)
         self.store = store if store is not None else TimeSeriesStore()  # an empty one is falsy
-        self._drawn_version = -1
+        # a fleet's instances, each its own store (fed by the Fleet tab), overlaid on a row of
+        # INSTANCE_PLOTS while "Fleet instances" is ticked
+        self.instances: dict[str, TimeSeriesStore] = {}
+        self._instances_drawn: tuple[str, ...] = ()
+        self._instance_curves: list[tuple[str, str, _Curve]] = []  # (instance, series, curve)
+        self._drawn_version: Any = -1
         self._gpus_drawn = -1
         self.paused = False
         self.window_s = 60.0
@@ -276,6 +289,11 @@ class MonitorPanel(QWidget):
         self.window_box.currentTextChanged.connect(self._on_window_changed)
         self.pause_box = QCheckBox("Pause")
         self.pause_box.toggled.connect(self._on_pause_changed)
+        self.instances_box = QCheckBox("Fleet instances")
+        self.instances_box.setToolTip("Overlay the fleet's instances: one curve per instance")
+        self.instances_box.setChecked(True)
+        self.instances_box.setVisible(False)  # until a fleet runs or is replayed
+        self.instances_box.toggled.connect(lambda _: self._redraw())
         self.ttft_limit = QDoubleSpinBox()
         self.ttft_limit.setRange(0, 1e6)
         self.ttft_limit.setSuffix(" ms")
@@ -297,6 +315,7 @@ class MonitorPanel(QWidget):
             QLabel("Window"),
             self.window_box,
             self.pause_box,
+            self.instances_box,
             QLabel("Alert: p99 TTFT >"),
             self.ttft_limit,
             QLabel("KV >"),
@@ -346,27 +365,7 @@ class MonitorPanel(QWidget):
         for n, (title, series) in enumerate(spec.items()):
             if n and n % 3 == 0:
                 self.graphics.nextRow()
-            p = self.graphics.addPlot(title=title)
-            for ax in ("left", "bottom"):  # grid lines: self._grids; as pyqtgraph draws
-                p.getAxis(ax).setStyle(tickLength=0)  # them, without ticks on the axis
-            # a fixed width for the tick labels (7 digits): pyqtgraph would widen the axis
-            # to each new label, relaying out and repainting all plots several times in a row
-            left = p.getAxis("left")
-            left.setWidth(
-                QFontMetrics(left.style["tickFont"] or QFont()).horizontalAdvance("-000000")
-                + left.style["tickTextOffset"][0]
-                + 6
-            )
-            # the store hands over peak-decimated data, about two points per pixel, and the
-            # ranges are set here from that data: pyqtgraph neither clips, downsamples nor
-            # autoranges (its autorange walks every curve's data on every update)
-            p.setClipToView(False)
-            p.vb.disableAutoRange()
-            p.setXRange(-self.window_s, 0, padding=0)
-            p.vb.sigRangeChangedManually.connect(lambda *_, title=title: self._manual_y.add(title))
-            p.autoBtn.clicked.connect(lambda *_, title=title: self._manual_y.discard(title))
-            p.setLabel("bottom", "s")
-            p.setMouseEnabled(x=False, y=True)
+            p = self._add_plot(title)
             curves = []
             for name, label, color, light in series:
                 c = pg.mkColor(COLORS[color])
@@ -376,24 +375,21 @@ class MonitorPanel(QWidget):
                 p.vb.addItem(curve, ignoreBounds=True)
                 self.curves[name] = curve
                 curves.append(curve)
-            self._plot_curves[title] = curves
-            legend = _legend(curves, self.graphics.devicePixelRatioF())
-            legend.setParentItem(p.vb)
-            legend.setPos(13, 12)  # where pyqtgraph's legend at offset (5, 5) draws
-            # text is slow to draw in the raster engine: axes and titles are kept as pixmaps,
-            # redrawn only when they change, not on every frame of the curves (a parent's
-            # cache does not cover its children: each item is set)
-            for item in (p.getAxis("bottom").label, p.titleLabel, p.titleLabel.item):
-                item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
-            self._axes += [_AxisPixmap(p.getAxis("left")), _AxisPixmap(p.getAxis("bottom"))]
-            p.vb.sigRangeChanged.connect(self._sync_axes_soon)
-            p.vb.sigResized.connect(self._sync_axes_soon)
-            # pyqtgraph's containers paint nothing themselves, but Qt asks each of them for its
-            # (Python) bounding rect on every frame unless told they have no contents
-            for item in (p, p.vb, p.titleLabel):
-                item.setFlag(QGraphicsItem.ItemHasNoContents, True)
-            self.plots[title] = p
-            self._grids[title] = _Grid(p, pg.mkColor(BACKGROUND))
+            self._finish_plot(title, p, curves)
+        self._instance_curves = []
+        names = self._overlaid()
+        for n, (title, series) in enumerate(INSTANCE_PLOTS.items() if names else []):
+            if n == 0:  # a row of their own
+                self.graphics.nextRow()
+            p = self._add_plot(title)
+            curves = []
+            for i, name in enumerate(names):
+                curve = _Curve(pg.mkColor(COLORS[i % len(COLORS)]), name)
+                p.vb.addItem(curve, ignoreBounds=True)
+                self._instance_curves.append((name, series, curve))
+                curves.append(curve)
+            self._finish_plot(title, p, curves)
+        self._instances_drawn = names
         self.graphics.ci.setFlag(QGraphicsItem.ItemHasNoContents, True)
         for key, plot, limit in (
             ("ttft", "Latency (ms)", self.ttft_limit),
@@ -407,16 +403,94 @@ class MonitorPanel(QWidget):
             self._alert_lines[key] = line
         self._gpus_drawn = gpus
 
+    def _add_plot(self, title: str) -> pg.PlotItem:
+        p = self.graphics.addPlot(title=title)
+        for ax in ("left", "bottom"):  # grid lines: self._grids; as pyqtgraph draws
+            p.getAxis(ax).setStyle(tickLength=0)  # them, without ticks on the axis
+        # a fixed width for the tick labels (7 digits): pyqtgraph would widen the axis
+        # to each new label, relaying out and repainting all plots several times in a row
+        left = p.getAxis("left")
+        left.setWidth(
+            QFontMetrics(left.style["tickFont"] or QFont()).horizontalAdvance("-000000")
+            + left.style["tickTextOffset"][0]
+            + 6
+        )
+        # the store hands over peak-decimated data, about two points per pixel, and the
+        # ranges are set here from that data: pyqtgraph neither clips, downsamples nor
+        # autoranges (its autorange walks every curve's data on every update)
+        p.setClipToView(False)
+        p.vb.disableAutoRange()
+        p.setXRange(-self.window_s, 0, padding=0)
+        p.vb.sigRangeChangedManually.connect(lambda *_, title=title: self._manual_y.add(title))
+        p.autoBtn.clicked.connect(lambda *_, title=title: self._manual_y.discard(title))
+        p.setLabel("bottom", "s")
+        p.setMouseEnabled(x=False, y=True)
+        return p
+
+    def _finish_plot(self, title: str, p: pg.PlotItem, curves: list[_Curve]) -> None:
+        self._plot_curves[title] = curves
+        legend = _legend(curves, self.graphics.devicePixelRatioF())
+        legend.setParentItem(p.vb)
+        legend.setPos(13, 12)  # where pyqtgraph's legend at offset (5, 5) draws
+        # text is slow to draw in the raster engine: axes and titles are kept as pixmaps,
+        # redrawn only when they change, not on every frame of the curves (a parent's
+        # cache does not cover its children: each item is set)
+        for item in (p.getAxis("bottom").label, p.titleLabel, p.titleLabel.item):
+            item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        self._axes += [_AxisPixmap(p.getAxis("left")), _AxisPixmap(p.getAxis("bottom"))]
+        p.vb.sigRangeChanged.connect(self._sync_axes_soon)
+        p.vb.sigResized.connect(self._sync_axes_soon)
+        # pyqtgraph's containers paint nothing themselves, but Qt asks each of them for its
+        # (Python) bounding rect on every frame unless told they have no contents
+        for item in (p, p.vb, p.titleLabel):
+            item.setFlag(QGraphicsItem.ItemHasNoContents, True)
+        self.plots[title] = p
+        self._grids[title] = _Grid(p, pg.mkColor(BACKGROUND))
+
+    # -- a fleet's instances -----------------------------------------------------------------
+    def set_instances(self, stores: dict[str, TimeSeriesStore]) -> None:
+        """Overlay these instances (name -> its metrics store; empty: none), one curve each
+        on a row of per-instance plots, while "Fleet instances" is ticked."""
+        self.instances = dict(stores)
+        self.instances_box.setVisible(bool(stores))
+        self._redraw()
+
+    def _overlaid(self) -> tuple[str, ...]:
+        return tuple(self.instances) if self.instances_box.isChecked() else ()
+
+    def _redraw(self) -> None:
+        self._drawn_version = -1
+        self.refresh(force=self.isVisible())
+
+    def _version(self) -> Any:
+        """What the plots show changes only when one of these does."""
+        return (self.store.version, *(s.version for s in self.instances.values()))
+
+    def _draw_instances(self, width: int) -> None:
+        """Each instance's curves on one time axis: now is the newest point of any."""
+        lasts = [s.last_t for s in self.instances.values() if s.last_t is not None]
+        now = max(lasts, default=0.0)
+        series = list(INSTANCE_PLOTS.values())
+        for name, key, curve in self._instance_curves:
+            store = self.instances.get(name)
+            last = store.last_t if store is not None else None
+            if store is None or last is None:
+                curve.setData([], [])
+                continue
+            t, cols = store.window(self.window_s + (now - last), series, max_points=2 * width)
+            curve.setData(t + (last - now), cols.get(key, np.full(len(t), np.nan)))
+
     def refresh(self, force: bool = False) -> None:
         """Redraw from the store if it changed and the tab is shown (the QTimer's slot);
         ``force`` draws a hidden panel too (exports, tests)."""
-        if self.paused or self.store.version == self._drawn_version:
+        version = self._version()
+        if self.paused or version == self._drawn_version:
             return
         if not force and not self.isVisible():
             return
-        if self.store.num_gpus != self._gpus_drawn:
+        if self.store.num_gpus != self._gpus_drawn or self._overlaid() != self._instances_drawn:
             self._build_plots(self.store.num_gpus)
-        self._drawn_version = self.store.version
+        self._drawn_version = version
         # two points per pixel of the plots' width (peak decimation keeps spikes)
         width = max([200] + [int(p.vb.width()) for p in self.plots.values()])
         t, cols = self.store.window(self.window_s, list(self.curves), max_points=2 * width)
@@ -426,6 +500,7 @@ class MonitorPanel(QWidget):
                 curve.setData(t, y)  # all NaN: an empty path
             elif len(curve.yData):
                 curve.setData([], [])
+        self._draw_instances(width)
         for title, p in self.plots.items():
             if title not in self._manual_y:
                 self._fit_y(title, p)

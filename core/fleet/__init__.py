@@ -2,6 +2,7 @@
 
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
 from quantdeck.core.fleet.spec import (
+    ROUTER,
     FallbackRule,
     FleetSpec,
     InstanceSpec,
@@ -10,7 +11,6 @@ from quantdeck.core.fleet.spec import (
     load_fleet,
 )
 from quantdeck.core.fleet.supervisor import (
-    ROUTER,
     Fleet,
     probe,
     router_command,

@@ -5,22 +5,22 @@
 /add_worker?url=`` and ``POST /remove_worker?url=`` (plain-text answers), and its Prometheus
 exposition (``vllm_router_*``: requests, retries, errors, per-worker health and circuit state).
 
-:class:`FallbackJudge` watches the primaries' windowed latency (the Monitor's own
-:class:`MetricsScraper`, one per primary) and says when the fleet's rule switches.
+:class:`FallbackJudge` reads the primaries' windowed latency from the fleet's samples of its
+instances (the Monitor's own scraper, over the rule's window) and says when the rule switches.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from quantdeck.core.errors import ServerError
-from quantdeck.core.events import FallbackEvent
+from quantdeck.core.events import FallbackEvent, MetricsEvent
 from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec
 from quantdeck.core.http import auth_headers
-from quantdeck.core.monitor.metrics import MetricsScraper
 
 # vllm_router_cb_state's values, as the router's circuit breaker numbers its states
 CIRCUIT_STATES = {0: "closed", 1: "open", 2: "half-open"}
@@ -119,8 +119,9 @@ def router_facts(text: str, workers: list[str], loads: dict[str, float]) -> dict
 
 
 class FallbackJudge:
-    """The fleet's fallback rule over time: :meth:`judge` once a second with the primaries
-    that serve; an event when the rule switches."""
+    """The fleet's fallback rule over time: :meth:`judge` once a second with the worst
+    primary's value of the rule's metric (:meth:`worst` of the instances' metrics); an event
+    when the rule switches."""
 
     def __init__(self, spec: FleetSpec) -> None:
         assert spec.fallback is not None  # made only for a fleet with a rule
@@ -128,32 +129,25 @@ class FallbackJudge:
         self.backups = [i.name for i in spec.instances if i.role == "backup"]
         self.active = False
         self.value_ms: float | None = None  # the worst primary's, at the last look
-        self._scrapers: dict[str, MetricsScraper] = {}
         self._over_since: float | None = None
         self._under_since: float | None = None
 
-    def _scraper(self, inst: InstanceSpec) -> MetricsScraper:
-        if inst.url not in self._scrapers:
-            self._scrapers[inst.url] = MetricsScraper(
-                inst.url, api_key=inst.api_key, window_s=self.rule.window_s, timeout=2.0
-            )
-        return self._scrapers[inst.url]
-
-    def worst(self, primaries: list[InstanceSpec]) -> float | None:
-        """The highest value of the rule's metric among the primaries (None: no request in
-        any window, or none answered)."""
+    def worst(
+        self, primaries: list[InstanceSpec], samples: Mapping[str, MetricsEvent]
+    ) -> float | None:
+        """The highest value of the rule's metric among the primaries' samples (None: no
+        request in any window, or none answered: the router's health checks see those)."""
         values = []
         for inst in primaries:
-            try:
-                v = getattr(self._scraper(inst).scrape(), self.rule.metric)
-            except ServerError:
-                continue  # a primary that does not answer: the router's health checks see it
-            if v is not None:
+            ev = samples.get(inst.name)
+            v = None if ev is None else ev.values.get(self.rule.metric)
+            if isinstance(v, int | float) and not isinstance(v, bool):
                 values.append(float(v))
         return max(values, default=None)
 
-    def judge(self, primaries: list[InstanceSpec], now: float) -> FallbackEvent | None:
-        self.value_ms = v = self.worst(primaries)
+    def judge(self, value: float | None, now: float) -> FallbackEvent | None:
+        """One look: ``value`` the worst primary's (None: no figure), ``now`` in seconds."""
+        self.value_ms = v = value
         rule = self.rule
         if v is not None and v > rule.above_ms:
             self._over_since = self._over_since if self._over_since is not None else now
@@ -182,7 +176,3 @@ class FallbackJudge:
             round(held, 1),
             list(self.backups),
         )
-
-    def close(self) -> None:
-        for s in self._scrapers.values():
-            s.close()

@@ -9,24 +9,26 @@ and the instances' metrics.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantdeck.core.errors import ServerError
+from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.events import (
     Event,
     FactEvent,
     FallbackEvent,
     InstanceEvent,
+    MetricsEvent,
     RestartEvent,
     RouteEvent,
     StateEvent,
 )
-from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec
-from quantdeck.core.fleet.supervisor import ROUTER
+from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
 from quantdeck.core.models import ModelInfo
-from quantdeck.core.monitor.metrics import MetricsScraper, MetricsSnapshot
+from quantdeck.core.monitor.metrics import MetricsScraper
+from quantdeck.core.monitor.recording import Recording
 
 DOWN = ("stopped", "crashed")  # an instance in these states has no metrics
 
@@ -108,6 +110,15 @@ class FleetRow:
     def clear_metrics(self) -> None:
         self.kv_pct = self.running = self.waiting = self.tok_s = self.ttft_p99_ms = None
 
+    def describe(self) -> dict[str, Any]:
+        """What the fleet is made of, without its state or secrets: the ``fleet`` fact that
+        ``fleet up`` reports first, from which a recording's rows are rebuilt."""
+        return {k: getattr(self, k) for k in _DESCRIBED}
+
+
+_DESCRIBED = ("name", "role", "url", "local", "model", "format", "placement")
+_TEXT = ("name", "role", "url", "model", "format", "placement")
+
 
 def instance_row(inst: InstanceSpec, info: ModelInfo | None = None) -> FleetRow:
     """An instance's row before anything runs: what its profile says."""
@@ -134,9 +145,30 @@ class FleetRows:
         infos = infos or {}
         router = FleetRow(ROUTER, ROUTER, spec.router.url, model=f"policy {spec.router.policy}")
         router.fallback = None if spec.fallback is None else False
-        self.rows = [router, *(instance_row(i, infos.get(i.name)) for i in spec.instances)]
+        self._set([router, *(instance_row(i, infos.get(i.name)) for i in spec.instances)])
+
+    def _set(self, rows: list[FleetRow]) -> None:
+        self.rows = rows
         self._by_name = {r.name: n for n, r in enumerate(self.rows)}
         self._last_requests: tuple[float, int] | None = None  # (t, count) of the last facts
+
+    @classmethod
+    def from_description(cls, described: list[Any]) -> FleetRows:
+        """The rows of a recorded fleet, from its ``fleet`` fact (``FleetRow.describe`` of
+        each row, the router first); ValueError when it is not one."""
+        rows: list[FleetRow] = []
+        for d in described:
+            if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in _TEXT):
+                raise ValueError(f"not a fleet row: {str(d)[:100]}")
+            rows.append(FleetRow(**{k: d[k] for k in _TEXT}, local=d.get("local") is not False))
+        if not rows or not rows[0].is_router or len({r.name for r in rows}) < len(rows):
+            raise ValueError("a fleet's rows start with the router and name each row once")
+        self = cls.__new__(cls)
+        self._set(rows)
+        return self
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [r.describe() for r in self.rows]
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
@@ -155,6 +187,8 @@ class FleetRows:
         if not isinstance(event, InstanceEvent) or event.instance not in self._by_name:
             return []
         row, ev = self.row(event.instance), event.event
+        if isinstance(ev, MetricsEvent):
+            return [self.apply_metrics(row.name, ev)]
         if not isinstance(ev, StateEvent | RestartEvent | RouteEvent | FallbackEvent | FactEvent):
             return []  # log lines, progress: nothing the table shows
         changed = [self.index(row.name)]
@@ -227,23 +261,48 @@ class FleetRows:
             changed.append(self.index(target.name))
         return changed
 
-    def apply_metrics(self, name: str, snap: MetricsSnapshot | None) -> int:
-        """One scrape of an instance (None: it did not answer); returns its row's index. A
-        remote instance's state is whether it answers."""
+    def apply_metrics(self, name: str, ev: MetricsEvent) -> int:
+        """One scrape of an instance (with ``error``: it did not answer); returns its row's
+        index. A remote instance's state is whether it answers."""
         row = self.row(name)
+        values = ev.values
+        answered = "error" not in values
         if not row.local:
-            row.state = "ready" if snap is not None else "down"
-        if snap is None:
+            row.state = "ready" if answered else "down"
+        if not answered:
             row.clear_metrics()
-        else:
-            row.kv_pct, row.tok_s = snap.kv_usage_pct, snap.generation_tokens_per_s
-            row.running, row.waiting = snap.running, snap.waiting
-            row.ttft_p99_ms = snap.ttft_p99_ms
+            return self.index(name)
+
+        def number(key: str) -> float | None:
+            v = values.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+        row.kv_pct, row.tok_s = number("kv_usage_pct"), number("generation_tokens_per_s")
+        running, waiting = number("running"), number("waiting")
+        row.running = None if running is None else int(running)
+        row.waiting = None if waiting is None else int(waiting)
+        row.ttft_p99_ms = number("ttft_p99_ms")
         return self.index(name)
 
     def targets(self) -> list[tuple[str, str, str | None]]:
         """What to scrape now: the local instances that serve, and every remote one."""
         return [(r.name, r.url, r.api_key) for r in self.rows[1:] if r.serving or not r.local]
+
+
+def recorded_rows(rec: Recording) -> FleetRows:
+    """The rows of a recording of ``fleet up --record`` (its ``fleet`` fact), before any
+    event is applied; ConfigError when it is not a fleet's."""
+    for ev in rec.events:
+        inner = ev.event if isinstance(ev, InstanceEvent) and ev.instance == ROUTER else None
+        if isinstance(inner, FactEvent) and inner.name == "fleet":
+            try:
+                return FleetRows.from_description(list(inner.value or []))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"the recording's fleet is unreadable: {e}") from None
+    raise ConfigError(
+        "not a fleet recording (no 'fleet' fact): record one with "
+        "`quantdeck fleet up FILE --record OUT`"
+    )
 
 
 def event_line(event: InstanceEvent) -> str | None:
@@ -289,22 +348,30 @@ class InstanceSampler:
         self.window_s = window_s
         self._scrapers: dict[str, MetricsScraper] = {}
 
-    def sample(
-        self, targets: list[tuple[str, str, str | None]]
-    ) -> dict[str, MetricsSnapshot | None]:
-        """``{name: snapshot}`` for ``(name, url, api_key)`` targets; None where one did not
+    def sample(self, targets: list[tuple[str, str, str | None]]) -> dict[str, MetricsEvent]:
+        """``{name: metrics event}`` for ``(name, url, api_key)`` targets: the instance's
+        figures, as ``serve --json-events`` prints them, or ``error`` where it did not
         answer."""
-        out: dict[str, MetricsSnapshot | None] = {}
+        out: dict[str, MetricsEvent] = {}
         for name, url, key in targets:
             scraper = self._scrapers.get(url)
             if scraper is None:
                 scraper = MetricsScraper(url, api_key=key, window_s=self.window_s, timeout=2.0)
                 self._scrapers[url] = scraper
             try:
-                out[name] = scraper.scrape()
-            except ServerError:
-                out[name] = None
+                snap = scraper.scrape()
+            except ServerError as e:
+                out[name] = MetricsEvent(time.time(), {"error": str(e)})
+                continue
+            values = snap.to_json()
+            out[name] = MetricsEvent(values.pop("t", time.time()), values)
         return out
+
+    def forget(self, urls: set[str]) -> None:
+        """Drop the scrapers of URLs no longer sampled (an instance restarted starts its
+        counters anew: a new scraper does not read the reset as a negative rate)."""
+        for url in set(self._scrapers) - urls:
+            self._scrapers.pop(url).close()
 
     def close(self) -> None:
         for s in self._scrapers.values():

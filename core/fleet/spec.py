@@ -63,6 +63,7 @@ RESTARTS = ("no", "on-failure")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _CPUS = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")  # as VLLM_CPU_OMP_THREADS_BIND reads it
 # router key: (flag of vllm-router, lower bound); None as a value leaves the router's default
+ROUTER = "router"  # the router's name among the instances (events, rows)
 _ROUTER_INTS = {
     "retries": ("--retry-max-retries", 0),
     "request_timeout_s": ("--request-timeout-secs", 1),

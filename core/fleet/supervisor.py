@@ -36,17 +36,19 @@ from quantdeck.core.events import (
     StateEvent,
 )
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
-from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec
+from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
+from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import cache_dir, write_atomic
 from quantdeck.core.procs import Child, signal_group, spawn, subprocess_env
 from quantdeck.core.runtime import ServerProcess
 from quantdeck.core.runtime.server import alive_pids, free_port, port_free
 from quantdeck.core.schema import Fields, load_json, read_bounded
 
-ROUTER = "router"
 ROUTER_READY_S = 60.0
 TICK_S = 0.25  # the fleet loop's look at its instances
-JUDGE_S = 1.0  # the fallback rule's look at the primaries' metrics
+SAMPLE_S = 1.0  # the instances' metrics scraped (and the fallback rule judged)
+METRICS_WINDOW_S = 60.0  # their quantiles' window, where no fallback rule sets one
 FACTS_S = 5.0  # the router's facts, reported when they change
 ROUTE_RETRY_S = 5.0  # a change of the router's workers it refused, tried again
 # restart: on-failure, as systemd's RestartSec with back-off: the delay before each attempt in a
@@ -131,6 +133,8 @@ class Fleet:
         self._queued: list[str] = []  # instances waiting for a GPU-sharing elder to be ready
         self._route_retry: dict[tuple[str, str], float] = {}
         self.fallback = FallbackJudge(spec) if spec.fallback is not None else None
+        window = spec.fallback.window_s if spec.fallback is not None else METRICS_WINDOW_S
+        self.sampler = InstanceSampler(window_s=window)
         self._metrics_port: int | None = None
 
     def _server(
@@ -257,6 +261,7 @@ class Fleet:
         from quantdeck.core.fleet.spec import check_fleet
 
         check_fleet(self.spec)
+        self._router_event(FactEvent("fleet", self.describe()))
         if running_fleet() is not None:
             raise ServerError("a fleet already runs from this cache folder: `quantdeck fleet down`")
         if stop.is_set():  # stopped while it was checked: start nothing
@@ -277,7 +282,7 @@ class Fleet:
         on-failure``, with back-off), keep the router's workers in step with the instances
         that are ready, apply the fallback rule, report the router's facts. False when the
         router itself has gone."""
-        next_judge = next_facts = 0.0
+        next_sample = next_facts = 0.0
         last_facts: dict[str, Any] | None = None
         while not stop.is_set():
             if not self.router_running:
@@ -285,11 +290,9 @@ class Fleet:
             now = time.monotonic()
             for t in self._tended.values():
                 self._tend(t, now)
-            if self.fallback is not None and now >= next_judge:
-                next_judge = now + JUDGE_S
-                ev = self.fallback.judge(self._ready_primaries(), now)
-                if ev is not None:
-                    self._router_event(ev)
+            if now >= next_sample:
+                next_sample = now + SAMPLE_S
+                self.sample(now)
             self.sync_routes()
             if now >= next_facts:
                 next_facts = now + FACTS_S
@@ -299,6 +302,38 @@ class Fleet:
                     last_facts = facts
             stop.wait(TICK_S)
         return True
+
+    def sample(self, now: float) -> None:
+        """Scrape the instances that serve (and every remote one), report each one's figures
+        as a ``metrics`` event, and judge the fallback rule on the primaries'."""
+        targets = [
+            (i.name, i.url, i.api_key)
+            for i in self.spec.instances
+            if i.url_ is not None or self.servers[i.name].state == "ready"
+        ]
+        self.sampler.forget({url for _, url, _ in targets})
+        samples = self.sampler.sample(targets)
+        for name, ev in samples.items():
+            self._events.emit(InstanceEvent(name, ev))
+        if self.fallback is not None:
+            worst = self.fallback.worst(self._ready_primaries(), samples)
+            judged = self.fallback.judge(worst, now)
+            if judged is not None:
+                self._router_event(judged)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The fleet's rows as the Fleet view shows them before anything runs (``fleet``
+        fact: a recording of ``fleet up`` is replayed from it)."""
+        from quantdeck.core.models import inspect_model
+
+        infos: dict[str, ModelInfo | None] = {}
+        for inst in self.spec.local:
+            assert inst.cfg is not None  # local instances have a profile
+            try:
+                infos[inst.name] = inspect_model(inst.cfg.model.model)
+            except QuantdeckError:
+                infos[inst.name] = None
+        return FleetRows(self.spec, infos).describe()
 
     def _tend(self, t: _Tended, now: float) -> None:
         """One look at an instance: a crash counted and its restart planned, a restart due
@@ -409,8 +444,7 @@ class Fleet:
         side by side; nothing of the fleet runs afterwards."""
         if self.router is not None:
             self._stop_router(self.router)
-        if self.fallback is not None:
-            self.fallback.close()
+        self.sampler.close()
         threads = [
             threading.Thread(target=s.stop, name=f"fleet-stop-{name}")
             for name, s in self.servers.items()

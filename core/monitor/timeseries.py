@@ -211,6 +211,12 @@ class TimeSeriesStore:
     def __len__(self) -> int:
         return min(self._n, self.capacity)
 
+    @property
+    def last_t(self) -> float | None:
+        """The newest point's time (None: empty)."""
+        with self._lock:
+            return float(self._t[(self._n - 1) % self.capacity]) if self._n else None
+
     def _ordered(self, a: np.ndarray) -> np.ndarray:
         n = len(self)
         if self._n <= self.capacity:

@@ -58,6 +58,7 @@ from quantdeck.core.launch import (
     validate,
     vllm_args,
     vllm_env,
+    with_ray,
 )
 from quantdeck.core.models import ModelInfo, inspect_model
 from quantdeck.core.paths import cache_dir
@@ -405,7 +406,8 @@ class ServerProcess:
             if value and Path(value).expanduser().is_dir():
                 setattr(cfg.model, attr, str(Path(value).expanduser().resolve()))
         self.info = inspect_model(cfg.model.model)
-        dev = self.device()
+        # a launch on Ray: the cluster's facts (probed in the engine's Python) for the advisor
+        dev = with_ray(self.device(), cfg, python=self.engine.python)
         if (
             not dev.is_cuda
             and cfg.cache.kv_cache_memory_bytes is None

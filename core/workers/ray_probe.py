@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     try:
-        import ray  # type: ignore[import-not-found]  # not in .venv: the engine's Python has it
+        import ray  # not in .venv: the engine's Python has it
 
         ray.init(address=ns.address, log_to_driver=False, logging_level="ERROR")
         try:

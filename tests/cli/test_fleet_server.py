@@ -27,6 +27,8 @@ import yaml
 from conftest import alive_pids
 
 from quantdeck.cli.main import main
+from quantdeck.core.events import InstanceEvent
+from quantdeck.core.monitor import read_recording
 from quantdeck.core.runtime import free_port
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
@@ -40,6 +42,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 @dataclass
 class RunningFleet:
     proc: subprocess.Popen[str]
+    record: Path  # fleet up --record
     router: str
     urls: dict[str, str]
     model: str = ""
@@ -109,8 +112,19 @@ def fleet(
     path.write_text(yaml.safe_dump(spec))
     # one process per engine, one thread each: three engines share the two cores
     env = {**os.environ, **ONE_PROCESS_ENGINE_ENV, "QD_FLEET_TEST_KEY": KEY}
+    record = path.parent / "fleet.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "quantdeck.cli", "fleet", "up", str(path), "--json-events"],
+        [
+            sys.executable,
+            "-m",
+            "quantdeck.cli",
+            "fleet",
+            "up",
+            str(path),
+            "--json-events",
+            "--record",
+            str(record),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -118,6 +132,7 @@ def fleet(
     )
     running = RunningFleet(
         proc,
+        record,
         f"http://127.0.0.1:{ports['router']}",
         {n: f"http://127.0.0.1:{p}" for n, p in ports.items() if n != "router"},
     )
@@ -267,3 +282,35 @@ def test_sigterm_stops_the_whole_fleet(
     assert alive_pids(pids) == []
     assert main(["fleet", "status", "--json"]) == 0  # the state file went with it
     assert json.loads(capsys.readouterr().out) == {"running": False}
+
+
+def test_the_recording_replays_what_happened(
+    fleet: RunningFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fleet up --record``: after SIGTERM the recording is closed under its name and
+    ``fleet replay`` tells the same story as the live events: the crash and restart of a,
+    the fallback on and off, each instance's figures while it served, everything stopped."""
+    assert fleet.proc.poll() is not None  # after the SIGTERM test
+    assert main(["fleet", "replay", str(fleet.record), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in out["rows"]] == ["router", "a", "b", "c"]
+    assert [r["state"] for r in out["rows"]] == ["stopped"] * 4
+    news = [n["line"] for n in out["news"]]
+    for wanted in (
+        "a: crashed",
+        "a: restart 1 in 1 s",
+        "router: fallback on",
+        "router: fallback off",
+    ):
+        assert any(line.startswith(wanted) for line in news), (wanted, news)
+    # the same events as printed live, the metrics included: one per instance and second
+    live = [e for e in fleet.events if e.get("event") == "metrics"]
+    rec = read_recording(fleet.record)
+    recorded = [e for e in rec.events if isinstance(e, InstanceEvent) and e.event.kind == "metrics"]
+    assert len(recorded) >= len(live) > 0
+    for name in ("a", "b", "c"):
+        mine = [e.event for e in recorded if e.instance == name]
+        served = [m for m in mine if "error" not in m.values]
+        assert served and all(m.values["kv_blocks_total"] > 0 for m in served), name
+        if name != "c":  # the backup may have served nothing
+            assert max(m.values["generation_tokens_total"] for m in served) > 0, name

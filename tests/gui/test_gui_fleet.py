@@ -5,6 +5,7 @@ at it through the window's attach path."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +240,80 @@ def test_open_in_monitor_attaches_and_logs_follow_the_instance(
     assert "not this instance" not in logs
     # the window's attach path took the instance's URL (no server answers there: its error)
     qtbot.waitUntil(lambda: "127.0.0.1:18001" in window.launch.message.text(), timeout=20_000)
+
+
+# -- a recording, replayed; the Monitor's overlay of the instances -----------------------------
+def test_a_fleet_recording_replays_rows_news_and_the_instances_overlay(
+    qtbot, view: FleetView, tmp_path: Path
+) -> None:
+    from fleet_recording import SECONDS, T0, write_fleet_recording
+
+    from quantdeck.gui.monitor import MonitorPanel
+
+    assert view.spec is not None
+    path = write_fleet_recording(tmp_path / "fleet.jsonl", view.spec)
+    view.replay(str(path))
+    qtbot.waitUntil(lambda: view.phase == "replay", timeout=10_000)
+    assert texts(view, "instance") == ["router", "a", "b"]
+    assert texts(view, "state") == ["ready", "crashed (restart 1 in 1 s)", "ready"]
+    # a crashed shows no stale figures; b's are its last sample's
+    assert texts(view, "KV %")[1:] == ["", "5"]
+    assert texts(view, "run/wait")[2] == "1/0" and texts(view, "tok/s")[2] == "20.0"
+    assert texts(view, "router")[0].endswith("fallback on")
+    assert texts(view, "router")[2] == "routed"
+    news = view.events.toPlainText().splitlines()
+    crash = time.strftime("%H:%M:%S", time.localtime(T0 + 40))
+    assert f"{crash}  a: crashed exit code -9" in news  # stamped with the recorded time
+    assert any("router: fallback on: the primaries' ttft_p99_ms 812 ms" in n for n in news)
+    assert "replay: fleet.jsonl · 2 instances" in view.path_label.text()
+    assert not view.start_button.isEnabled()  # a replay, not a fleet: nothing to start
+
+    # the Monitor overlays the instances, one curve each, on one time axis
+    monitor = MonitorPanel()
+    qtbot.addWidget(monitor)
+    monitor.set_instances(view.series)
+    monitor.refresh(force=True)
+    assert not monitor.instances_box.isHidden()
+    kv = {c.label: c for c in monitor._plot_curves["KV-cache % by instance"]}
+    assert set(kv) == {"a", "b"}
+    xa, ya = kv["a"].getData()
+    xb, yb = kv["b"].getData()
+    assert list(ya) == [10.0 + i for i in range(SECONDS)] and set(yb) == {5.0}
+    assert xb[-1] == 0.0 and xa[-1] == -0.5  # b sampled half a second after a
+    monitor.instances_box.setChecked(False)  # unticked: the row of instance plots goes
+    monitor.refresh(force=True)  # (a hidden panel redraws when shown)
+    assert "KV-cache % by instance" not in monitor.plots
+    monitor.instances_box.setChecked(True)
+    monitor.refresh(force=True)
+    assert "KV-cache % by instance" in monitor.plots
+
+
+def test_a_recording_that_is_not_a_fleets_is_one_line(
+    qtbot, view: FleetView, tmp_path: Path
+) -> None:
+    from quantdeck.core.events import MetricsEvent
+    from quantdeck.core.monitor import Recorder
+
+    rec = Recorder(tmp_path / "serve.jsonl", {"source": "serve"})
+    rec.write(MetricsEvent(1.0, {"running": 1}))
+    rec.close()
+    view.replay(str(tmp_path / "serve.jsonl"))
+    qtbot.waitUntil(lambda: view.message.text() != "", timeout=10_000)
+    assert view.message.text().startswith("not a fleet recording (no 'fleet' fact)")
+    assert texts(view, "state") == ["stopped"] * 3  # the file's rows stay
+
+
+def test_the_window_sends_a_fleet_recording_to_the_fleet_tab(
+    qtbot, fleet_file: Path, tmp_path: Path
+) -> None:
+    from fleet_recording import write_fleet_recording
+
+    win = MainWindow()
+    qtbot.addWidget(win)
+    path = write_fleet_recording(tmp_path / "fleet.jsonl", load_fleet(fleet_file))
+    assert win.open_recording(str(path)) > 60
+    assert win.tabs.currentWidget() is win.fleet
+    assert win.fleet.model.text(1, "state") == "crashed (restart 1 in 1 s)"
+    assert set(win.monitor.instances) == {"a", "b"}  # the overlay follows the Fleet tab
+    assert len(win.monitor.instances["a"]) == 30
+    win.close()

@@ -8,46 +8,65 @@ from pathlib import Path
 
 import pytest
 
+from quantdeck.core.events import MetricsEvent
 from quantdeck.core.fleet import FallbackJudge, FallbackRule, FleetSpec, InstanceSpec, RouterSpec
 from quantdeck.core.fleet.router import router_facts
 
 
-class ScriptedJudge(FallbackJudge):
-    """The judge, fed the worst primary's value directly instead of scraping servers."""
-
-    def __init__(self, rule: FallbackRule) -> None:
-        spec = FleetSpec(
-            Path("f.yaml"),
-            RouterSpec(),
-            [InstanceSpec("p", url_="http://p"), InstanceSpec("b", url_="http://b", role="backup")],
-            rule,
-        )
-        super().__init__(spec)
-        self.next_value: float | None = None
-
-    def worst(self, primaries: list[InstanceSpec]) -> float | None:
-        return self.next_value
+def judge_of(rule: FallbackRule) -> FallbackJudge:
+    """A judge for one primary p and one backup b."""
+    spec = FleetSpec(
+        Path("f.yaml"),
+        RouterSpec(),
+        [InstanceSpec("p", url_="http://p"), InstanceSpec("b", url_="http://b", role="backup")],
+        rule,
+    )
+    return FallbackJudge(spec)
 
 
-def run(judge: ScriptedJudge, values: list[float | None]) -> list[tuple[int, bool, float]]:
-    """One look a second; (second, active, held_s) for each switch."""
+def run(judge: FallbackJudge, values: list[float | None]) -> list[tuple[int, bool, float]]:
+    """One look a second with the worst primary's value; (second, active, held_s) for each
+    switch."""
     out = []
     for second, v in enumerate(values):
-        judge.next_value = v
-        ev = judge.judge([], float(second))
+        ev = judge.judge(v, float(second))
         if ev is not None:
             out.append((second, ev.active, ev.held_s))
     return out
 
 
+def test_the_worst_primary_is_read_from_the_samples() -> None:
+    judge = judge_of(FallbackRule(metric="ttft_p99_ms", above_ms=500))
+    spec = FleetSpec(
+        Path("f.yaml"),
+        RouterSpec(),
+        [InstanceSpec("p", url_="http://p"), InstanceSpec("q", url_="http://q")],
+    )
+    p, q = spec.instances
+    samples = {
+        "p": MetricsEvent(1.0, {"ttft_p99_ms": 120.0}),
+        "q": MetricsEvent(1.0, {"ttft_p99_ms": 640.5}),
+        "b": MetricsEvent(1.0, {"ttft_p99_ms": 9999.0}),  # a backup: not judged
+    }
+    assert judge.worst([p, q], samples) == 640.5
+    assert judge.worst([p], samples) == 120.0
+    # no request in the window (None), a bool, no answer: no figure
+    samples = {
+        "p": MetricsEvent(1.0, {"ttft_p99_ms": None}),
+        "q": MetricsEvent(1.0, {"error": "refused"}),
+    }
+    assert judge.worst([p, q], samples) is None
+    assert judge.worst([p, q], {"p": MetricsEvent(1.0, {"ttft_p99_ms": True})}) is None
+
+
 def test_the_backups_come_after_for_s_over_and_leave_after_recover_s_under() -> None:
-    judge = ScriptedJudge(FallbackRule(above_ms=500, for_s=3, recover_s=5))
+    judge = judge_of(FallbackRule(above_ms=500, for_s=3, recover_s=5))
     values = [100, 600, 700, 800, 900, 450, None, 300, 200, 100, 100, 100]
     assert run(judge, values) == [(4, True, 3.0), (10, False, 5.0)]
 
 
 def test_a_dip_restarts_the_count() -> None:
-    judge = ScriptedJudge(FallbackRule(above_ms=500, for_s=2, recover_s=2))
+    judge = judge_of(FallbackRule(above_ms=500, for_s=2, recover_s=2))
     # over, over, under (the count starts again), over x3: on at the third of those
     assert run(judge, [600, 600, 400, 600, 600, 600]) == [(5, True, 2.0)]
     # back under briefly, then over again: still active, no switch
@@ -56,9 +75,8 @@ def test_a_dip_restarts_the_count() -> None:
 
 
 def test_the_event_carries_the_figures() -> None:
-    judge = ScriptedJudge(FallbackRule(metric="itl_p99_ms", above_ms=50, for_s=0, recover_s=0))
-    judge.next_value = 123.456
-    ev = judge.judge([], 0.0)
+    judge = judge_of(FallbackRule(metric="itl_p99_ms", above_ms=50, for_s=0, recover_s=0))
+    ev = judge.judge(123.456, 0.0)
     assert ev is not None
     assert ev.to_json() | {"t": 0} == {
         "event": "fallback",

