@@ -217,6 +217,39 @@ class MetricsEvent(Event):
 
 
 @dataclass(frozen=True)
+class KvEvent(Event):
+    """One tick of vLLM's KV-cache events as the block index saw them (``serve --kv-events``;
+    core/monitor/kv_events.py). Totals count since the subscriber started, in blocks; rates are
+    since the previous ``kv`` event; ages and lifetimes in seconds. ``groups``: the same per
+    KV-cache group (``group``, ``kind``, ``resident``, ``stored``, ``reused``...).
+    ``top_prefixes``: the most reused shared prefixes (``id``, ``group``, ``blocks``, ``hits``);
+    ``prefix_tokens``: the token ids of a prefix, in the first event that lists its id.
+    docs/kv.md defines each figure."""
+
+    kind: ClassVar[str] = "kv"
+    blocks_stored_total: int
+    blocks_removed_total: int
+    blocks_resident: int
+    prefix_hit_rate: float | None
+    blocks_reused_total: int = 0
+    stored_per_s: float = 0.0
+    removed_per_s: float = 0.0
+    evicted_total: int = 0
+    evicted_lifetime_mean_s: float | None = None
+    resident_age_mean_s: float | None = None
+    resident_age_max_s: float | None = None
+    cleared_total: int = 0
+    seq: int | None = None  # the last sequence number taken
+    gaps: int = 0
+    batches_replayed: int = 0
+    batches_lost: int = 0  # neither received nor replayed: the index may be off since
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    top_prefixes: list[dict[str, Any]] = field(default_factory=list)
+    prefix_tokens: dict[str, list[int]] = field(default_factory=dict)
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
 class RecordingHeader(Event):
     """The first line of a recording."""
 

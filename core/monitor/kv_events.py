@@ -1,0 +1,665 @@
+"""vLLM's KV-cache events: a subscriber and the block index it keeps.
+
+Started with ``--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", ...}'``,
+vLLM's scheduler publishes, after each engine step that changed the prefix cache, one
+``KVEventBatch`` (msgpack through msgspec) on a ZMQ PUB socket, as three frames:
+``[topic, seq, payload]`` with ``seq`` an 8-byte big-endian counter from 0. With a replay
+endpoint it also binds a ROUTER socket: a DEALER sends ``[b"", start_seq]`` (8 bytes, big
+endian) and gets back every batch it still holds from ``start_seq`` on, as
+``[b"", topic, seq, payload]``, then ``[b"", b"", -1, b""]``.
+
+The msgspec structs below mirror ``vllm/distributed/kv_events.py`` (vLLM 0.32) field by field:
+the batch is an array, the events are maps tagged with their class name, fields at their
+default left out. Fields added by a later vLLM are ignored when decoding.
+
+:class:`BlockIndex` keeps the resident blocks per KV-cache group and the figures; its
+definitions are in docs/kv.md. :class:`KvEventSubscriber` feeds it from a background thread,
+checks the sequence numbers, asks the replay endpoint for what a gap lost, reports what it could
+not get back, and emits a :class:`~quantdeck.core.events.KvEvent` once per second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+import zmq
+
+from quantdeck.core.events import Event, KvEvent, Publisher
+
+log = logging.getLogger("quantdeck.kv_events")
+
+# -- the wire format: vllm/distributed/kv_events.py, mirrored --------------------------------
+
+ExternalBlockHash = bytes | int  # sha256 bytes; an int with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
+
+
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    """Base of the three events (a map tagged ``"type": CLASS_NAME``)."""
+
+
+class BlockStored(KVCacheEvent):
+    """Full blocks entered the prefix cache: a chain of ``block_hashes`` that continues
+    ``parent_block_hash`` (None: it starts a sequence), holding ``token_ids``."""
+
+    block_hashes: list[ExternalBlockHash]
+    parent_block_hash: ExternalBlockHash | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+
+
+class BlockRemoved(KVCacheEvent):
+    """Blocks left the prefix cache (evicted to make room, or freed from it)."""
+
+    block_hashes: list[ExternalBlockHash]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+
+class AllBlocksCleared(KVCacheEvent):
+    """The prefix cache was reset."""
+
+
+class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One engine step's events."""
+
+    ts: float  # time.time() in the engine when the step ended
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    data_parallel_rank: int | None = None
+
+
+_decoder = msgspec.msgpack.Decoder(KVEventBatch)
+
+
+def decode_batch(payload: bytes) -> KVEventBatch:
+    """A batch from its msgpack payload; ``msgspec.DecodeError`` when it is not one."""
+    return _decoder.decode(payload)
+
+
+END_SEQ = -1  # the replay's last frame carries this sequence number
+
+
+def hash_id(h: ExternalBlockHash) -> str:
+    """A block hash as text (hex), for JSON."""
+    return h.hex() if isinstance(h, bytes) else format(h, "x")
+
+
+# -- the block index --------------------------------------------------------------------------
+
+MAX_PREFIX_TOKENS = 4096  # token ids kept per reported shared prefix
+EVICTIONS_KEPT = 1024
+
+
+@dataclass(slots=True)
+class _Block:
+    parent: ExternalBlockHash | None
+    depth: int  # blocks before this one in its chain (as far as the index knows the chain)
+    stored_at: float  # the batch's ts (engine clock)
+    tokens: list[int]
+    copies: int = 1  # stores minus removals: vLLM may cache one hash in several blocks
+    children: int = 0  # resident blocks whose parent this is
+    hits: int = 0  # later chains that branched off right after this block
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """A block that left the cache: when (engine clock), how long it had been resident."""
+
+    t: float
+    group: int
+    block: str
+    lifetime_s: float
+    depth: int
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """A resident chain that later chains branched off from: ``hits`` of them, each reusing its
+    ``blocks`` blocks; ``tokens`` are its token ids (up to :data:`MAX_PREFIX_TOKENS`, from the
+    first block the index knows of)."""
+
+    id: str
+    group: int
+    blocks: int
+    hits: int
+    tokens: list[int]
+
+
+@dataclass
+class GroupStats:
+    """The figures of one KV-cache group (one attention type: full, sliding window...)."""
+
+    blocks: dict[ExternalBlockHash, _Block] = field(default_factory=dict)
+    block_size: int | None = None
+    spec_kind: str | None = None
+    sliding_window: int | None = None
+    medium: str | None = None
+    stored: int = 0  # block hashes in BlockStored events (duplicates included)
+    duplicates: int = 0  # of those, hashes already resident (computed again, same content)
+    removed: int = 0  # block hashes in BlockRemoved events
+    removed_unknown: int = 0  # of those, hashes the index did not hold
+    reused: int = 0  # blocks reused by branching chains (docs/kv.md)
+    age_sum: float = 0.0  # sum of stored_at over resident blocks
+    evicted: int = 0
+    lifetime_sum: float = 0.0
+    branches: dict[ExternalBlockHash, _Block] = field(default_factory=dict)  # hits > 0
+
+    @property
+    def resident(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def hit_rate(self) -> float | None:
+        seen = self.reused + self.stored
+        return self.reused / seen if seen else None
+
+
+class BlockIndex:
+    """The blocks vLLM's prefix cache holds, as its events tell: per group, each resident
+    block's parent, depth, store time and tokens; counts of what was stored, removed, reused
+    and evicted. Not thread-safe: :class:`KvEventSubscriber` holds a lock around it."""
+
+    def __init__(self) -> None:
+        self.groups: dict[int, GroupStats] = {}
+        self.cleared = 0
+        self.batches = 0
+        self.events = 0
+        self.evictions: deque[Eviction] = deque(maxlen=EVICTIONS_KEPT)
+
+    def group(self, idx: int) -> GroupStats:
+        g = self.groups.get(idx)
+        if g is None:
+            g = self.groups[idx] = GroupStats()
+        return g
+
+    def apply(self, batch: KVEventBatch) -> None:
+        """Take one batch's events, in order."""
+        self.batches += 1
+        self.events += len(batch.events)
+        ts = batch.ts
+        for ev in batch.events:
+            if isinstance(ev, BlockStored):
+                self._stored(ev, ts)
+            elif isinstance(ev, BlockRemoved):
+                self._removed(ev, ts)
+            else:
+                self.clear()
+                self.cleared += 1
+
+    def _stored(self, ev: BlockStored, ts: float) -> None:
+        g = self.group(ev.group_idx or 0)
+        if g.block_size is None or ev.block_size > g.block_size:
+            g.block_size = ev.block_size  # a partial block's event carries its own length
+        if ev.kv_cache_spec_kind is not None:
+            g.spec_kind = ev.kv_cache_spec_kind
+            g.sliding_window = ev.kv_cache_spec_sliding_window
+        g.medium = ev.medium
+        blocks = g.blocks
+        hashes = ev.block_hashes
+        parent_hash = ev.parent_block_hash
+        parent = blocks.get(parent_hash) if parent_hash is not None else None
+        if parent is not None and parent.children and hashes and hashes[0] not in blocks:
+            # a new chain branches off a resident one: its first parent.depth + 1 blocks
+            # came from the cache (a chain that only extends a tail is not counted: docs/kv.md)
+            g.reused += parent.depth + 1
+            parent.hits += 1
+            g.branches[parent_hash] = parent  # type: ignore[index]  # parent_hash is set
+        depth = parent.depth + 1 if parent is not None else 0
+        tokens = ev.token_ids
+        bs = ev.block_size
+        n = len(hashes)
+        for i in range(n):
+            h = hashes[i]
+            b = blocks.get(h)
+            if b is not None:
+                b.copies += 1
+                g.duplicates += 1
+            else:
+                b = blocks[h] = _Block(parent_hash, depth, ts, tokens[i * bs : (i + 1) * bs])
+                g.age_sum += ts
+                if parent is not None:
+                    parent.children += 1
+            parent, parent_hash, depth = b, h, b.depth + 1
+        g.stored += n
+
+    def _removed(self, ev: BlockRemoved, ts: float) -> None:
+        g = self.group(ev.group_idx or 0)
+        blocks = g.blocks
+        for h in ev.block_hashes:
+            g.removed += 1
+            b = blocks.get(h)
+            if b is None:
+                g.removed_unknown += 1
+                continue
+            b.copies -= 1
+            if b.copies > 0:
+                continue
+            del blocks[h]
+            g.branches.pop(h, None)
+            g.age_sum -= b.stored_at
+            life = max(0.0, ts - b.stored_at)
+            g.evicted += 1
+            g.lifetime_sum += life
+            self.evictions.append(Eviction(ts, ev.group_idx or 0, hash_id(h), life, b.depth))
+            if b.parent is not None:
+                p = blocks.get(b.parent)
+                if p is not None and p.children > 0:
+                    p.children -= 1
+
+    def clear(self) -> None:
+        """Every block gone (AllBlocksCleared, or a restart); counts are kept."""
+        for g in self.groups.values():
+            g.blocks.clear()
+            g.branches.clear()
+            g.age_sum = 0.0
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def stored(self) -> int:
+        return sum(g.stored for g in self.groups.values())
+
+    @property
+    def removed(self) -> int:
+        return sum(g.removed for g in self.groups.values())
+
+    @property
+    def resident(self) -> int:
+        return sum(g.resident for g in self.groups.values())
+
+    @property
+    def reused(self) -> int:
+        return sum(g.reused for g in self.groups.values())
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """Blocks reused / (blocks reused + blocks stored), over every group (docs/kv.md)."""
+        seen = self.reused + self.stored
+        return self.reused / seen if seen else None
+
+    def tokens_of(
+        self, group: int, h: ExternalBlockHash, limit: int = MAX_PREFIX_TOKENS
+    ) -> list[int]:
+        """The token ids of the chain ending at block ``h``, from its first known block."""
+        blocks = self.groups[group].blocks
+        parts: list[list[int]] = []
+        n = 0
+        b = blocks.get(h)
+        while b is not None and n < limit:
+            parts.append(b.tokens)
+            n += len(b.tokens)
+            b = blocks.get(b.parent) if b.parent is not None else None
+        out = [t for part in reversed(parts) for t in part]
+        return out[-limit:] if len(out) > limit else out
+
+    def top_prefixes(self, n: int = 5) -> list[SharedPrefix]:
+        """The ``n`` shared prefixes branched off most often (then the longest)."""
+        cands = (
+            (b.hits, b.depth + 1, gi, h)
+            for gi, g in self.groups.items()
+            for h, b in g.branches.items()
+        )
+        best = heapq.nlargest(n, cands, key=lambda c: (c[0], c[1]))
+        return [
+            SharedPrefix(hash_id(h), gi, blocks, hits, self.tokens_of(gi, h))
+            for hits, blocks, gi, h in best
+        ]
+
+    def ages(self, now: float) -> tuple[float | None, float | None]:
+        """Mean and largest age (s) of the resident blocks."""
+        n = self.resident
+        if not n:
+            return None, None
+        mean = now - sum(g.age_sum for g in self.groups.values()) / n
+        oldest = min(
+            next(iter(g.blocks.values())).stored_at for g in self.groups.values() if g.blocks
+        )
+        return max(0.0, mean), max(0.0, now - oldest)
+
+
+# -- captures: a stream kept as it came, for the ingest benchmark -----------------------------
+
+_FRAME = struct.Struct(">qI")  # seq (signed: END_SEQ), payload length
+
+
+def write_frame(f: IO[bytes], seq: int, payload: bytes) -> None:
+    f.write(_FRAME.pack(seq, len(payload)))
+    f.write(payload)
+
+
+def read_capture(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """The ``(seq, payload)`` frames a subscriber's ``capture`` file holds."""
+    with open(path, "rb") as f:
+        while head := f.read(_FRAME.size):
+            if len(head) < _FRAME.size:
+                return  # cut short
+            seq, n = _FRAME.unpack(head)
+            payload = f.read(n)
+            if len(payload) < n:
+                return
+            yield seq, payload
+
+
+# -- the subscriber ---------------------------------------------------------------------------
+
+
+@dataclass
+class StreamStats:
+    """What the subscriber saw of the sequence numbers."""
+
+    last_seq: int | None = None
+    gaps: int = 0  # times a sequence number was skipped
+    replayed: int = 0  # batches the replay endpoint gave back
+    lost: int = 0  # batches neither received nor replayed: the index may be wrong since
+    duplicates: int = 0  # batches received twice (skipped)
+    undecodable: int = 0  # payloads that were not a KVEventBatch (skipped, counted lost)
+
+
+def events_config(endpoint: str, replay_endpoint: str | None = None) -> dict[str, Any]:
+    """vLLM's ``--kv-events-config`` for a publisher that connects to ``endpoint``."""
+    cfg: dict[str, Any] = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": endpoint,
+    }
+    if replay_endpoint:
+        cfg["replay_endpoint"] = replay_endpoint
+    return cfg
+
+
+class KvEventSubscriber:
+    """Subscribes to a vLLM KV-event publisher and keeps a :class:`BlockIndex`.
+
+    ``endpoint``: the publisher's PUB address. ``bind``: this side binds it and vLLM connects,
+    as vLLM does for any endpoint without a wildcard (``tcp://127.0.0.1:0`` binds a free port,
+    read back from :attr:`endpoint`). The socket is made and bound here, so that nothing vLLM
+    sends is lost before :meth:`start`; from then on only the thread uses it.
+    ``replay_endpoint``: vLLM's ROUTER for catch-up after a gap (None: a gap is lost).
+    ``expect_first``: the first sequence number due (0 from a server's start; None: whatever
+    comes first). ``capture``: a file that receives every batch in order (:func:`read_capture`).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        bind: bool = False,
+        replay_endpoint: str | None = None,
+        topic: str = "",
+        hz: float = 1.0,
+        expect_first: int | None = 0,
+        replay_timeout_s: float = 2.0,
+        capture: str | Path | None = None,
+    ) -> None:
+        self.replay_endpoint = replay_endpoint
+        self.index = BlockIndex()
+        self.stats = StreamStats()
+        self.hz = hz
+        self.replay_timeout_s = replay_timeout_s
+        self._next = expect_first
+        self._events: Publisher[Event] = Publisher("kv events")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt(zmq.RCVHWM, 0)  # never drop here; vLLM's PUB has its own limit
+        self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        try:
+            if bind:
+                self._sub.bind(endpoint)
+                endpoint = self._sub.getsockopt_string(zmq.LAST_ENDPOINT)
+            else:
+                self._sub.connect(endpoint)
+        except zmq.ZMQError:
+            self._sub.close(linger=0)
+            raise
+        self.endpoint = endpoint
+        self._capture: IO[bytes] | None = open(capture, "wb") if capture else None  # noqa: SIM115
+        self._sent_prefixes: set[str] = set()
+        self._last_emit: tuple[float, int, int] | None = None
+
+    def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``fn`` with each ``kv`` event (in the subscriber's thread)."""
+        return self._events.subscribe(fn)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and close the sockets (the index stays readable)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.error("the KV-event subscriber did not stop within %g s", timeout)
+                return
+        self._close()
+
+    def _close(self) -> None:
+        if not self._sub.closed:
+            self._sub.close(linger=0)
+        if self._capture is not None and not self._capture.closed:
+            self._capture.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- the thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        period = 1.0 / self.hz if self.hz > 0 else None
+        next_emit = time.monotonic() + (period or 0)
+        poller = zmq.Poller()
+        poller.register(self._sub, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                if poller.poll(100):
+                    self._drain()
+                if period is not None and time.monotonic() >= next_emit:
+                    next_emit += period
+                    self._events.emit(self.snapshot())
+        except Exception:
+            log.exception("the KV-event subscriber failed")
+        finally:
+            self._close()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                frames = self._sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 3:
+                log.warning("KV events: a message of %d frames (expected 3), skipped", len(frames))
+                continue
+            self.receive(int.from_bytes(frames[1], "big", signed=True), frames[2])
+
+    def receive(self, seq: int, payload: bytes) -> None:
+        """One published batch: gaps before it are caught up (or reported), then it is
+        applied. Called by the thread; public for replaying a capture through the checks."""
+        expected = self._next
+        if expected is not None and seq < expected:
+            self.stats.duplicates += 1
+            return
+        if expected is not None and seq > expected:
+            self.stats.gaps += 1
+            self._catch_up(expected, seq)
+        self._apply(seq, payload)
+
+    def _apply(self, seq: int, payload: bytes) -> None:
+        try:
+            batch = decode_batch(payload)
+        except msgspec.DecodeError as e:
+            self.stats.undecodable += 1
+            self.stats.lost += 1
+            log.warning("KV events: batch %d is not a KVEventBatch (%s): lost", seq, e)
+        else:
+            with self._lock:
+                self.index.apply(batch)
+        if self._capture is not None:
+            write_frame(self._capture, seq, payload)
+        self.stats.last_seq = seq
+        self._next = seq + 1
+
+    def _catch_up(self, start: int, upto: int) -> None:
+        """Ask the replay endpoint for batches ``start`` .. ``upto - 1`` and apply what it
+        gives back; the rest is counted lost and logged (never hidden)."""
+        pos = start
+        if self.replay_endpoint is not None:
+            pos = self._replay(start, upto)
+        if pos < upto:
+            self._lost(
+                pos,
+                upto,
+                "no replay endpoint"
+                if self.replay_endpoint is None
+                else "not in the replay buffer",
+            )
+        self._next = upto
+
+    def _lost(self, first: int, end: int, why: str) -> None:
+        self.stats.lost += end - first
+        log.warning(
+            "KV events: batches %d..%d were lost (%s); the block index may hold blocks vLLM "
+            "no longer has",
+            first,
+            end - 1,
+            why,
+        )
+
+    def _replay(self, start: int, upto: int) -> int:
+        """Apply the replayed batches ``start`` .. ``upto - 1`` (the endpoint sends from the
+        oldest it still holds); a hole before one is lost. Returns the next sequence number
+        still missing (``upto`` when the replay covered the rest)."""
+        assert self.replay_endpoint is not None
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        pos = start
+        try:
+            sock.connect(self.replay_endpoint)
+            sock.send_multipart([b"", start.to_bytes(8, "big")])
+            deadline = time.monotonic() + self.replay_timeout_s
+            while (left := deadline - time.monotonic()) > 0:
+                if not sock.poll(int(left * 1000) + 1):
+                    log.warning("KV events: the replay endpoint did not finish in time")
+                    break
+                frames = sock.recv_multipart()
+                if len(frames) != 4:
+                    continue
+                seq = int.from_bytes(frames[2], "big", signed=True)
+                if seq == END_SEQ:
+                    break
+                if seq < pos or seq >= upto:
+                    continue  # taken already, or still to come from the live socket
+                if seq > pos:
+                    self._lost(pos, seq, "not in the replay buffer")
+                self._apply(seq, frames[3])
+                self.stats.replayed += 1
+                pos = seq + 1
+        finally:
+            sock.close(linger=0)
+        return pos
+
+    # -- the figures ----------------------------------------------------------------------------
+    def snapshot(self, now: float | None = None) -> KvEvent:
+        """The index's figures as one ``kv`` event (rates since the previous snapshot)."""
+        now = time.time() if now is None else now
+        with self._lock:
+            idx = self.index
+            stored, removed = idx.stored, idx.removed
+            prev = self._last_emit
+            dt = now - prev[0] if prev else 0.0
+            stored_rate = (stored - prev[1]) / dt if prev and dt > 0 else 0.0
+            removed_rate = (removed - prev[2]) / dt if prev and dt > 0 else 0.0
+            self._last_emit = (now, stored, removed)
+            age_mean, age_max = idx.ages(now)
+            evicted = sum(g.evicted for g in idx.groups.values())
+            lifetime = sum(g.lifetime_sum for g in idx.groups.values())
+            groups = [_group_json(gi, g) for gi, g in sorted(idx.groups.items())]
+            top = idx.top_prefixes()
+            new_tokens = {p.id: p.tokens for p in top if p.id not in self._sent_prefixes}
+            self._sent_prefixes.update(new_tokens)
+            return KvEvent(
+                blocks_stored_total=stored,
+                blocks_removed_total=removed,
+                blocks_resident=idx.resident,
+                prefix_hit_rate=_round(idx.prefix_hit_rate, 4),
+                blocks_reused_total=idx.reused,
+                stored_per_s=round(stored_rate, 2),
+                removed_per_s=round(removed_rate, 2),
+                evicted_total=evicted,
+                evicted_lifetime_mean_s=_round(lifetime / evicted if evicted else None, 3),
+                resident_age_mean_s=_round(age_mean, 3),
+                resident_age_max_s=_round(age_max, 3),
+                cleared_total=idx.cleared,
+                seq=self.stats.last_seq,
+                gaps=self.stats.gaps,
+                batches_replayed=self.stats.replayed,
+                batches_lost=self.stats.lost,
+                groups=groups,
+                top_prefixes=[
+                    {"id": p.id, "group": p.group, "blocks": p.blocks, "hits": p.hits} for p in top
+                ],
+                prefix_tokens=new_tokens,
+                t=now,
+            )
+
+
+def _round(v: float | None, nd: int) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+def _group_json(gi: int, g: GroupStats) -> dict[str, Any]:
+    return {
+        "group": gi,
+        "kind": g.spec_kind,
+        "sliding_window": g.sliding_window,
+        "block_size": g.block_size,
+        "medium": g.medium,
+        "resident": g.resident,
+        "stored": g.stored,
+        "removed": g.removed,
+        "reused": g.reused,
+        "duplicates": g.duplicates,
+        "removed_unknown": g.removed_unknown,
+        "evicted": g.evicted,
+        "prefix_hit_rate": _round(g.hit_rate, 4),
+    }
+
+
+def ingest(index: BlockIndex, frames: Iterable[tuple[int, bytes]]) -> int:
+    """Decode and apply captured frames in order; the number of block events taken (each block
+    hash of a stored or removed event, and each clear, counts one)."""
+    n = 0
+    for _seq, payload in frames:
+        batch = decode_batch(payload)
+        index.apply(batch)
+        for ev in batch.events:
+            n += len(ev.block_hashes) if not isinstance(ev, AllBlocksCleared) else 1
+    return n
