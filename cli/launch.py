@@ -59,6 +59,15 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         f"{kv.block_size} ({human_bytes(kv.kv_bytes_per_token)} per token)"
     )
     print(f"concurrency   {kv.max_concurrency}x at max_model_len {kv.max_model_len}")
+    if len(kv.groups) > 1 or any(g.kind != "full_attention" for g in kv.groups):
+        print(f"KV groups     {len(kv.groups)}, a block is {human_bytes(kv.bytes_per_block)}:")
+        for n, g in _same_groups(kv.groups):
+            window = f", window {g.window}" if g.window else ""
+            print(
+                f"  {n} x {g.kind}: {g.layers} layer{'s' * (g.layers != 1)} of "
+                f"{human_bytes(g.page_bytes)} pages, {g.block_size} tokens a block{window}; "
+                f"{g.blocks_per_seq} blocks per max_model_len sequence"
+            )
     if ray is not None and ray.reachable:
         print(
             f"Ray cluster   {ray.address}: {ray.nodes} node{'s' * (ray.nodes != 1)}, "
@@ -70,6 +79,17 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     for m in out["warnings"]:
         print(f"warning: {m}")
     return 0
+
+
+def _same_groups(groups: list[Any]) -> list[tuple[int, Any]]:
+    """Runs of identical groups, as (count, group): a 5:1 hybrid prints two lines, not six."""
+    out: list[tuple[int, Any]] = []
+    for g in groups:
+        if out and out[-1][1] == g:
+            out[-1] = (out[-1][0] + 1, g)
+        else:
+            out.append((1, g))
+    return out
 
 
 def cmd_command(ns: argparse.Namespace) -> int:

@@ -356,11 +356,10 @@ def _layer_specs(
             need = align * -(-state_page // (align * token_page))
             block = max(block, kernel * -(-need // kernel))
             state_page = max(state_page, block * token_page)
-    promote = CHUNKED in kinds and os.environ.get(
-        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", ""
-    ) not in ("1", "true", "True")
-    if promote and FULL not in kinds:
-        promote = False
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 turns vLLM's hybrid manager off for
+    # chunked attention: local layers then hold every token, as full attention does.
+    env = os.environ.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "1").strip()
+    promote = CHUNKED in kinds and FULL in kinds and env == "0"
     in_flight = max_in_flight_tokens(cfg, device, max_tokens)
     page = block * token_page
     full = "mla" if info.kv_lora_rank else "full_attention"
