@@ -96,3 +96,170 @@ def write_checkpoint(root: Path, cfg: dict[str, Any], tensors=None, shards: int 
         weight_map.update({t[0]: name for t in part})
     (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     return root
+
+
+# -- small random checkpoints of each KV layer family (planner vs vLLM's own KV functions) -----
+# Only config.json matters to the planner and to vLLM's dummy loader; one embedding tensor makes
+# the folder a safetensors checkpoint.
+_SMALL: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 256,
+    "max_position_embeddings": 65536,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": True,
+}
+TINY_GEMMA3: dict[str, Any] = dict(  # 5 sliding + 1 full, as Gemma 3's pattern of 6
+    _SMALL,
+    architectures=["Gemma3ForCausalLM"],
+    model_type="gemma3_text",
+    num_hidden_layers=6,
+    sliding_window=64,
+    sliding_window_pattern=6,
+    query_pre_attn_scalar=32,
+    rope_theta=1000000.0,
+    rope_local_base_freq=10000.0,
+    hidden_activation="gelu_pytorch_tanh",
+)
+TINY_MISTRAL_SW: dict[str, Any] = dict(  # one window for every layer (Mistral 7B v0.1 style)
+    _SMALL,
+    architectures=["MistralForCausalLM"],
+    model_type="mistral",
+    num_hidden_layers=4,
+    sliding_window=256,
+)
+TINY_GPT_OSS: dict[str, Any] = dict(  # alternating sliding / full, MoE
+    _SMALL,
+    architectures=["GptOssForCausalLM"],
+    model_type="gpt_oss",
+    num_hidden_layers=4,
+    sliding_window=128,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    experts_per_token=2,
+    rope_scaling={
+        "rope_type": "yarn",
+        "factor": 32.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "original_max_position_embeddings": 4096,
+    },
+    rope_theta=150000.0,
+)
+TINY_GRANITE_H: dict[str, Any] = dict(  # Granite 4.0-H: Mamba-2 layers and one attention layer
+    _SMALL,
+    architectures=["GraniteMoeHybridForCausalLM"],
+    model_type="granitemoehybrid",
+    num_hidden_layers=4,
+    shared_intermediate_size=256,
+    layer_types=["mamba", "mamba", "mamba", "attention"],
+    mamba_expand=2,
+    mamba_n_groups=1,
+    mamba_n_heads=8,
+    mamba_d_head=32,
+    mamba_d_state=64,
+    mamba_d_conv=4,
+    mamba_chunk_size=64,
+    mamba_conv_bias=True,
+    mamba_proj_bias=False,
+    num_local_experts=0,
+    num_experts_per_tok=0,
+    position_embedding_type="nope",
+    embedding_multiplier=1.0,
+    logits_scaling=1.0,
+    residual_multiplier=1.0,
+    attention_multiplier=1.0,
+)
+TINY_NEMOTRON_H: dict[str, Any] = dict(  # Nemotron-H: the layer list as a pattern string
+    _SMALL,
+    architectures=["NemotronHForCausalLM"],
+    model_type="nemotron_h",
+    num_hidden_layers=6,
+    hybrid_override_pattern="M-M*-M",
+    mamba_num_heads=8,
+    mamba_head_dim=32,
+    n_groups=2,
+    ssm_state_size=32,
+    conv_kernel=4,
+    expand=2,
+    chunk_size=64,
+    mamba_hidden_act="silu",
+    mlp_hidden_act="relu2",
+    use_conv_bias=True,
+    use_bias=False,
+    attention_bias=False,
+    mlp_bias=False,
+    layer_norm_epsilon=1e-5,
+    residual_in_fp32=False,
+)
+TINY_DEEPSEEK_MLA: dict[str, Any] = dict(  # MLA: one latent per token and layer
+    _SMALL,
+    architectures=["DeepseekV2ForCausalLM"],
+    model_type="deepseek_v2",
+    num_hidden_layers=2,
+    kv_lora_rank=64,
+    q_lora_rank=64,
+    qk_rope_head_dim=32,
+    qk_nope_head_dim=32,
+    v_head_dim=32,
+    n_routed_experts=4,
+    n_shared_experts=1,
+    num_experts_per_tok=2,
+    moe_intermediate_size=64,
+    first_k_dense_replace=2,  # both layers dense
+    moe_layer_freq=1,
+)
+TINY_LLAMA4_CHUNKED: dict[str, Any] = dict(  # Llama 4 text: chunked local attention, NoPE every 4th
+    _SMALL,
+    architectures=["Llama4ForCausalLM"],
+    model_type="llama4_text",
+    num_hidden_layers=4,
+    attention_chunk_size=256,
+    intermediate_size_mlp=256,
+    num_local_experts=2,
+    num_experts_per_tok=1,
+    interleave_moe_layer_step=1,
+    rope_theta=500000.0,
+)
+TINY_QWEN3_NEXT: dict[str, Any] = dict(  # Qwen3-Next: gated delta net layers, full every 4th
+    _SMALL,
+    architectures=["Qwen3NextForCausalLM"],
+    model_type="qwen3_next",
+    num_hidden_layers=4,
+    full_attention_interval=4,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=32,
+    linear_value_head_dim=32,
+    linear_conv_kernel_dim=4,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=64,
+    shared_expert_intermediate_size=64,
+    decoder_sparse_step=1,
+    norm_topk_prob=True,
+    partial_rotary_factor=0.25,
+)
+FAMILIES: dict[str, dict[str, Any]] = {
+    "llama": dict(TINY_LLAMA, head_dim=32, max_position_embeddings=65536),
+    "gemma3": TINY_GEMMA3,
+    "mistral-sw": TINY_MISTRAL_SW,
+    "gpt-oss": TINY_GPT_OSS,
+    "granite-h": TINY_GRANITE_H,
+    "nemotron-h": TINY_NEMOTRON_H,
+    "deepseek-mla": TINY_DEEPSEEK_MLA,
+    "llama4-chunked": TINY_LLAMA4_CHUNKED,
+    "qwen3-next": TINY_QWEN3_NEXT,
+}
+
+
+def write_family(root: Path, family: str) -> Path:
+    """A small random checkpoint of one KV layer family (config.json and one tensor)."""
+    cfg = FAMILIES[family]
+    embed = [("model.embed_tokens.weight", "BF16", [cfg["vocab_size"], cfg["hidden_size"]])]
+    return write_checkpoint(root, cfg, tensors=embed)
