@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from quantdeck.cli._common import (
     AddCommand,
@@ -16,7 +17,7 @@ from quantdeck.cli._common import (
     print_json,
     until_signal,
 )
-from quantdeck.core.events import StateEvent
+from quantdeck.core.events import Event, StateEvent
 from quantdeck.core.launch import knobs
 
 
@@ -39,6 +40,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     out = EventPrinter(ns.json_events, recorder, ns.logs)
     server.subscribe(out)
     server.subscribe(lambda ev: stop.set() if ev.get("state") == "crashed" else None)
+    kv = KvEvents(server, out, capture=ns.kv_capture)
+    server.subscribe(kv.on_server_event)
     sampler = None
     say_leftovers()
     try:
@@ -60,9 +63,42 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         crashed = server.state == "crashed"
         if server.running:
             server.stop()
+        kv.stop()
         if recorder is not None:
             recorder.close()
     return 3 if crashed else 0
+
+
+class KvEvents:
+    """``serve --kv-events``: the KV-event subscriber of each start of ``server``. It binds the
+    endpoint vLLM's publisher connects to as soon as the server names it (its ``kv_events``
+    fact, before vLLM starts), so no batch waits for it; its ``kv`` events go to ``out`` once
+    the server is ready."""
+
+    def __init__(self, server: Any, out: Any, capture: str | None = None) -> None:
+        self.server, self.out, self.capture = server, out, capture
+        self.subscriber: Any = None
+
+    def on_server_event(self, ev: Event) -> None:
+        if ev.kind != "fact" or ev.get("name") != "kv_events":
+            return
+        from quantdeck.core.errors import QuantdeckError
+        from quantdeck.core.monitor import KvEventSubscriber
+
+        self.stop()
+        try:
+            sub = KvEventSubscriber.for_server_config(ev.get("value"), capture=self.capture)
+        except QuantdeckError as e:  # the port was taken meanwhile: serve on, say so
+            print(f"quantdeck: error: {e}; serving without KV events", file=sys.stderr)
+            return
+        sub.subscribe(lambda e: self.out(e) if self.server.state == "ready" else None)
+        sub.start()
+        self.subscriber = sub
+
+    def stop(self) -> None:
+        if self.subscriber is not None:
+            self.subscriber.stop()
+            self.subscriber = None
 
 
 def cmd_monitor(ns: argparse.Namespace) -> int:
@@ -160,6 +196,12 @@ def register(add: AddCommand) -> None:
         "--engine-python", metavar="PY", help="the Python whose vLLM to run (default: this one)"
     )
     sp.add_argument("--logs", action="store_true", help="also print the server's log lines")
+    sp.add_argument(
+        "--kv-capture",
+        metavar="FILE",
+        help="with --kv-events: keep vLLM's KV-event stream as it came, for "
+        "benchmarks/kv_ingest.py",
+    )
 
     sp = add("monitor", cmd_monitor, "watch a running vLLM server at URL without owning it")
     sp.add_argument("url")

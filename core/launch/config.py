@@ -147,6 +147,14 @@ class CacheConfig:
     enable_prefix_caching: bool | None = knob(
         None, "Reuse the KV cache of shared prompt prefixes (vLLM's default: on)."
     )
+    kv_events: bool = knob(
+        False,
+        "Follow every KV-cache block: vLLM publishes its KV events (--kv-events-config, on a "
+        "free loopback port) and Quantdeck keeps a block index: resident blocks, reuse, "
+        "prefix hit rate, evictions (kv events; docs/kv.md). Needs prefix caching.",
+        quantdeck_only=True,
+        title="KV events",
+    )
     cpu_offload_gb: float = knob(
         0.0, "GiB of weights per GPU to keep in CPU memory.", ge=0.0, unit="GiB", advanced=True
     )

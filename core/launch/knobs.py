@@ -267,6 +267,11 @@ def validate(cfg: LaunchConfig) -> LaunchConfig:
         problem = check_address(p.ray_address)
         if problem:
             raise ConfigError(f"parallel.ray_address: {problem}")
+    if cfg.cache.kv_events and cfg.cache.enable_prefix_caching is False:
+        raise ConfigError(
+            "cache.kv_events: vLLM publishes KV events from its prefix cache, which "
+            "cache.enable_prefix_caching turns off"
+        )
     if m.model == "":
         raise ConfigError("model.model: no model path given")
     return cfg

@@ -12,16 +12,14 @@ if TYPE_CHECKING:
     from quantdeck.core.monitor.kv_events import (
         BlockIndex,
         KvEventSubscriber,
-        events_config,
         read_capture,
     )
 
-_KV_EVENTS = ("BlockIndex", "KvEventSubscriber", "events_config", "read_capture")
+_KV_EVENTS = ("BlockIndex", "KvEventSubscriber", "read_capture")
 
 __all__ = [
     "BlockIndex",
     "driver_version",
-    "events_config",
     "KvEventSubscriber",
     "MetricsScraper",
     "ProcessWatch",

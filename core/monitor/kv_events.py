@@ -34,6 +34,7 @@ from typing import IO, Any
 import msgspec
 import zmq
 
+from quantdeck.core.errors import ServerError
 from quantdeck.core.events import Event, KvEvent, Publisher
 
 log = logging.getLogger("quantdeck.kv_events")
@@ -375,18 +376,6 @@ class StreamStats:
     undecodable: int = 0  # payloads that were not a KVEventBatch (skipped, counted lost)
 
 
-def events_config(endpoint: str, replay_endpoint: str | None = None) -> dict[str, Any]:
-    """vLLM's ``--kv-events-config`` for a publisher that connects to ``endpoint``."""
-    cfg: dict[str, Any] = {
-        "enable_kv_cache_events": True,
-        "publisher": "zmq",
-        "endpoint": endpoint,
-    }
-    if replay_endpoint:
-        cfg["replay_endpoint"] = replay_endpoint
-    return cfg
-
-
 class KvEventSubscriber:
     """Subscribes to a vLLM KV-event publisher and keeps a :class:`BlockIndex`.
 
@@ -397,6 +386,7 @@ class KvEventSubscriber:
     ``replay_endpoint``: vLLM's ROUTER for catch-up after a gap (None: a gap is lost).
     ``expect_first``: the first sequence number due (0 from a server's start; None: whatever
     comes first). ``capture``: a file that receives every batch in order (:func:`read_capture`).
+    An endpoint that cannot be bound or connected is a :class:`ServerError`.
     """
 
     def __init__(
@@ -432,13 +422,27 @@ class KvEventSubscriber:
                 endpoint = self._sub.getsockopt_string(zmq.LAST_ENDPOINT)
             else:
                 self._sub.connect(endpoint)
-        except zmq.ZMQError:
+        except zmq.ZMQError as e:
             self._sub.close(linger=0)
-            raise
+            verb = "bind" if bind else "connect to"
+            raise ServerError(f"KV events: cannot {verb} {endpoint} ({e})") from None
         self.endpoint = endpoint
         self._capture: IO[bytes] | None = open(capture, "wb") if capture else None  # noqa: SIM115
         self._sent_prefixes: set[str] = set()
         self._last_emit: tuple[float, int, int] | None = None
+
+    @classmethod
+    def for_server_config(cls, config: dict[str, Any], **kw: Any) -> KvEventSubscriber:
+        """The subscriber for a vLLM started with ``--kv-events-config`` ``config`` (the
+        ``kv_events`` fact of ``ServerProcess``): binds its ``endpoint``, where vLLM's
+        publisher connects (its endpoint has no wildcard), and uses its replay endpoint."""
+        return cls(
+            config["endpoint"],
+            bind=True,
+            replay_endpoint=config.get("replay_endpoint"),
+            topic=config.get("topic", ""),
+            **kw,
+        )
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``fn`` with each ``kv`` event (in the subscriber's thread)."""

