@@ -16,6 +16,7 @@ from quantdeck.cli._common import (
     print_json,
 )
 from quantdeck.core.launch import LaunchConfig, RayFacts, knobs, profiles
+from quantdeck.core.launch.planner import same_groups
 
 
 def _plan_and_advise(
@@ -61,7 +62,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     print(f"concurrency   {kv.max_concurrency}x at max_model_len {kv.max_model_len}")
     if len(kv.groups) > 1 or any(g.kind != "full_attention" for g in kv.groups):
         print(f"KV groups     {len(kv.groups)}, a block is {human_bytes(kv.bytes_per_block)}:")
-        for n, g in _same_groups(kv.groups):
+        for n, g in same_groups(kv.groups):
             window = f", window {g.window}" if g.window else ""
             print(
                 f"  {n} x {g.kind}: {g.layers} layer{'s' * (g.layers != 1)} of "
@@ -79,17 +80,6 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     for m in out["warnings"]:
         print(f"warning: {m}")
     return 0
-
-
-def _same_groups(groups: list[Any]) -> list[tuple[int, Any]]:
-    """Runs of identical groups, as (count, group): a 5:1 hybrid prints two lines, not six."""
-    out: list[tuple[int, Any]] = []
-    for g in groups:
-        if out and out[-1][1] == g:
-            out[-1] = (out[-1][0] + 1, g)
-        else:
-            out.append((1, g))
-    return out
 
 
 def cmd_command(ns: argparse.Namespace) -> int:

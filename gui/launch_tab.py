@@ -102,11 +102,22 @@ class PlannerPanel(QWidget):
             self.advice.setText("")
             return
         assert p is not None
+        from quantdeck.core.launch.planner import same_groups
+
         fits = p.fits and not any(f.level == "error" for f in findings)
+        # a hybrid's groups (sliding, full, Mamba...) each take a block per layer: blocks x
+        # block size is not its token count, so the tokens are shown on their own
+        groups = "".join(
+            f"<br>&nbsp;&nbsp;{n} × {html.escape(g.kind)} ({g.layers} layers"
+            + (f", window {g.window}" if g.window else "")
+            + f", {g.blocks_per_seq} blocks/seq)"
+            for n, g in (same_groups(p.groups) if len(p.groups) > 1 else [])
+        )
         self.figures.setText(
             f"{html.escape(p.device)}<br>"
             f"weights {p.weights_bytes / GiB:.2f} GiB · KV cache {p.kv_cache_bytes / GiB:.2f} GiB"
-            f"<br>KV blocks {p.num_blocks:,} × {p.block_size} = {p.kv_cache_tokens:,} tokens"
+            f"<br>KV blocks {p.num_blocks:,} of {p.block_size} tokens; "
+            f"{p.kv_cache_tokens:,} tokens{groups}"
             f"<br>max concurrency {p.max_concurrency}× at {p.max_model_len} tokens"
             f"<br><b>{'fits' if fits else 'does not fit'}</b>"
         )

@@ -4,7 +4,8 @@ Starts the demo model from the Launch tab, sends Playground requests and a littl
 load while the Monitor fills, runs a small benchmark, saves launch.png, monitor.png, logs.png,
 playground.png, benchmark.png, stops the server, converts the demo model to W8A8 (convert.png),
 brings up a two-instance demo fleet in the Fleet tab under load (fleet.png; Open in Monitor
-must attach, Stop fleet must leave no process) and exits 0 (1 if a server never became ready).
+must attach, and the Monitor then overlays both instances: monitor-fleet.png; Stop fleet must
+leave no process) and exits 0 (1 if a server never became ready).
 OUTDIR is written whole or not at all (:func:`quantdeck.core.paths.atomic_dir`): an earlier set
 of screenshots is replaced, any other file or folder there is refused.
 """
@@ -216,6 +217,12 @@ def _shoot_fleet(app: QApplication, win: Any, out: Path, folder: Path) -> None:
         view.open_monitor.click()
         if not _wait(app, lambda: len(win.monitor.store) >= 3, 60):
             raise ServerError(f"Open in Monitor: no points from a ({win.controller.state})")
+        # the Monitor follows a and overlays both instances (monitor-fleet.png)
+        win.tabs.setCurrentWidget(win._monitor_box)
+        series = view.series
+        _wait(app, lambda: all(len(s) >= 15 for s in series.values()), 60)
+        _wait(app, lambda: False, 1.0)
+        win.grab().save(str(out / "monitor-fleet.png"))
         _wait(app, lambda: not loader.is_alive(), 60)
     finally:
         pids = {c.pid for c in psutil.Process().children(recursive=True)}

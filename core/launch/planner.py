@@ -432,3 +432,14 @@ def _blocks_per_seq(spec: _Spec, max_len: int) -> int:
         assert spec.window is not None
         return -(-min(spec.window + spec.in_flight, max_len) // b)
     return -(-max_len // b)
+
+
+def same_groups(groups: list[Any]) -> list[tuple[int, Any]]:
+    """Runs of identical groups, as (count, group): a 5:1 hybrid prints two lines, not six."""
+    out: list[tuple[int, Any]] = []
+    for g in groups:
+        if out and out[-1][1] == g:
+            out[-1] = (out[-1][0] + 1, g)
+        else:
+            out.append((1, g))
+    return out

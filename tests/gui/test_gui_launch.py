@@ -127,3 +127,31 @@ def test_first_start_on_demo_and_persistence(
     qtbot.waitUntil(lambda: again.library_model.rowCount() == 2)
     assert again.launch.form.config().scheduler.max_num_seqs == 48
     assert again.size().width() == 640
+
+
+def test_the_planner_panel_shows_a_hybrids_groups_and_its_tokens(qtbot, tmp_path) -> None:
+    """A Gemma-3-like model (5 sliding + 1 full layer): blocks x block size is not its token
+    count, so the panel shows the tokens as planned and one line per run of like groups."""
+    from ckpt import write_family
+
+    from quantdeck.core.launch import LaunchConfig, cpu_device, plan
+    from quantdeck.core.models import inspect_model
+    from quantdeck.gui.launch_tab import PlannerPanel
+
+    model = write_family(tmp_path / "gemma3", "gemma3")
+    cfg = LaunchConfig()
+    cfg.model.model, cfg.model.max_model_len = str(model), 8192
+    cfg.cache.kv_cache_memory_bytes = 8 * 2**20
+    p = plan(cfg, inspect_model(model), cpu_device())
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.show_plan(p, [], None)
+    text = panel.figures.text()
+    assert (
+        f"KV blocks {p.num_blocks:,} of {p.block_size} tokens; {p.kv_cache_tokens:,} tokens" in text
+    )
+    assert p.num_blocks * p.block_size != p.kv_cache_tokens
+    kinds = [g.kind for g in p.groups]
+    assert text.count(" × ") == len({(g.kind, g.window) for g in p.groups})
+    for kind in set(kinds):
+        assert f"× {kind} (" in text

@@ -139,6 +139,7 @@ def _plan(path: Path, max_len: int, kv: int, extra: dict[str, Any]):
     return plan(cfg, inspect_model(path), detect_device())
 
 
+@pytest.mark.slow  # vLLM builds each model (dummy weights, no server): minutes on two cores
 @pytest.mark.parametrize("cid", list(CASES))
 def test_planner_matches_vllm(
     cid: str, checkpoints: dict[str, Path], vllm_figures: dict[str, dict[str, Any]]

