@@ -456,7 +456,10 @@ class MonitorPanel(QWidget):
         self._redraw()
 
     def _overlaid(self) -> tuple[str, ...]:
-        return tuple(self.instances) if self.instances_box.isChecked() else ()
+        """The instances drawn: all of them once any has a point (a fleet file only opened
+        adds no empty row of plots), while the box is ticked."""
+        shown = self.instances_box.isChecked() and any(len(s) for s in self.instances.values())
+        return tuple(self.instances) if shown else ()
 
     def _redraw(self) -> None:
         self._drawn_version = -1

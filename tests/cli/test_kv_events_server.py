@@ -36,6 +36,7 @@ pytestmark = pytest.mark.server
 PREFIX_TOKENS = 1000  # shared by every prompt
 OWN_TOKENS = 300  # each prompt's own tail (differs from its first token on)
 PROMPTS = 5
+LONG_TOKENS = 1900  # the eviction phase's prompts, each its own
 
 
 @dataclass
@@ -115,6 +116,13 @@ def prefix_counters(url: str) -> tuple[float, float]:
     return sums["vllm:prefix_cache_queries_total"], sums["vllm:prefix_cache_hits_total"]
 
 
+def num_gpu_blocks(url: str) -> int:
+    """The KV-cache blocks vLLM made (``vllm:cache_config_info``'s ``num_gpu_blocks``)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    line = next(x for x in text.splitlines() if x.startswith("vllm:cache_config_info"))
+    return int(line.split('num_gpu_blocks="', 1)[1].split('"', 1)[0])
+
+
 def settled(s: Serve, after: float, timeout: float = 60.0) -> dict[str, Any]:
     """The first kv event past ``after`` + 1 s whose totals the next one repeats."""
     deadline = time.monotonic() + timeout
@@ -174,6 +182,31 @@ def test_shared_prefixes_show_in_kv_events_as_vllm_counts_them(serve: Serve) -> 
         e["prefix_tokens"][top["id"]] for e in serve.kv() if top["id"] in e["prefix_tokens"]
     )
     assert tokens == prefix[: len(tokens)] and len(tokens) == top["blocks"] * bs
+
+    # prompts of their own, more than the cache holds: vLLM evicts, the index follows
+    capacity = num_gpu_blocks(serve.url)
+    for i in range(capacity * bs // LONG_TOKENS + 4):
+        r = httpx.post(
+            serve.url + "/v1/completions",
+            json={
+                "model": model,
+                "prompt": [rng.randrange(3, 2000) for _ in range(LONG_TOKENS)],
+                "max_tokens": 1,
+            },
+            timeout=300,
+        )
+        assert r.status_code == 200, r.text
+    ev = settled(serve, time.time())
+    print(f"after evictions: {ev}")
+    g = ev["groups"][0]
+    assert ev["blocks_removed_total"] > 0 and ev["evicted_total"] > 0
+    assert g["removed_unknown"] == 0  # every block vLLM removed was one the index held
+    assert (
+        ev["blocks_resident"] == ev["blocks_stored_total"] - g["duplicates"] - ev["evicted_total"]
+    )
+    assert 0 < ev["blocks_resident"] <= capacity
+    assert ev["evicted_lifetime_mean_s"] is not None and ev["evicted_lifetime_mean_s"] > 0
+    assert ev["batches_lost"] == 0
 
     # a stop signal ends serve cleanly; the recording reads back with the same kv events
     serve.proc.send_signal(signal.SIGTERM)

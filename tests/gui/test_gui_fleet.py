@@ -317,3 +317,21 @@ def test_the_window_sends_a_fleet_recording_to_the_fleet_tab(
     assert set(win.monitor.instances) == {"a", "b"}  # the overlay follows the Fleet tab
     assert len(win.monitor.instances["a"]) == 30
     win.close()
+
+
+def test_the_overlay_waits_for_the_first_point(qtbot, view: FleetView) -> None:
+    """A fleet file only opened gives the Monitor its instances but no empty row of plots."""
+    from quantdeck.core.events import MetricsEvent
+    from quantdeck.gui.monitor import MonitorPanel
+
+    monitor = MonitorPanel()
+    qtbot.addWidget(monitor)
+    monitor.set_instances(view.series)
+    monitor.refresh(force=True)
+    assert set(monitor.instances) == {"a", "b"}
+    assert "Running by instance" not in monitor.plots
+    view.series["b"].append(MetricsEvent(1.0, {"running": 3}))
+    monitor.refresh(force=True)
+    assert "Running by instance" in monitor.plots
+    running = {c.label: c.getData()[1] for c in monitor._plot_curves["Running by instance"]}
+    assert list(running["b"]) == [3.0] and len(running["a"]) == 0
