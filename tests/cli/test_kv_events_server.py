@@ -185,7 +185,7 @@ def test_shared_prefixes_show_in_kv_events_as_vllm_counts_them(serve: Serve) -> 
 
     # prompts of their own, more than the cache holds: vLLM evicts, the index follows
     capacity = num_gpu_blocks(serve.url)
-    for i in range(capacity * bs // LONG_TOKENS + 4):
+    for _ in range(capacity * bs // LONG_TOKENS + 4):
         r = httpx.post(
             serve.url + "/v1/completions",
             json={
