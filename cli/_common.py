@@ -330,6 +330,14 @@ def human_event(event: Event) -> str:
             f"{ev.get('waiting')} gen {f(ev.get('generation_tokens_per_s'))} tok/s "
             f"ttft p99 {f(ev.get('ttft_p99_ms'))} ms cpu {f(ev.get('host_cpu_pct'))}%"
         )
+    if kind == "kv":
+        rate = ev.get("prefix_hit_rate")
+        lost = f" lost {ev['batches_lost']} batches" if ev.get("batches_lost") else ""
+        return (
+            f"[kv] resident {ev['blocks_resident']} blocks, stored {ev['blocks_stored_total']}"
+            f" removed {ev['blocks_removed_total']} evicted {ev.get('evicted_total', 0)}, "
+            f"prefix hits {'-' if rate is None else format(rate * 100, '.1f') + '%'}{lost}"
+        )
     return json.dumps(ev, default=str)
 
 

@@ -300,6 +300,7 @@ class MainWindow(QMainWindow):
                 lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
             )
             self._monitor.open_button.clicked.connect(self._on_open_recording)
+            self._monitor.slo_changed.connect(self.controller.set_slo)
         return self._monitor
 
     @property

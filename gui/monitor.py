@@ -70,7 +70,33 @@ PLOTS: dict[str, list[tuple[str, str, int, bool]]] = {
         ("generation_tokens_per_s", "generation", 4, False),
     ],
     "Preemptions / s": [("preemptions_per_s", "preemptions", 2, False)],
+    # the operator's panels, as vLLM's own dashboards show them
+    "Request phases (ms)": [
+        ("queue_p50_ms", "queue p50", 0, False),
+        ("queue_p99_ms", "queue p99", 0, True),
+        ("prefill_p50_ms", "prefill p50", 1, False),
+        ("prefill_p99_ms", "prefill p99", 1, True),
+        ("decode_p50_ms", "decode p50", 2, False),
+        ("decode_p99_ms", "decode p99", 2, True),
+    ],
+    "Finished / s": [
+        ("finished_stop_per_s", "stop", 4, False),
+        ("finished_length_per_s", "length", 0, False),
+        ("finished_abort_per_s", "abort", 1, False),
+        ("finished_error_per_s", "error", 2, False),
+    ],
+    "Hits · SLO attainment (%)": [
+        ("prefix_hit_pct", "prefix-cache hits", 4, False),
+        ("ttft_slo_pct", "TTFT within SLO", 0, False),
+        ("itl_slo_pct", "ITL within SLO", 1, False),
+        ("e2e_slo_pct", "E2E within SLO", 2, False),
+        ("spec_accept_pct", "spec. accepted", 6, False),
+    ],
 }
+
+# vLLM's dashboard thresholds, always on (the limits in the bar are the operator's own)
+KV_ALERT_PCT = 98.0  # KV cache nearly full: preemptions follow
+SLO_ALERT_PCT = 99.0  # a window's attainment under this
 
 # a fleet's instances overlaid, one curve per instance: plot title -> series
 INSTANCE_PLOTS = {
@@ -251,6 +277,7 @@ class MonitorPanel(QWidget):
     """Plots, window choice, pause, alerts, PNG/CSV export, replay of a recording."""
 
     alert = Signal(str)  # a threshold was crossed: the message
+    slo_changed = Signal(object)  # {"ttft": ms}: the p99 TTFT limit is also the TTFT SLO
 
     def __init__(
         self,
@@ -298,7 +325,10 @@ class MonitorPanel(QWidget):
         self.ttft_limit.setRange(0, 1e6)
         self.ttft_limit.setSuffix(" ms")
         self.ttft_limit.setSpecialValueText("off")
-        self.ttft_limit.setToolTip("Alert when p99 TTFT rises above this")
+        self.ttft_limit.setToolTip(
+            "Alert when p99 TTFT rises above this; it is also the TTFT SLO whose attainment "
+            "(the share of requests at or under it) the Hits · SLO plot shows"
+        )
         self.kv_limit = QDoubleSpinBox()
         self.kv_limit.setRange(0, 100)
         self.kv_limit.setSuffix(" %")
@@ -583,16 +613,33 @@ class MonitorPanel(QWidget):
                 line.setVisible(limit.value() > 0)
         self._alert_active.clear()
         self._check_alerts()
+        self.slo_changed.emit({"ttft": self.ttft_limit.value()})
 
     def _check_alerts(self) -> None:
         checks = (
             ("ttft", "ttft_p99_ms", self.ttft_limit.value(), "p99 TTFT {v:.0f} ms > {lim:.0f} ms"),
             ("kv", "kv_usage_pct", self.kv_limit.value(), "KV-cache usage {v:.1f}% > {lim:.0f}%"),
+            ("kv_full", "kv_usage_pct", KV_ALERT_PCT, "KV cache {v:.1f}% full (≥ {lim:.0f}%)"),
+            ("preempt", "preemptions_per_s", 0.0, "preempting {v:.1f} requests/s"),
         )
+        slo = [
+            (
+                f"slo_{k}",
+                f"{k}_slo_pct",
+                SLO_ALERT_PCT,
+                f"{k.upper()} SLO met by {{v:.1f}}% < {{lim:.0f}}%",
+            )
+            for k in ("ttft", "itl", "e2e")
+        ]
         messages = []
-        for key, series, lim, fmt in checks:
+        for key, series, lim, fmt in (*checks, *slo):
             v = self.store.latest(series)
-            over = lim > 0 and v is not None and v > lim
+            if key.startswith("slo_"):
+                over = v is not None and v < lim
+            elif key == "preempt":
+                over = v is not None and v > 0
+            else:
+                over = lim > 0 and v is not None and (v >= lim if key == "kv_full" else v > lim)
             if over and not self._alert_active.get(key):
                 msg = time.strftime("%H:%M:%S ") + fmt.format(v=v, lim=lim)
                 self.alert.emit(msg)

@@ -44,6 +44,7 @@ class QtServerController(QObject):
         self.server: Any = None  # quantdeck.core.runtime.server.ServerProcess
         self.attached: Any = None  # quantdeck.core.runtime.server.AttachedServer
         self.sampler: Any = None  # quantdeck.core.monitor.telemetry.Sampler
+        self.slo_ms: dict[str, float] = {}  # the SLOs whose attainment the metrics report
         self.hz = hz
         self.state = "stopped"
         self._lock = threading.Lock()
@@ -98,10 +99,20 @@ class QtServerController(QObject):
             else None
         )
         watch = ProcessWatch(self.server.pid) if self.server else None
-        s = Sampler(hz=self.hz, scraper=MetricsScraper(url, api_key=key), watch=watch)
+        scraper = MetricsScraper(url, api_key=key, slo_ms=self.slo_ms)
+        s = Sampler(hz=self.hz, scraper=scraper, watch=watch)
         s.subscribe(lambda sample: self.metrics.emit(sample.to_event()))
         s.start()
         self.sampler = s
+
+    def set_slo(self, slo_ms: dict[str, float]) -> None:
+        """The SLOs (``ttft``, ``itl``, ``e2e`` in ms; none: no attainment) for this sampler
+        and the next: the deriver reads its dict once per scrape, so one assignment hands it
+        over between threads."""
+        self.slo_ms = {k: v for k, v in slo_ms.items() if v > 0}
+        s = self.sampler
+        if s is not None and s.scraper is not None:
+            s.scraper.deriver.slo_ms = dict(self.slo_ms)
 
     def _stop_sampler(self) -> None:
         s, self.sampler = self.sampler, None

@@ -34,13 +34,28 @@ COUNTERS = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
     "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
     "request_success": ("vllm:request_success",),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
+    "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",),
 }
 HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds",),
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     "e2e": ("vllm:e2e_request_latency_seconds",),
     "queue": ("vllm:request_queue_time_seconds",),
+    "prefill": ("vllm:request_prefill_time_seconds",),
+    "decode": ("vllm:request_decode_time_seconds",),
+    # with --kv-cache-metrics (sampled blocks): how long blocks live, sit idle before
+    # eviction, and wait between reuses
+    "kv_block_lifetime": ("vllm:kv_block_lifetime_seconds",),
+    "kv_block_idle": ("vllm:kv_block_idle_before_evict_seconds",),
+    "kv_block_reuse_gap": ("vllm:kv_block_reuse_gap_seconds",),
 }
+# the requests' SLO attainment is read from these histograms (the fraction of the window's
+# requests at or under the SLO, interpolated within the bucket as histogram_quantile does)
+SLO_KEYS = ("ttft", "itl", "e2e")
+# the reasons a request finishes (vllm:request_success's finished_reason), plotted per second
+FINISH_REASONS = ("stop", "length", "abort", "error")
+LORA_INFO = "vllm:lora_requests_info"
 QUANTILES = (0.5, 0.9, 0.99)
 # A vLLM payload is 20-70 KB; one past this is not read (a scrape's memory stays bounded).
 MAX_PAYLOAD_BYTES = 16 * 2**20
@@ -69,11 +84,13 @@ class RawMetrics:
     finished_by_reason: dict[str, float]
     num_gpu_blocks: int | None
     block_size: int | None
+    # vllm:lora_requests_info's newest sample: adapters running, waiting (None: no LoRA)
+    lora: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
 _WANTED = frozenset(
     [n for names in (*GAUGES.values(), *COUNTERS.values(), *HISTOGRAMS.values()) for n in names]
-    + ["vllm:cache_config_info"]
+    + ["vllm:cache_config_info", LORA_INFO]
 )
 
 
@@ -118,6 +135,7 @@ def parse_metrics(text: str, t: float | None = None) -> RawMetrics:
     hist: dict[str, dict[str, Any]] = {}
     reasons: dict[str, float] = {}
     blocks = bsize = None
+    lora: tuple[tuple[str, ...], tuple[str, ...]] | None = None
     want_g = {n: k for k, names in GAUGES.items() for n in names}
     want_c = {n: k for k, names in COUNTERS.items() for n in names}
     want_h = {n: k for k, names in HISTOGRAMS.items() for n in names}
@@ -137,6 +155,13 @@ def parse_metrics(text: str, t: float | None = None) -> RawMetrics:
                     bs = s.labels.get("block_size")
                     if bs not in (None, "None"):
                         bsize = int(bs)
+            continue
+        if name == LORA_INFO:  # one sample per label set, the newest set to the current time
+            newest = max(fam.samples, key=lambda s: s.value)
+            lora = tuple(  # type: ignore[assignment]  # two tuples of names
+                tuple(a for a in newest.labels.get(k, "").split(",") if a)
+                for k in ("running_lora_adapters", "waiting_lora_adapters")
+            )
             continue
         if name in want_g:
             key = want_g[name]
@@ -181,6 +206,7 @@ def parse_metrics(text: str, t: float | None = None) -> RawMetrics:
         finished_by_reason=reasons,
         num_gpu_blocks=blocks,
         block_size=bsize,
+        lora=lora,
     )
 
 
@@ -202,6 +228,22 @@ def histogram_quantile(q: float, buckets: tuple[tuple[float, float], ...]) -> fl
             return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
         prev_le, prev_c = le, c
     return prev_le
+
+
+def histogram_fraction_at_most(x: float, buckets: tuple[tuple[float, float], ...]) -> float | None:
+    """The fraction of observations at or under ``x`` (cumulative ``(le, count)`` pairs),
+    linear within a bucket as :func:`histogram_quantile` is; None without data."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in buckets:
+        if x <= le:
+            if math.isinf(le) or le == prev_le:
+                return prev_c / total
+            return (prev_c + (c - prev_c) * (x - prev_le) / (le - prev_le)) / total
+        prev_le, prev_c = le, c
+    return 1.0
 
 
 def _bucket_delta(new: Histogram, old: Histogram | None) -> tuple[tuple[float, float], ...]:
@@ -241,7 +283,37 @@ class MetricsSnapshot:
     queue_p50_ms: float | None = None
     queue_p90_ms: float | None = None
     queue_p99_ms: float | None = None
+    prefill_p50_ms: float | None = None
+    prefill_p90_ms: float | None = None
+    prefill_p99_ms: float | None = None
+    decode_p50_ms: float | None = None
+    decode_p90_ms: float | None = None
+    decode_p99_ms: float | None = None
+    kv_block_lifetime_p50_ms: float | None = None
+    kv_block_lifetime_p90_ms: float | None = None
+    kv_block_lifetime_p99_ms: float | None = None
+    kv_block_idle_p50_ms: float | None = None
+    kv_block_idle_p90_ms: float | None = None
+    kv_block_idle_p99_ms: float | None = None
+    kv_block_reuse_gap_p50_ms: float | None = None
+    kv_block_reuse_gap_p90_ms: float | None = None
+    kv_block_reuse_gap_p99_ms: float | None = None
     finished_by_reason: dict[str, float] = field(default_factory=dict)
+    # requests finished per second by reason (stop, length, abort, error), between scrapes
+    finished_stop_per_s: float | None = None
+    finished_length_per_s: float | None = None
+    finished_abort_per_s: float | None = None
+    finished_error_per_s: float | None = None
+    # the window's fraction of requests within each SLO the deriver was given (0..1)
+    ttft_slo_attainment: float | None = None
+    itl_slo_attainment: float | None = None
+    e2e_slo_attainment: float | None = None
+    # speculative decoding: accepted / draft tokens over the window
+    spec_acceptance_rate: float | None = None
+    # LoRA adapters running and waiting (None: the server serves no LoRA)
+    lora_running: int | None = None
+    lora_waiting: int | None = None
+    lora_adapters: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -250,8 +322,11 @@ class MetricsSnapshot:
 class MetricsDeriver:
     """Turns a stream of RawMetrics into snapshots: rates and windowed quantiles."""
 
-    def __init__(self, window_s: float = 60.0) -> None:
+    def __init__(self, window_s: float = 60.0, slo_ms: dict[str, float] | None = None) -> None:
         self.window_s = window_s
+        # SLOs (``ttft``, ``itl``, ``e2e`` -> ms) whose attainment each snapshot reports; set
+        # from another thread by replacing the dict (one assignment)
+        self.slo_ms: dict[str, float] = dict(slo_ms or {})
         self._history: collections.deque[RawMetrics] = collections.deque(maxlen=MAX_HISTORY)
         self._prev: RawMetrics | None = None
 
@@ -297,6 +372,7 @@ class MetricsDeriver:
         if dq > 0:
             hit_rate = dh / dq
         quantiles: dict[str, float | None] = {}
+        slo_ms = self.slo_ms
         for key in HISTOGRAMS:
             h = raw.histograms.get(key)
             old = base.histograms.get(key) if base is not None else None
@@ -304,6 +380,25 @@ class MetricsDeriver:
             for q in QUANTILES:
                 v = histogram_quantile(q, delta)
                 quantiles[f"{key}_p{round(q * 100)}_ms"] = None if v is None else v * 1000.0
+            if key in SLO_KEYS and slo_ms.get(key):
+                quantiles[f"{key}_slo_attainment"] = histogram_fraction_at_most(
+                    slo_ms[key] / 1000.0, delta
+                )
+        finished: dict[str, float | None] = {}
+        for reason in FINISH_REASONS:
+            if prev is None or dt <= 0:
+                finished[f"finished_{reason}_per_s"] = None
+                continue
+            done = raw.finished_by_reason.get(reason, 0.0)
+            before = prev.finished_by_reason.get(reason, 0.0)
+            finished[f"finished_{reason}_per_s"] = max(0.0, (done - before) / dt)
+        drafts = c.get("spec_draft_tokens", 0.0) - (
+            ref.counters.get("spec_draft_tokens", 0.0) if ref else 0.0
+        )
+        accepted = c.get("spec_accepted_tokens", 0.0) - (
+            ref.counters.get("spec_accepted_tokens", 0.0) if ref else 0.0
+        )
+        running_loras, waiting_loras = raw.lora if raw.lora is not None else ((), ())
         snap = MetricsSnapshot(
             t=raw.t,
             kv_usage_pct=None if kv is None else kv * 100.0,
@@ -320,7 +415,12 @@ class MetricsDeriver:
             generation_tokens_per_s=rate("generation_tokens"),
             prefix_cache_hit_rate=hit_rate,
             finished_by_reason=dict(raw.finished_by_reason),
+            spec_acceptance_rate=accepted / drafts if drafts > 0 else None,
+            lora_running=None if raw.lora is None else len(running_loras),
+            lora_waiting=None if raw.lora is None else len(waiting_loras),
+            lora_adapters=sorted(set(running_loras) | set(waiting_loras)),
             **quantiles,
+            **finished,
         )
         self._history.append(raw)
         self._prev = raw
@@ -338,7 +438,13 @@ class MetricsScraper:
     vLLM) keeps getting the plain one."""
 
     def __init__(
-        self, url: str, *, api_key: str | None = None, window_s: float = 60.0, timeout: float = 5.0
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        window_s: float = 60.0,
+        timeout: float = 5.0,
+        slo_ms: dict[str, float] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         headers = auth_headers(api_key)
@@ -347,7 +453,7 @@ class MetricsScraper:
         self._client = httpx.Client(
             base_url=self.url, timeout=timeout, headers=headers, verify=tls_verify(self.url)
         )
-        self.deriver = MetricsDeriver(window_s)
+        self.deriver = MetricsDeriver(window_s, slo_ms)
         self.filtered: bool | None = None  # None: not tried yet
 
     def _get(self, path: str, params: Any = None) -> tuple[int, str]:

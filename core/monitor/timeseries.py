@@ -80,6 +80,28 @@ BASE_SERIES: tuple[SeriesSpec, ...] = (
     SeriesSpec("prompt_tokens_per_s", _key("prompt_tokens_per_s")),
     SeriesSpec("generation_tokens_per_s", _key("generation_tokens_per_s")),
     SeriesSpec("preemptions_per_s", _key("preemptions_per_s")),
+    # the operator's panels (vLLM's own dashboards): request phases, outcomes, rates
+    *(
+        SeriesSpec(f"{phase}_p{q}_ms", _key(f"{phase}_p{q}_ms"))
+        for phase in ("queue", "prefill", "decode")
+        for q in (50, 99)
+    ),
+    *(
+        SeriesSpec(f"finished_{r}_per_s", _key(f"finished_{r}_per_s"))
+        for r in ("stop", "length", "abort", "error")
+    ),
+    SeriesSpec("prefix_hit_pct", _key("prefix_cache_hit_rate", 100.0)),
+    SeriesSpec("ttft_slo_pct", _key("ttft_slo_attainment", 100.0)),
+    SeriesSpec("itl_slo_pct", _key("itl_slo_attainment", 100.0)),
+    SeriesSpec("e2e_slo_pct", _key("e2e_slo_attainment", 100.0)),
+    SeriesSpec("spec_accept_pct", _key("spec_acceptance_rate", 100.0)),
+    SeriesSpec("lora_running", _key("lora_running")),
+    SeriesSpec("lora_waiting", _key("lora_waiting")),
+    *(
+        SeriesSpec(f"{k}_p{q}_s", _key(f"{k}_p{q}_ms", 1 / 1000))
+        for k in ("kv_block_lifetime", "kv_block_idle", "kv_block_reuse_gap")
+        for q in (50, 99)
+    ),
 )
 
 

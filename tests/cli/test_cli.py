@@ -186,3 +186,14 @@ def test_models_lists_folders_and_hf_cache(llama8b: Path, tmp_path: Path) -> Non
     assert r.returncode == 0, r.stderr
     found = {(e["name"], e["source"]) for e in json.loads(r.stdout)}
     assert ("l8b", "folder") in found and ("org/tiny", "hf-cache") in found
+
+
+def test_kv_events_read_as_one_line_for_a_person() -> None:
+    from quantdeck.cli._common import human_event
+    from quantdeck.core.events import KvEvent
+
+    line = human_event(KvEvent(30, 4, 26, 0.25, evicted_total=4, batches_lost=2))
+    assert line == (
+        "[kv] resident 26 blocks, stored 30 removed 4 evicted 4, prefix hits 25.0% lost 2 batches"
+    )
+    assert human_event(KvEvent(0, 0, 0, None)).endswith("prefix hits -")

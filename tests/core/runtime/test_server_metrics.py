@@ -54,6 +54,50 @@ def test_counters_agree_with_usage(demo_server: ServerProcess) -> None:
     scraper.close()
 
 
+def test_operator_figures_follow_the_servers_requests(demo_server: ServerProcess) -> None:
+    """The operator's panels from the real server: requests cut by max_tokens count as
+    ``length`` and ones that end on their own as ``stop``, each in its own rate; the request
+    phases (queue, prefill, decode) are there; the TTFT SLO's attainment is 1 for a generous
+    SLO and 0 for one no request can meet, from the same histogram."""
+    generous = MetricsScraper(demo_server.url, window_s=600, slo_ms={"ttft": 600_000})
+    impossible = MetricsScraper(demo_server.url, window_s=600, slo_ms={"ttft": 1e-6})
+    for s in (generous, impossible):
+        s.scrape()
+    for max_tokens in (3, 4, 5):  # cut by max_tokens: length
+        r = httpx.post(
+            demo_server.url + "/v1/completions",
+            timeout=60,
+            json={
+                "model": demo_server.served_name,
+                "prompt": "The module",
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+            },
+        )
+        assert r.json()["choices"][0]["finish_reason"] == "length"
+    r = httpx.post(  # a stop string the model cannot miss: its first token ends it
+        demo_server.url + "/v1/completions",
+        timeout=60,
+        json={"model": demo_server.served_name, "prompt": "The", "max_tokens": 8, "stop": [""]},
+    )
+    reason = r.json()["choices"][0]["finish_reason"]
+    time.sleep(0.5)
+    a, b = generous.scrape(), impossible.scrape()
+    for snap in (a, b):
+        assert snap.queue_p50_ms is not None and snap.prefill_p50_ms is not None
+        assert snap.decode_p99_ms is not None and snap.decode_p99_ms >= snap.decode_p50_ms
+    dt = a.t - (a.t - 1)  # rates are per second between the two scrapes of one scraper
+    assert dt > 0
+    assert a.finished_length_per_s is not None and a.finished_length_per_s > 0
+    if reason == "stop":
+        assert a.finished_stop_per_s is not None and a.finished_stop_per_s > 0
+    assert a.ttft_slo_attainment == 1.0 and b.ttft_slo_attainment == 0.0
+    assert a.itl_slo_attainment is None  # no ITL SLO given
+    assert a.lora_running is None and a.spec_acceptance_rate is None  # neither is served
+    for s in (generous, impossible):
+        s.close()
+
+
 def test_scrape_asks_only_for_what_it_reads(
     demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
