@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import FIXTURES
+from hypothesis import given
+from hypothesis import strategies as st
 
 from quantdeck.core.monitor.metrics import (
     Histogram,
@@ -106,3 +108,51 @@ def test_histogram_quantile_like_prometheus() -> None:
     assert histogram_quantile(1.0, b) == pytest.approx(0.5)
     assert histogram_quantile(0.5, ((1.0, 0.0), (float("inf"), 0.0))) is None
     assert Histogram(b, 40, 5.0).count == 40
+
+
+def test_lora_info_as_vllm_writes_it() -> None:
+    """vllm:lora_requests_info as vLLM's logger sets it: one gauge per label set, the newest
+    set to the current time; its adapters are read from the newest."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    from quantdeck.core.monitor.metrics import MetricsDeriver
+
+    reg = CollectorRegistry()
+    g = Gauge(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+        registry=reg,
+    )
+    g.labels(max_lora="2", waiting_lora_adapters="", running_lora_adapters="").set(100.0)
+    g.labels(max_lora="2", waiting_lora_adapters="c", running_lora_adapters="a,b").set(200.0)
+    raw = parse_metrics(generate_latest(reg).decode(), t=0)
+    assert raw.lora == (("a", "b"), ("c",))
+    snap = MetricsDeriver().push(raw)
+    assert (snap.lora_running, snap.lora_waiting, snap.lora_adapters) == (2, 1, ["a", "b", "c"])
+    assert MetricsDeriver().push(parse_metrics("", t=0)).lora_running is None  # no LoRA
+
+
+@given(
+    counts=st.lists(st.integers(0, 50), min_size=1, max_size=8),
+    q=st.floats(0.01, 0.99),
+)
+def test_the_fraction_under_a_quantile_is_that_quantile(counts: list[int], q: float) -> None:
+    """histogram_fraction_at_most inverts histogram_quantile (both linear in a bucket)."""
+    from quantdeck.core.monitor.metrics import histogram_fraction_at_most
+
+    les = [0.01 * 2**i for i in range(len(counts))] + [float("inf")]
+    cum, total = [], 0
+    for c in [*counts, 0]:
+        total += c
+        cum.append(float(total))
+    buckets = tuple(zip(les, cum, strict=True))
+    if total == 0:
+        assert histogram_fraction_at_most(1.0, buckets) is None
+        return
+    x = histogram_quantile(q, buckets)
+    assert x is not None
+    frac = histogram_fraction_at_most(x, buckets)
+    assert frac is not None and frac >= q - 1e-9  # at least q of them at or under it
+    assert histogram_fraction_at_most(les[-2] * 2, buckets) == 1.0
+    assert histogram_fraction_at_most(0.0, buckets) == 0.0
