@@ -70,35 +70,36 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
 
 class KvEvents:
-    """``serve --kv-events``: the KV-event subscriber of each start of ``server``. It binds the
-    endpoint vLLM's publisher connects to as soon as the server names it (its ``kv_events``
-    fact, before vLLM starts), so no batch waits for it; its ``kv`` events go to ``out`` once
-    the server is ready."""
+    """``serve --kv-events``: the KV-event subscriber of each start of ``server``
+    (:class:`~quantdeck.core.monitor.kv_events.KvFeed`). It binds the endpoint vLLM's publisher
+    connects to as soon as the server names it (its ``kv_events`` fact, before vLLM starts), so
+    no batch waits for it; its ``kv`` events go to ``out`` once the server is ready."""
 
     def __init__(self, server: Any, out: Any, capture: str | None = None) -> None:
         self.server, self.out, self.capture = server, out, capture
-        self.subscriber: Any = None
+        self.feed: Any = None  # made on the first kv_events fact: pyzmq loads only then
+
+    @property
+    def subscriber(self) -> Any:
+        return self.feed.subscriber if self.feed is not None else None
 
     def on_server_event(self, ev: Event) -> None:
-        if ev.kind != "fact" or ev.get("name") != "kv_events":
-            return
-        from quantdeck.core.errors import QuantdeckError
-        from quantdeck.core.monitor import KvEventSubscriber
+        if self.feed is None:
+            if ev.kind != "fact" or ev.get("name") != "kv_events":
+                return
+            from quantdeck.core.monitor.kv_events import KvFeed
 
-        self.stop()
-        try:
-            sub = KvEventSubscriber.for_server_config(ev.get("value"), capture=self.capture)
-        except QuantdeckError as e:  # the port was taken meanwhile: serve on, say so
-            print(f"quantdeck: error: {e}; serving without KV events", file=sys.stderr)
-            return
-        sub.subscribe(lambda e: self.out(e) if self.server.state == "ready" else None)
-        sub.start()
-        self.subscriber = sub
+            self.feed = KvFeed(
+                self.out,
+                ready=lambda: self.server.state == "ready",
+                on_error=lambda msg: print(f"quantdeck: error: {msg}", file=sys.stderr),
+                capture=self.capture,
+            )
+        self.feed.on_server_event(ev)
 
     def stop(self) -> None:
-        if self.subscriber is not None:
-            self.subscriber.stop()
-            self.subscriber = None
+        if self.feed is not None:
+            self.feed.stop()
 
 
 def cmd_monitor(ns: argparse.Namespace) -> int:

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgspec
+import numpy as np
 import zmq
 
-from quantdeck.core.errors import ServerError
+from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import Event, KvEvent, Publisher
 
 log = logging.getLogger("quantdeck.kv_events")
@@ -110,6 +111,11 @@ def hash_id(h: ExternalBlockHash) -> str:
 
 MAX_PREFIX_TOKENS = 4096  # token ids kept per reported shared prefix
 EVICTIONS_KEPT = 1024
+# The block map's buckets (a group's ``cells``): age bucket i holds ages below AGE_EDGES_S[i]
+# (the last one, the rest); reuse bucket 0 blocks no later chain reused, bucket i >= 1 those
+# reused REUSE_EDGES[i - 1] times or more (and fewer than the next edge).
+AGE_EDGES_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+REUSE_EDGES = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass(slots=True)
@@ -324,6 +330,47 @@ class BlockIndex:
         return [
             SharedPrefix(hash_id(h), gi, blocks, hits, self.tokens_of(gi, h))
             for hits, blocks, gi, h in best
+        ]
+
+    def reuse_counts(self, group: int) -> dict[ExternalBlockHash, int]:
+        """How often each resident block of ``group`` was reused: the hits of every branch
+        point at or after it in its chain (blocks no chain reused are left out)."""
+        g = self.groups[group]
+        out: dict[ExternalBlockHash, int] = {}
+        for h, p in g.branches.items():
+            hits = p.hits
+            cur: ExternalBlockHash | None = h
+            b: _Block | None = p
+            while b is not None and cur is not None:
+                out[cur] = out.get(cur, 0) + hits
+                cur = b.parent
+                b = g.blocks.get(cur) if cur is not None else None
+        return out
+
+    def cells(self, group: int, now: float) -> list[list[int]]:
+        """The block map of ``group``: its resident blocks as runs ``[age bucket, reuse
+        bucket, count]`` (:data:`AGE_EDGES_S`, :data:`REUSE_EDGES`), the oldest first and,
+        within an age, the least reused first. vLLM's events carry no block ids, so the map
+        orders blocks by age, not by where they lie in the pool."""
+        g = self.groups.get(group)
+        n = g.resident if g is not None else 0
+        if g is None or not n:
+            return []
+        stored_at = np.fromiter((b.stored_at for b in g.blocks.values()), float, n)
+        age = np.searchsorted(AGE_EDGES_S, now - stored_at, side="right")
+        reuse = self.reuse_counts(group)
+        if reuse:
+            counts = np.fromiter((reuse.get(h, 0) for h in g.blocks), np.int64, n)
+            rb = np.searchsorted(REUSE_EDGES, counts, side="right")
+        else:
+            rb = np.zeros(n, np.int64)
+        nr = len(REUSE_EDGES) + 1
+        joint = np.bincount(age * nr + rb, minlength=(len(AGE_EDGES_S) + 1) * nr)
+        joint = joint.reshape(-1, nr)[::-1]  # the oldest first
+        top = len(AGE_EDGES_S)
+        return [
+            [top - int(a), int(r), int(joint[a, r])]
+            for a, r in zip(*np.nonzero(joint), strict=True)
         ]
 
     def ages(self, now: float) -> tuple[float | None, float | None]:
@@ -605,7 +652,10 @@ class KvEventSubscriber:
             age_mean, age_max = idx.ages(now)
             evicted = sum(g.evicted for g in idx.groups.values())
             lifetime = sum(g.lifetime_sum for g in idx.groups.values())
-            groups = [_group_json(gi, g) for gi, g in sorted(idx.groups.items())]
+            groups = [
+                {**_group_json(gi, g), "cells": idx.cells(gi, now)}
+                for gi, g in sorted(idx.groups.items())
+            ]
             top = idx.top_prefixes()
             new_tokens = {p.id: p.tokens for p in top if p.id not in self._sent_prefixes}
             self._sent_prefixes.update(new_tokens)
@@ -667,3 +717,49 @@ def ingest(index: BlockIndex, frames: Iterable[tuple[int, bytes]]) -> int:
         for ev in batch.events:
             n += len(ev.block_hashes) if not isinstance(ev, AllBlocksCleared) else 1
     return n
+
+
+class KvFeed:
+    """The KV-event subscriber of each start of a server, as ``serve`` and the panel run it.
+
+    Give it the server's events (:meth:`on_server_event`): on its ``kv_events`` fact (emitted
+    before vLLM is spawned) it binds and starts a :class:`KvEventSubscriber`, so that no batch
+    waits for it; the subscriber's ``kv`` events go to ``out`` (in its thread) while ``ready()``
+    says the server is ready; a stopped or crashed server stops it. An endpoint that cannot be
+    bound goes to ``on_error`` as one line, and the server serves on without KV events."""
+
+    def __init__(
+        self,
+        out: Callable[[Event], None],
+        *,
+        ready: Callable[[], bool],
+        on_error: Callable[[str], None],
+        capture: str | Path | None = None,
+    ) -> None:
+        self.out, self.ready, self.on_error, self.capture = out, ready, on_error, capture
+        self.subscriber: KvEventSubscriber | None = None
+        self._lock = threading.Lock()  # the server's threads and the owner's call in
+
+    def on_server_event(self, ev: Event) -> None:
+        if ev.kind == "state" and ev.get("state") in ("stopped", "crashed"):
+            self.stop()
+            return
+        if ev.kind != "fact" or ev.get("name") != "kv_events":
+            return
+        self.stop()
+        try:
+            sub = KvEventSubscriber.for_server_config(ev.get("value"), capture=self.capture)
+        except QuantdeckError as e:  # the port was taken meanwhile: serve on, say so
+            self.on_error(f"{e}; serving without KV events")
+            return
+        sub.subscribe(lambda e: self.out(e) if self.ready() else None)
+        sub.start()
+        with self._lock:
+            self.subscriber = sub
+
+    def stop(self) -> None:
+        """Stop the subscriber (its thread ends, its sockets close), if one runs."""
+        with self._lock:
+            sub, self.subscriber = self.subscriber, None
+        if sub is not None:
+            sub.stop()

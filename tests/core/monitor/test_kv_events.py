@@ -362,3 +362,53 @@ def test_kv_events_are_recorded_and_read_back(tmp_path: Path) -> None:
     assert back == [ev]
     assert from_json(ev.to_json()) == ev
     assert ev.to_json()["event"] == "kv"
+
+
+# -- the block map's cells --------------------------------------------------------------------
+
+
+def test_cells_bucket_resident_blocks_by_age_and_reuse() -> None:
+    idx = qkv.BlockIndex()
+    # a0..a2 at t=100; two chains branch off a1 (a0, a1 reused twice); one off a2 (a0..a2 once
+    # more); lone blocks at t=195
+    apply_all(idx, batch(stored(["a0", "a1", "a2"], None), ts=100.0))
+    apply_all(idx, batch(stored(["a3"], "a2"), ts=100.0))
+    apply_all(idx, batch(stored(["b2"], "a1"), stored(["c2"], "a1"), ts=150.0))
+    apply_all(idx, batch(stored(["d3"], "a2"), ts=150.0))
+    apply_all(idx, batch(stored(["z0", "z1"], None), ts=199.5))
+    reuse = idx.reuse_counts(0)
+    assert reuse == {h("a0"): 3, h("a1"): 3, h("a2"): 1}
+    cells = idx.cells(0, now=200.0)
+    # ages: a* 100 s (bucket of < 120 s: 6), b2 c2 d3 50 s (< 60 s: 5), z* 0.5 s (< 1 s: 0);
+    # reuse: 3 -> bucket 2 (2..3), 1 -> bucket 1, none -> 0
+    assert cells == [[6, 0, 1], [6, 1, 1], [6, 2, 2], [5, 0, 3], [0, 0, 2]]
+    assert sum(c[2] for c in cells) == idx.resident
+    assert idx.cells(7, now=200.0) == []  # a group the index never saw
+    sub = qkv.KvEventSubscriber("tcp://127.0.0.1:0", bind=True)
+    try:
+        sub.index = idx
+        ev = sub.snapshot(now=200.0)
+    finally:
+        sub.stop()
+    assert ev.groups[0]["cells"] == cells
+    assert from_json(ev.to_json()) == ev
+
+
+def test_feed_binds_on_the_fact_and_stops_with_the_server() -> None:
+    from quantdeck.core.events import FactEvent, StateEvent
+    from quantdeck.core.runtime.server import ServerProcess
+
+    config = ServerProcess._kv_events_config()
+    errors: list[str] = []
+    feed = qkv.KvFeed(lambda e: None, ready=lambda: True, on_error=errors.append)
+    feed.on_server_event(FactEvent("kv_events", config))
+    sub = feed.subscriber
+    assert sub is not None and sub.alive and sub.endpoint == config["endpoint"]
+    # a second feed cannot bind the same endpoint: one line, no subscriber
+    other = qkv.KvFeed(lambda e: None, ready=lambda: True, on_error=errors.append)
+    other.on_server_event(FactEvent("kv_events", config))
+    assert other.subscriber is None
+    assert len(errors) == 1 and errors[0].endswith("serving without KV events")
+    feed.on_server_event(StateEvent("crashed", reason="test"))
+    assert feed.subscriber is None and not sub.alive
+    assert not [t for t in threading.enumerate() if t.name == "kv-events"]
