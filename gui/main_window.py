@@ -139,8 +139,12 @@ class MainWindow(QMainWindow):
         # pyqtgraph takes most of the start-up time: the Monitor is built right after the
         # window's first paint (or on first use), inside this container
         self._monitor: Any = None
+        self._kv_view: Any = None  # the KV view (gui/kv_view.py), a page beside the plots
         self._monitor_box = QWidget()
         QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
+        self.monitor_pages = QTabWidget()  # inside the Monitor tab: plots, KV cache
+        self.monitor_pages.setDocumentMode(True)
+        self._monitor_box.layout().addWidget(self.monitor_pages)
         self.logs = LogsPanel()
         self.playground = PlaygroundPanel(
             lambda: (self.controller.url, self.controller.model_name, self.controller.api_key)
@@ -197,6 +201,7 @@ class MainWindow(QMainWindow):
         self.launch.profile_model_requested.connect(self._on_profile_model)
         self.controller.event.connect(self._on_server_event)
         self.controller.metrics.connect(self._on_metrics)
+        self.controller.kv.connect(self._on_kv)
         self.controller.error.connect(self._on_server_error)
         self.controller.idle.connect(self._on_controller_idle)
         self.resize(1400, 900)
@@ -245,7 +250,7 @@ class MainWindow(QMainWindow):
         else:
             workers.start(_warm_imports)
         if self.isVisible():
-            QTimer.singleShot(0, self, lambda: self.monitor)
+            QTimer.singleShot(0, self, lambda: self.kv_view)  # the plots, then the KV view
 
     def background(self) -> WorkerSet:
         """The window's own workers (start-up probes, the demo build); superqt is imported on
@@ -295,13 +300,24 @@ class MainWindow(QMainWindow):
             from quantdeck.gui.monitor import MonitorPanel
 
             self._monitor = MonitorPanel()
-            self._monitor_box.layout().addWidget(self._monitor)
+            self.monitor_pages.addTab(self._monitor, "Plots")
             self._monitor.alert.connect(
                 lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
             )
             self._monitor.open_button.clicked.connect(self._on_open_recording)
             self._monitor.slo_changed.connect(self.controller.set_slo)
         return self._monitor
+
+    @property
+    def kv_view(self) -> Any:
+        """The KV view, the Monitor tab's second page (built on first use, after the plots)."""
+        if self._kv_view is None:
+            self.monitor  # noqa: B018 (the plots' page first)
+            from quantdeck.gui.kv_view import KvView
+
+            self._kv_view = KvView()
+            self.monitor_pages.addTab(self._kv_view, "KV cache")
+        return self._kv_view
 
     @property
     def bench(self) -> Any:
@@ -424,8 +440,12 @@ class MainWindow(QMainWindow):
                 self.url_label.setText(self.controller.url or "")
                 if st == "attached":
                     self.monitor.store.clear()
+                    self.kv_view.clear()
             elif st == "starting":
                 self.monitor.store.clear()
+                self.kv_view.clear()
+                server = self.controller.server
+                self.kv_view.set_model(server.cfg.model.model if server is not None else None)
             elif st in ("stopped", "crashed"):
                 self.url_label.setText("")
             detail = ev.get("reason", "") if st == "crashed" else ""
@@ -440,6 +460,7 @@ class MainWindow(QMainWindow):
 
     def _on_metrics(self, ev: MetricsEvent) -> None:
         self.monitor.add_event(ev)
+        self.kv_view.add_metrics(ev)
         gpus = ev.get("gpus") or []
         if gpus:
             g = gpus[0]
@@ -452,6 +473,9 @@ class MainWindow(QMainWindow):
                 f"{self.device.label} · CPU {ev.get('host_cpu_pct', 0):.0f}% · RAM "
                 f"{ev.get('host_ram_used_bytes', 0) / 2**30:.1f} GiB"
             )
+
+    def _on_kv(self, ev: Event) -> None:
+        self.kv_view.add_event(ev)
 
     def _on_start_requested(self, cfg: Any) -> None:
         """Start (or Restart) is disabled from the click on: a double click starts one server."""
@@ -504,13 +528,21 @@ class MainWindow(QMainWindow):
             self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
             return len(rec.events)
         self.monitor.store.clear()
+        kv = self.kv_view
+        kv.clear()
+        model = rec.header.info.get("model")
+        kv.set_model(model if isinstance(model, str) and Path(model).is_dir() else None)
         for ev in rec.events:
             if ev.kind == "metrics":
                 self.monitor.add_event(ev)
+                kv.add_metrics(ev)
+            elif ev.kind == "kv":
+                kv.add_event(ev)
             elif ev.kind in ("state", "fact"):
                 self.logs.add_event(ev)
         self.tabs.setCurrentWidget(self._monitor_box)
         self.monitor.refresh(force=True)
+        kv.refresh()
         self.status_label.setText(f"replay: {Path(path).name} ({rec.duration_s:.0f} s)")
         return len(rec.events)
 
@@ -525,6 +557,8 @@ class MainWindow(QMainWindow):
             pass
         if self._monitor is not None:
             self._monitor.timer.stop()
+        if self._kv_view is not None:
+            self._kv_view.shutdown()
         if self.workers is not None:
             self.workers.quit()
         self.playground.shutdown()

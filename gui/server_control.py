@@ -1,7 +1,8 @@
 """Qt side of the server: core events delivered on the UI thread, process control in workers.
 
 :class:`QtServerController` owns at most one :class:`quantdeck.core.runtime.server.ServerProcess`
-(or an attached URL) and one :class:`quantdeck.core.monitor.telemetry.Sampler`. Every blocking step
+(or an attached URL), one :class:`quantdeck.core.monitor.telemetry.Sampler` and, for a server
+started with kv events, a :class:`quantdeck.core.monitor.kv_events.KvFeed`. Every blocking step
 (spawn, stop, HTTP) runs in a superqt worker (:mod:`quantdeck.gui.workers`); the core's callbacks
 arrive on the supervisor's and the sampler's threads and are re-emitted as Qt signals, which Qt
 queues onto the UI thread. Nothing here touches a widget."""
@@ -36,6 +37,7 @@ class QtServerController(QObject):
 
     event = Signal(object)  # any core Event: state, fact, progress, log, advice, plan
     metrics = Signal(object)  # MetricsEvent (telemetry included)
+    kv = Signal(object)  # KvEvent, once a second while a server started with kv events is ready
     error = Signal(str)  # one-line user-facing errors
     idle = Signal()  # the last action asked has ended
 
@@ -50,6 +52,7 @@ class QtServerController(QObject):
         self._lock = threading.Lock()
         self._workers: WorkerSet | None = None
         self._unsub: Any = None
+        self._kv: Any = None  # quantdeck.core.monitor.kv_events.KvFeed, made on its first fact
         self._actions: collections.deque[Callable[[], None]] = collections.deque()
 
     # -- helpers -----------------------------------------------------------------------------
@@ -82,7 +85,27 @@ class QtServerController(QObject):
                 self._start_sampler()
             elif ev.get("state") in ("crashed", "stopped"):
                 self._stop_sampler()
+        self._feed_kv(ev)
         self.event.emit(ev)
+
+    def _feed_kv(self, ev: Event) -> None:
+        """The KV-event subscriber follows the server (as ``serve`` runs it): bound and started
+        on the ``kv_events`` fact, before vLLM is spawned; stopped with a stopped or crashed
+        server. Its ``kv`` events reach the ``kv`` signal while the server is ready."""
+        if self._kv is None:
+            if ev.kind != "fact" or ev.get("name") != "kv_events":
+                return
+            from quantdeck.core.monitor.kv_events import KvFeed
+
+            self._kv = KvFeed(
+                self.kv.emit, ready=lambda: self.state == "ready", on_error=self.error.emit
+            )
+        self._kv.on_server_event(ev)
+
+    @property
+    def kv_subscriber(self) -> Any:
+        """The running KV-event subscriber (None: no server with kv events runs)."""
+        return self._kv.subscriber if self._kv is not None else None
 
     def _start_sampler(self) -> None:
         from quantdeck.core.monitor import MetricsScraper, ProcessWatch, Sampler
@@ -178,6 +201,8 @@ class QtServerController(QObject):
         srv = self.server
         if srv is not None and srv.running:
             srv.stop()
+        if self._kv is not None:
+            self._kv.stop()
         if self.attached is not None:
             self.attached = None
             self._on_core_event(StateEvent("stopped"))
