@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 from quantdeck.core.events import Event
 from quantdeck.core.monitor.kv_events import AGE_EDGES_S, REUSE_EDGES
 from quantdeck.gui.labels import plain_label
+from quantdeck.gui.monitor import COLORS
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 # cell codes: 0 past the capacity (the grid's last row), 1 free, 2 + bucket resident
@@ -282,7 +283,7 @@ class KvView(QWidget):
             plot.setLabel("bottom", "s")
             plot.addLegend(offset=(5, 5))
             for name, label, color in series:
-                self.curves[name] = plot.plot(pen=pg.mkPen(pg.intColor(color, 7), width=1), name=label)
+                self.curves[name] = plot.plot(pen=pg.mkPen(COLORS[color], width=1), name=label)
             self.plots.nextRow()
 
         left = QWidget()
