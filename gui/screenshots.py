@@ -1,11 +1,12 @@
 """``quantdeck screenshots OUTDIR``: drive every tab against a running demo server, one PNG each.
 
-Starts the demo model from the Launch tab, sends Playground requests and a little background
-load while the Monitor fills, runs a small benchmark, saves launch.png, monitor.png, logs.png,
-playground.png, benchmark.png, stops the server, converts the demo model to W8A8 (convert.png),
-brings up a two-instance demo fleet in the Fleet tab under load (fleet.png; Open in Monitor
-must attach, and the Monitor then overlays both instances: monitor-fleet.png; Stop fleet must
-leave no process) and exits 0 (1 if a server never became ready).
+Starts the demo model from the Launch tab (with KV events on), sends Playground requests and a
+little background load while the Monitor fills, saves launch.png, playground.png, monitor.png,
+then, after prompts sharing a long prefix, the Monitor's KV view (kv.png); runs a small
+benchmark, saves logs.png and benchmark.png, stops the server, converts the demo model to W8A8
+(convert.png), brings up a two-instance demo fleet in the Fleet tab under load (fleet.png; Open
+in Monitor must attach, and the Monitor then overlays both instances: monitor-fleet.png; Stop
+fleet must leave no process) and exits 0 (1 if a server never became ready).
 OUTDIR is written whole or not at all (:func:`quantdeck.core.paths.atomic_dir`): an earlier set
 of screenshots is replaced, any other file or folder there is refused.
 """
@@ -72,6 +73,30 @@ def _background_load(url: str, model: str, seconds: float) -> Any:
     return proc
 
 
+_SHARED = r"""
+import sys, httpx
+url, model, path = sys.argv[1], sys.argv[2], sys.argv[3]
+prefix = open(path, encoding="utf-8").read()[:3000]
+for i, q in enumerate(("the import statement", "a class definition", "the assert statement",
+                       "a with statement", "the return statement")):
+    httpx.post(url + "/v1/completions", timeout=120, json={
+        "model": model, "prompt": prefix + f"\n\nQuestion {i}: what does {q} do?",
+        "max_tokens": 8})
+"""
+
+
+def _shared_prefix_load(url: str, model: str) -> Any:
+    """Five completions, one after another, sharing the corpus's first 3,000 characters (about
+    800 demo tokens: six full blocks of the CPU's 128), in another process."""
+    from quantdeck.core.paths import CORPUS
+    from quantdeck.core.procs import spawn
+
+    cmd = [sys.executable, "-c", _SHARED, url, model, str(CORPUS / "train.txt")]
+    proc = spawn(cmd, kind="load generator")
+    proc.is_alive = lambda: proc.poll() is None  # type: ignore[attr-defined]
+    return proc
+
+
 def main(argv: Sequence[str]) -> int:
     out = Path(argv[0] if argv else "screenshots").expanduser().absolute()
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -98,6 +123,7 @@ def _shoot(app: QApplication, out: Path) -> None:
     launch = win.launch
     launch.form.editors["kv_cache_memory_bytes"].widget.setText("64MiB")
     launch.eager.setChecked(True)
+    launch.form.editors["kv_events"].widget.setChecked(True)  # for the KV view (kv.png)
     win.monitor.ttft_limit.setValue(2000)
     _wait(app, lambda: False, 0.5)
     launch.grab().save(str(out / "launch.png"))
@@ -129,6 +155,7 @@ def _shoot(app: QApplication, out: Path) -> None:
     _wait(app, lambda: False, 3.0)
     win.monitor.refresh(force=True)
     win.grab().save(str(out / "monitor.png"))
+    _shoot_kv(app, win, out)
     win.tabs.setCurrentWidget(win.logs)
     _wait(app, lambda: False, 0.5)
     win.grab().save(str(out / "logs.png"))
@@ -167,6 +194,21 @@ def _shoot(app: QApplication, out: Path) -> None:
     finally:
         win.close()
         shutil.rmtree(target.parent, ignore_errors=True)  # our temp folder: the W8A8 model
+
+
+def _shoot_kv(app: QApplication, win: Any, out: Path) -> None:
+    """The Monitor's KV view once prompts sharing a long prefix were served (kv.png)."""
+    kv = win.kv_view
+    loader = _shared_prefix_load(win.controller.url, win.controller.model_name)
+    _wait(app, lambda: not loader.is_alive(), 300)
+    if not _wait(app, lambda: kv.last is not None and bool(kv.last.get("top_prefixes")), 10):
+        raise ServerError("KV view: no shared prefix in the kv events")
+    win.monitor_pages.setCurrentWidget(kv)
+    _wait(app, lambda: kv.tokenizer is not None, 10)
+    _wait(app, lambda: False, 1.0)
+    kv.refresh()
+    win.grab().save(str(out / "kv.png"))
+    win.monitor_pages.setCurrentWidget(win.monitor)
 
 
 def _fleet_file(folder: Path) -> Path:
