@@ -221,7 +221,8 @@ class KvEvent(Event):
     """One tick of vLLM's KV-cache events as the block index saw them (``serve --kv-events``;
     core/monitor/kv_events.py). Totals count since the subscriber started, in blocks; rates are
     since the previous ``kv`` event; ages and lifetimes in seconds. ``groups``: the same per
-    KV-cache group (``group``, ``kind``, ``resident``, ``stored``, ``reused``...).
+    KV-cache group (``group``, ``kind``, ``resident``, ``stored``, ``reused``...; ``cells``: the
+    block map's runs ``[age bucket, reuse bucket, count]``).
     ``top_prefixes``: the most reused shared prefixes (``id``, ``group``, ``blocks``, ``hits``);
     ``prefix_tokens``: the token ids of a prefix, in the first event that lists its id.
     docs/kv.md defines each figure."""

@@ -359,3 +359,86 @@ def _timed(fn: Any) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+# -- against a real server -----------------------------------------------------------------
+
+
+@pytest.mark.server
+def test_launch_with_kv_events_fills_the_kv_view(qtbot, demo_server_parked, demo_model) -> None:
+    """Start the demo model from the Launch tab with KV events on; prompts sharing a long
+    prefix; the KV view shows the resident blocks on the map, the group against the capacity
+    and the shared prefix as the model's own tokenizer reads it. Stop ends the subscriber."""
+    import httpx
+    from PySide6.QtCore import Qt
+
+    from quantdeck.core.launch import cpu_device
+    from quantdeck.core.runtime import free_port
+    from quantdeck.gui.main_window import MainWindow
+
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    win.add_model(demo_model, select=True)
+    win.show()
+    try:
+        launch = win.launch
+        launch.form.editors["kv_cache_memory_bytes"].widget.setText("64MiB")
+        launch.form.editors["port"].widget.setValue(free_port())
+        launch.form.editors["kv_events"].widget.setChecked(True)
+        qtbot.mouseClick(launch.eager, Qt.LeftButton)
+        assert launch.form.config().cache.kv_events
+        qtbot.mouseClick(launch.start_button, Qt.LeftButton)
+        qtbot.waitUntil(lambda: "ready" in win.state_label.text(), timeout=420_000)
+        sub = win.controller.kv_subscriber
+        assert sub is not None and sub.alive
+        tok = _demo_tokenizer(demo_model)
+        system = "You are a helpful assistant. " + open_corpus()[:3000]
+        ids = tok.encode(system).ids
+        assert len(ids) > 3 * 128
+        for i in range(3):
+            r = httpx.post(
+                win.controller.url + "/v1/completions",
+                json={
+                    "model": win.controller.model_name,
+                    "prompt": f"{system}\n\nQuestion {i}: what does statement {i} do?",
+                    "max_tokens": 1,
+                },
+                timeout=300,
+            )
+            r.raise_for_status()
+        kv = win.kv_view
+        qtbot.waitUntil(
+            lambda: kv.last is not None and bool(kv.last.get("top_prefixes")), timeout=30_000
+        )
+        qtbot.waitUntil(lambda: kv.capacity is not None and kv.tokenizer is not None, 30_000)
+        win.tabs.setCurrentWidget(win._monitor_box)
+        win.monitor_pages.setCurrentWidget(kv)
+        kv.refresh()
+        resident = kv.last.get("blocks_resident")
+        assert resident > 0
+        assert kv.capacity == 64 * 2**20 // (128 * 2048)  # the demo's blocks, from /metrics
+        assert len(kv.codes) == kv.capacity and (kv.codes >= FIRST).sum() == resident
+        assert kv.groups_model.rowCount() == 1 and kv.groups_model.text(0, "resident") == str(
+            resident
+        )
+        text = kv.prefix_model.text(0, "prefix")
+        assert "You are a helpful assistant." in text  # BOS and all: the tokens as sent
+        assert int(kv.prefix_model.text(0, "hits")) >= 2
+        qtbot.mouseClick(launch.stop_button, Qt.LeftButton)
+        qtbot.waitUntil(lambda: "stopped" in win.state_label.text(), timeout=60_000)
+        assert win.controller.kv_subscriber is None and not sub.alive
+    finally:
+        win.controller.shutdown()
+    assert not [t for t in threading.enumerate() if t.name == "kv-events"]
+
+
+def _demo_tokenizer(model: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(model / "tokenizer.json"))
+
+
+def open_corpus() -> str:
+    from quantdeck.core.paths import CORPUS
+
+    return (CORPUS / "train.txt").read_text(encoding="utf-8")
