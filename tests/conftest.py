@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -61,6 +62,15 @@ def snapshot(root: Path) -> dict[str, str]:
         else:
             out[key] = "dir"
     return out
+
+
+def read_json_lines(proc: subprocess.Popen[str], into: list[dict[str, Any]]) -> None:
+    """Append each JSON object line of ``proc``'s stdout to ``into`` until it closes (a
+    thread's target: a test reads ``into`` while the process runs)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            into.append(json.loads(line))
 
 
 def alive_pids(pids: set[int]) -> list[int]:

@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 import yaml
-from conftest import alive_pids
+from conftest import alive_pids, read_json_lines
 
 from quantdeck.cli.main import main
 from quantdeck.core.events import InstanceEvent
@@ -72,13 +72,6 @@ class RunningFleet:
 
     def workers(self) -> set[str]:
         return set(httpx.get(self.router + "/list_workers", timeout=5).json()["urls"])
-
-
-def _read(proc: subprocess.Popen[str], into: list[dict[str, Any]]) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("{"):
-            into.append(json.loads(line))
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +129,7 @@ def fleet(
         f"http://127.0.0.1:{ports['router']}",
         {n: f"http://127.0.0.1:{p}" for n, p in ports.items() if n != "router"},
     )
-    threading.Thread(target=_read, args=(proc, running.events), daemon=True).start()
+    threading.Thread(target=read_json_lines, args=(proc, running.events), daemon=True).start()
     try:
         yield running
     finally:

@@ -9,7 +9,6 @@ at a time on the two cores."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -24,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import read_json_lines
 
 from quantdeck.core.events import KvEvent
 from quantdeck.core.monitor import BlockIndex, read_capture, read_recording
@@ -63,13 +63,6 @@ class Serve:
         return [e for e in self.events if e.get("event") == "kv"]
 
 
-def _read(proc: subprocess.Popen[str], into: list[dict[str, Any]]) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("{"):
-            into.append(json.loads(line))
-
-
 @pytest.fixture(scope="module")
 def serve(
     demo_model: Path, _session_server: Any, tmp_path_factory: pytest.TempPathFactory
@@ -95,7 +88,9 @@ def serve(
     env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
     running = Serve(proc, f"http://127.0.0.1:{port}", record, capture)
-    running.reader = threading.Thread(target=_read, args=(proc, running.events), daemon=True)
+    running.reader = threading.Thread(
+        target=read_json_lines, args=(proc, running.events), daemon=True
+    )
     running.reader.start()
     try:
         yield running
