@@ -232,6 +232,7 @@ class KvView(QWidget):
         self.kv_ring = _Ring(KV_SERIES)
         self.metric_ring = _Ring(METRIC_SERIES)
         self.codes = np.empty(0, np.uint8)
+        self._shape = (0, 0)  # the map's grid, rows x columns
         self._dirty = False
         self._workers: Any = None
 
@@ -439,8 +440,10 @@ class KvView(QWidget):
             self.image.clear()
             return
         self.image.setImage(map_image(self.codes, self.color_by), autoLevels=False)
-        rows, cols = grid_shape(len(self.codes))
-        self.map_box.setRange(xRange=(0, cols), yRange=(0, rows), padding=0.02)
+        shape = grid_shape(len(self.codes))
+        if shape != self._shape:  # a new grid: show it whole (else the user's zoom stays)
+            self._shape = shape
+            self.map_box.setRange(xRange=(0, shape[1]), yRange=(0, shape[0]), padding=0.02)
 
     def _update_legend(self) -> None:
         if self.color_by == "age":
