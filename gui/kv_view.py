@@ -183,7 +183,10 @@ GROUP_COLUMNS: tuple[Column[GroupRow], ...] = (
     Column("stored", lambda r: f"{r.stored:,}", align_right=True),
     Column("reused", lambda r: f"{r.reused:,}", align_right=True),
     Column("evicted", lambda r: f"{r.evicted:,}", align_right=True),
-    Column("prefix hits", lambda r: _opt(None if r.hit_rate is None else 100 * r.hit_rate, ".1f")),
+    Column(
+        "prefix hits",
+        lambda r: _opt(None if r.hit_rate is None else 100 * r.hit_rate, ".1f") + " %",
+    ),
 )
 
 
