@@ -76,18 +76,20 @@ def _background_load(url: str, model: str, seconds: float) -> Any:
 _SHARED = r"""
 import sys, httpx
 url, model, path = sys.argv[1], sys.argv[2], sys.argv[3]
-prefix = open(path, encoding="utf-8").read()[:3000]
-for i, q in enumerate(("the import statement", "a class definition", "the assert statement",
-                       "a with statement", "the return statement")):
+text = open(path, encoding="utf-8").read()
+prefix = text[:3000]
+for i in range(5):  # each its own tail, long enough to fill blocks of its own
+    own = text[4000 + 1500 * i : 5000 + 1500 * i]
     httpx.post(url + "/v1/completions", timeout=120, json={
-        "model": model, "prompt": prefix + f"\n\nQuestion {i}: what does {q} do?",
-        "max_tokens": 8})
+        "model": model, "prompt": prefix + f"\n\nQuestion {i}: {own}", "max_tokens": 8})
 """
 
 
 def _shared_prefix_load(url: str, model: str) -> Any:
     """Five completions, one after another, sharing the corpus's first 3,000 characters (about
-    800 demo tokens: six full blocks of the CPU's 128), in another process."""
+    800 demo tokens: six full blocks of the CPU's 128), each with a tail of its own (vLLM caches
+    full blocks only: a chain must store blocks past the shared ones to show its reuse), in
+    another process."""
     from quantdeck.core.paths import CORPUS
     from quantdeck.core.procs import spawn
 

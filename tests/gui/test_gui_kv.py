@@ -392,15 +392,19 @@ def test_launch_with_kv_events_fills_the_kv_view(qtbot, demo_server_parked, demo
         sub = win.controller.kv_subscriber
         assert sub is not None and sub.alive
         tok = _demo_tokenizer(demo_model)
-        system = "You are a helpful assistant. " + open_corpus()[:3000]
-        ids = tok.encode(system).ids
-        assert len(ids) > 3 * 128
+        corpus = open_corpus()
+        system = "You are a helpful assistant. " + corpus[:3000]
+        assert len(tok.encode(system).ids) > 3 * 128
         for i in range(3):
+            # each its own tail, long enough to fill blocks past the shared ones (vLLM caches
+            # full blocks only: a prompt whose tail ends in its first own block stores none,
+            # and a chain that stores nothing shows no reuse)
+            own = corpus[4000 + 1500 * i : 5000 + 1500 * i]
             r = httpx.post(
                 win.controller.url + "/v1/completions",
                 json={
                     "model": win.controller.model_name,
-                    "prompt": f"{system}\n\nQuestion {i}: what does statement {i} do?",
+                    "prompt": f"{system}\n\nQuestion {i}: {own}",
                     "max_tokens": 1,
                 },
                 timeout=300,
@@ -410,7 +414,9 @@ def test_launch_with_kv_events_fills_the_kv_view(qtbot, demo_server_parked, demo
         qtbot.waitUntil(
             lambda: kv.last is not None and bool(kv.last.get("top_prefixes")), timeout=30_000
         )
-        qtbot.waitUntil(lambda: kv.capacity is not None and kv.tokenizer is not None, 30_000)
+        qtbot.waitUntil(
+            lambda: kv.capacity is not None and kv.tokenizer is not None, timeout=30_000
+        )
         win.tabs.setCurrentWidget(win._monitor_box)
         win.monitor_pages.setCurrentWidget(kv)
         kv.refresh()
