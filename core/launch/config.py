@@ -295,6 +295,15 @@ class ServerConfig:
         quantdeck_only=True,
         title="Allow an open server",
     )
+    profiler: bool = knob(
+        False,
+        "Let the server be profiled: vLLM's torch profiler (--profiler-config), its "
+        "/start_profile and /stop_profile endpoints, traces in the run folder's profiles/ "
+        "(quantdeck trace; docs/monitor.md). For development: any API client may start it.",
+        quantdeck_only=True,
+        advanced=True,
+        title="Profiler",
+    )
 
 
 GROUPS: dict[str, type] = {

