@@ -10,17 +10,29 @@ from quantdeck.core.monitor.timeseries import TimeSeriesStore
 
 if TYPE_CHECKING:
     from quantdeck.core.monitor.kv_events import (
+        AGE_EDGES_S,
+        REUSE_EDGES,
         BlockIndex,
         KvEventSubscriber,
+        KvFeed,
         read_capture,
     )
 
-_KV_EVENTS = ("BlockIndex", "KvEventSubscriber", "read_capture")
+_KV_EVENTS = (
+    "AGE_EDGES_S",
+    "REUSE_EDGES",
+    "BlockIndex",
+    "KvEventSubscriber",
+    "KvFeed",
+    "read_capture",
+)
 
 __all__ = [
+    "AGE_EDGES_S",
     "BlockIndex",
     "driver_version",
     "KvEventSubscriber",
+    "KvFeed",
     "MetricsScraper",
     "ProcessWatch",
     "read_capture",
@@ -28,6 +40,7 @@ __all__ = [
     "Recorder",
     "Recording",
     "RecordingError",
+    "REUSE_EDGES",
     "Sampler",
     "TimeSeriesStore",
 ]

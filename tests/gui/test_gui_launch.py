@@ -67,7 +67,7 @@ def test_planner_panel_follows_knobs(qtbot, tmp_path: Path) -> None:
 
     def tokens() -> int:
         text = win.launch.planner.figures.text()
-        return int(text.split("= ")[1].split(" tokens")[0].replace(",", ""))
+        return int(text.split(" tokens; ")[1].split(" tokens")[0].replace(",", ""))
 
     before = tokens()
     win.launch.form.editors["kv_cache_dtype"].widget.setCurrentText("fp8")
