@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FIXTURES
@@ -92,3 +93,39 @@ def test_missing_and_oversized_files(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(profile, "MAX_TRACE_BYTES", 1000)
     with pytest.raises(ConfigError, match="larger than"):
         summarize_trace(TRACE)  # 59 KB gzipped, megabytes once unzipped
+
+
+# -- the profiler knob: what a start passes to vLLM (the real start: tests/cli/test_trace_server.py)
+def _server(tmp_path: Path, flags: set[str]) -> Any:
+    from ckpt import TINY_LLAMA, write_checkpoint
+
+    from quantdeck.core.launch import LaunchConfig, iter_knobs
+    from quantdeck.core.launch.device import H200
+    from quantdeck.core.runtime import ServerProcess, free_port
+    from quantdeck.core.runtime.engine import Capabilities
+
+    cfg = LaunchConfig()
+    cfg.model.model = str(write_checkpoint(tmp_path / "m", TINY_LLAMA))
+    cfg.server.port = free_port()
+    cfg.server.profiler = True
+    every = {k.flag for k in iter_knobs()} | flags  # this vLLM has every knob, and ``flags``
+    caps = Capabilities("0.32.0", "2.9", "cuda", "cli", {f: {} for f in every})
+    return ServerProcess(cfg, capabilities=caps, device=H200, run_dir=tmp_path / "run")
+
+
+def test_the_profiler_knob_needs_vllms_profiler_config(tmp_path: Path) -> None:
+    from quantdeck.core.launch import knobs
+    from quantdeck.core.runtime.server import PROFILER_FLAG, profiler_config
+
+    with pytest.raises(ConfigError, match="server.profiler: this vLLM has no --profiler-config"):
+        _server(tmp_path, set()).preflight()
+    cmd = _server(tmp_path, {PROFILER_FLAG}).preflight()
+    assert not any(a.startswith("--profiler") for a in cmd)  # added by start(), not preflight
+    s = _server(tmp_path, set())
+    assert not any("profiler" in a for a in knobs.vllm_args(s.cfg))  # Quantdeck's own knob
+    cfg = profiler_config(tmp_path / "run" / "profiles")
+    assert cfg == {
+        "profiler": "torch",
+        "torch_profiler_dir": str((tmp_path / "run" / "profiles").absolute()),
+        "torch_profiler_use_gzip": True,
+    }
