@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -160,14 +161,17 @@ def cmd_trace(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
+def _at_least(least: int, text: str) -> int:
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
+    if n < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}")
     return n
+
+
+_positive = partial(_at_least, 1)
 
 
 def register(add: AddCommand) -> None:
@@ -188,7 +192,7 @@ def register(add: AddCommand) -> None:
     )
     p.add_argument(
         "--requests",
-        type=int,
+        type=partial(_at_least, 0),
         default=3,
         metavar="K",
         help="short completions to send while recording (3; 0: only the server's own traffic)",

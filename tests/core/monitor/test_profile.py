@@ -129,3 +129,21 @@ def test_the_profiler_knob_needs_vllms_profiler_config(tmp_path: Path) -> None:
         "torch_profiler_dir": str((tmp_path / "run" / "profiles").absolute()),
         "torch_profiler_use_gzip": True,
     }
+
+
+def test_trace_without_a_server_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from quantdeck.cli.main import main
+    from quantdeck.core.runtime import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    out = tmp_path / "out"
+    assert main(["trace", url, "--out", str(out)]) == 2  # no lease names its trace folder
+    assert "no server Quantdeck started on port" in capsys.readouterr().err
+    assert main(["trace", url, "--out", str(out), "--trace-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unreachable" in err and len(err.strip().splitlines()) == 1
+    assert main(["trace", "http://10.0.0.1:8000", "--out", str(out)]) == 2
+    assert "not on this machine; give the server's --trace-dir" in capsys.readouterr().err
+    assert not out.exists()
