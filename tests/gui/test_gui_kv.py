@@ -26,7 +26,18 @@ from quantdeck.core.monitor import kv_events as qkv
 from quantdeck.gui import kv_view
 from quantdeck.gui.kv_view import AGE_LUT, FIRST, FREE, REUSE_LUT, KvView
 
-vkv = pytest.importorskip("vllm.distributed.kv_events")
+
+class _VllmKvEvents:
+    """vLLM's own kv_events module, imported on first use: its torch import takes seconds, at
+    collection too, also in lanes that deselect these tests."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # pytest's look for fixtures: not an import
+            raise AttributeError(name)
+        return getattr(pytest.importorskip("vllm.distributed.kv_events"), name)
+
+
+vkv = _VllmKvEvents()
 
 BS = 4
 T0 = 1_000_000.0  # the engine clock of the streams

@@ -49,6 +49,7 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {f: write_family(root / f, f) for f in FAMILIES}
 
 
+@pytest.mark.slow  # transformers' import in a subprocess: seconds
 def test_layer_kinds_match_transformers(families: dict[str, Path]) -> None:
     run = subprocess.run(
         [sys.executable, "-c", HF_KINDS, json.dumps({k: str(v) for k, v in families.items()})],

@@ -24,7 +24,18 @@ from quantdeck.core.monitor import Recorder, read_recording
 from quantdeck.core.monitor import kv_events as qkv
 from quantdeck.core.runtime import free_port
 
-vkv = pytest.importorskip("vllm.distributed.kv_events")
+
+class _VllmKvEvents:
+    """vLLM's own kv_events module, imported on first use: its torch import takes seconds, at
+    collection too, also in lanes that deselect these tests."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # pytest's look for fixtures: not an import
+            raise AttributeError(name)
+        return getattr(pytest.importorskip("vllm.distributed.kv_events"), name)
+
+
+vkv = _VllmKvEvents()
 
 BS = 4  # tokens per block in these streams
 
