@@ -422,8 +422,13 @@ def test_launch_with_kv_events_fills_the_kv_view(qtbot, demo_server_parked, demo
             )
             r.raise_for_status()
         kv = win.kv_view
+        # the kv events come once a second: the third prompt's reuse may be in a later one
         qtbot.waitUntil(
-            lambda: kv.last is not None and bool(kv.last.get("top_prefixes")), timeout=30_000
+            lambda: (
+                kv.last is not None
+                and any(p.get("hits", 0) >= 2 for p in kv.last.get("top_prefixes") or [])
+            ),
+            timeout=30_000,
         )
         qtbot.waitUntil(
             lambda: kv.capacity is not None and kv.tokenizer is not None, timeout=30_000
