@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.events import Event
-from quantdeck.core.monitor.kv_events import AGE_EDGES_S, REUSE_EDGES
+from quantdeck.core.monitor.kv_buckets import AGE_EDGES_S, REUSE_EDGES  # no pyzmq here
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.monitor import COLORS
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,56 @@ def snapshot(root: Path) -> dict[str, str]:
         else:
             out[key] = "dir"
     return out
+
+
+class _VllmKvEvents:
+    """vLLM's own kv_events module, imported on first use: its torch import takes seconds, at
+    collection too, also in lanes that deselect the tests that use it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # pytest's look for fixtures: not an import
+            raise AttributeError(name)
+        return getattr(pytest.importorskip("vllm.distributed.kv_events"), name)
+
+
+vllm_kv_events = _VllmKvEvents()
+
+
+def serve_demo(
+    demo_model: Path, *flags: str
+) -> tuple[subprocess.Popen[str], str, list[dict[str, Any]], threading.Thread]:
+    """``quantdeck serve`` of the demo model (eager, 64 MiB of KV cache, the engine in one
+    process) with ``flags`` and --json-events, in its own session: the process, its URL and
+    the events it prints, and the thread that reads them. Stop it with :func:`kill_group`."""
+    from quantdeck.core.runtime import free_port
+    from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "quantdeck.cli",
+        "serve",
+        str(demo_model),
+        "--enforce-eager",
+        f"--kv-cache-memory-bytes={64 * 2**20}",
+        f"--port={port}",
+        "--json-events",
+        *flags,
+    ]
+    env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    events: list[dict[str, Any]] = []
+    reader = threading.Thread(target=read_json_lines, args=(proc, events), daemon=True)
+    reader.start()
+    return proc, f"http://127.0.0.1:{port}", events, reader
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a test's server and its group (it ran in its own session), if still there."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def read_json_lines(proc: subprocess.Popen[str], into: list[dict[str, Any]]) -> None:

@@ -37,6 +37,7 @@ import zmq
 
 from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import Event, KvEvent, Publisher
+from quantdeck.core.monitor.kv_buckets import AGE_EDGES_S, REUSE_EDGES
 
 log = logging.getLogger("quantdeck.kv_events")
 
@@ -111,11 +112,6 @@ def hash_id(h: ExternalBlockHash) -> str:
 
 MAX_PREFIX_TOKENS = 4096  # token ids kept per reported shared prefix
 EVICTIONS_KEPT = 1024
-# The block map's buckets (a group's ``cells``): age bucket i holds ages below AGE_EDGES_S[i]
-# (the last one, the rest); reuse bucket 0 blocks no later chain reused, bucket i >= 1 those
-# reused REUSE_EDGES[i - 1] times or more (and fewer than the next edge).
-AGE_EDGES_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-REUSE_EDGES = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass(slots=True)

@@ -9,11 +9,9 @@ at a time on the two cores."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,13 +21,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import read_json_lines
+from conftest import kill_group, serve_demo
 
 from quantdeck.core.events import KvEvent
 from quantdeck.core.monitor import BlockIndex, read_capture, read_recording
 from quantdeck.core.monitor.kv_events import ingest
-from quantdeck.core.runtime import free_port
-from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
 pytestmark = pytest.mark.server
 
@@ -69,35 +65,15 @@ def serve(
 ) -> Iterator[Serve]:
     _session_server.stop()  # one vLLM at a time on the two cores
     tmp = tmp_path_factory.mktemp("kv-serve")
-    port = free_port()
     record, capture = tmp / "kv.jsonl", tmp / "kv.capture"
-    cmd = [
-        sys.executable,
-        "-m",
-        "quantdeck.cli",
-        "serve",
-        str(demo_model),
-        "--enforce-eager",
-        f"--kv-cache-memory-bytes={64 * 2**20}",
-        f"--port={port}",
-        "--kv-events",
-        "--json-events",
-        f"--record={record}",
-        f"--kv-capture={capture}",
-    ]
-    env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    running = Serve(proc, f"http://127.0.0.1:{port}", record, capture)
-    running.reader = threading.Thread(
-        target=read_json_lines, args=(proc, running.events), daemon=True
+    proc, url, events, reader = serve_demo(
+        demo_model, "--kv-events", f"--record={record}", f"--kv-capture={capture}"
     )
-    running.reader.start()
+    running = Serve(proc, url, record, capture, events=events, reader=reader)
     try:
         yield running
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_group(proc)
 
 
 def prefix_counters(url: str) -> tuple[float, float]:

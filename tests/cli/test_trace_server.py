@@ -9,11 +9,8 @@ at a time on the two cores."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import read_json_lines
+from conftest import kill_group, serve_demo
 
 from quantdeck.core.paths import OUTPUT_MARKER
-from quantdeck.core.runtime import free_port
-from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
 pytestmark = pytest.mark.server
 
@@ -35,33 +30,15 @@ def served(
     demo_model: Path, _session_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     _session_server.stop()  # one vLLM at a time on the two cores
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "quantdeck.cli",
-        "serve",
-        str(demo_model),
-        "--enforce-eager",
-        f"--kv-cache-memory-bytes={64 * 2**20}",
-        f"--port={port}",
-        "--profiler",
-        "--json-events",
-    ]
-    env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    events: list[dict[str, Any]] = []
-    threading.Thread(target=read_json_lines, args=(proc, events), daemon=True).start()
+    proc, url, events, _ = serve_demo(demo_model, "--profiler")
     try:
         deadline = time.monotonic() + 900
         while not any(e.get("state") in ("ready", "crashed") for e in events):
             assert proc.poll() is None and time.monotonic() < deadline, events[-5:]
             time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}", events
+        yield url, events
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_group(proc)
 
 
 def test_trace_records_steps_and_finds_operator_rows(

@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 import pytest
 from conftest import metrics_event
+from conftest import vllm_kv_events as vkv
 from PySide6.QtCore import QObject
 
 from quantdeck.core.events import Event, FactEvent, KvEvent, StateEvent
@@ -25,19 +26,6 @@ from quantdeck.core.monitor import Recorder
 from quantdeck.core.monitor import kv_events as qkv
 from quantdeck.gui import kv_view
 from quantdeck.gui.kv_view import AGE_LUT, FIRST, FREE, REUSE_LUT, KvView
-
-
-class _VllmKvEvents:
-    """vLLM's own kv_events module, imported on first use: its torch import takes seconds, at
-    collection too, also in lanes that deselect these tests."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # pytest's look for fixtures: not an import
-            raise AttributeError(name)
-        return getattr(pytest.importorskip("vllm.distributed.kv_events"), name)
-
-
-vkv = _VllmKvEvents()
 
 BS = 4
 T0 = 1_000_000.0  # the engine clock of the streams

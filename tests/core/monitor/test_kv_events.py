@@ -17,25 +17,13 @@ from typing import Any
 import msgspec
 import pytest
 import zmq
+from conftest import vllm_kv_events as vkv
 
 from quantdeck.core.errors import ServerError
 from quantdeck.core.events import KvEvent, from_json
 from quantdeck.core.monitor import Recorder, read_recording
 from quantdeck.core.monitor import kv_events as qkv
 from quantdeck.core.runtime import free_port
-
-
-class _VllmKvEvents:
-    """vLLM's own kv_events module, imported on first use: its torch import takes seconds, at
-    collection too, also in lanes that deselect these tests."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # pytest's look for fixtures: not an import
-            raise AttributeError(name)
-        return getattr(pytest.importorskip("vllm.distributed.kv_events"), name)
-
-
-vkv = _VllmKvEvents()
 
 BS = 4  # tokens per block in these streams
 
