@@ -13,13 +13,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSocketNotifier
+from PySide6.QtCore import QSize, QSocketNotifier
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from quantdeck.core.desktop import APP_ID, ICON_SIZES, ICONS
 from quantdeck.core.events import Event
 from quantdeck.core.models import default_demo_dir, ensure_demo_model, is_complete
 from quantdeck.core.procs import STOP_SIGNALS
 from quantdeck.gui.main_window import MainWindow
+
+
+def app_icon() -> QIcon:
+    """Quantdeck's icon, from the PNG renderings of each size (assets/icons/hicolor): Qt picks
+    the nearest size for the title bar, the task switcher and the dock; loaded when drawn."""
+    icon = QIcon()
+    for size in ICON_SIZES:
+        icon.addFile(str(ICONS / f"{size}x{size}" / "apps" / f"{APP_ID}.png"), QSize(size, size))
+    return icon
 
 
 def build_window() -> MainWindow:
@@ -119,6 +130,9 @@ def offer_leftovers(win: MainWindow) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("Quantdeck")
+    # the launcher entry's name (core/desktop.py): Wayland's app id, the dock's grouping
+    app.setDesktopFileName(APP_ID)
+    app.setWindowIcon(app_icon())
     win = build_window()
     notifier = close_on_signals(app, win)
     win.show()
