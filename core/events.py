@@ -251,6 +251,22 @@ class KvEvent(Event):
 
 
 @dataclass(frozen=True)
+class MarkerEvent(Event):
+    """A mark on the Monitor's time axis (core/monitor/timeline.py): ``what`` happened
+    (``launch``, ``restart``, ``knobs``, ``fleet``, ``bench``), a short ``label``, and ``diff``:
+    what changed, ``{name: [before, after]}`` (``None``: vLLM's default, or not there).
+    ``config``: the launch's settings as ``knobs.to_dict`` gives them (launches only), so that
+    the next launch's diff can be taken from a recording."""
+
+    kind: ClassVar[str] = "marker"
+    what: str
+    label: str
+    diff: dict[str, list[Any]] = field(default_factory=dict)
+    config: dict[str, Any] | _Absent = ABSENT
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
 class RecordingHeader(Event):
     """The first line of a recording."""
 

@@ -1,12 +1,23 @@
-"""Monitoring: /metrics scrapes, NVML and host telemetry, bounded histories, recordings, and
-vLLM's KV-cache events (imported on first use: pyzmq and msgspec load only where needed)."""
+"""Monitoring: /metrics scrapes, NVML and host telemetry, bounded histories, recordings, the
+tuning timeline, profiler captures, and vLLM's KV-cache events (imported on first use: pyzmq
+and msgspec load only where needed)."""
 
 from typing import TYPE_CHECKING, Any
 
 from quantdeck.core.monitor.metrics import MetricsScraper
 from quantdeck.core.monitor.recording import Recorder, Recording, RecordingError, read_recording
 from quantdeck.core.monitor.telemetry import ProcessWatch, Sampler, driver_version
+from quantdeck.core.monitor.timeline import (
+    Span,
+    SpanComparison,
+    Timeline,
+    compare_spans,
+    default_spans,
+    store_of,
+    timeline_of,
+)
 from quantdeck.core.monitor.timeseries import TimeSeriesStore
+from quantdeck.core.monitor.trace_capture import TraceCapture, capture_trace, profile_server
 
 if TYPE_CHECKING:
     from quantdeck.core.monitor.kv_events import (
@@ -30,11 +41,15 @@ _KV_EVENTS = (
 __all__ = [
     "AGE_EDGES_S",
     "BlockIndex",
+    "capture_trace",
+    "compare_spans",
+    "default_spans",
     "driver_version",
     "KvEventSubscriber",
     "KvFeed",
     "MetricsScraper",
     "ProcessWatch",
+    "profile_server",
     "read_capture",
     "read_recording",
     "Recorder",
@@ -42,7 +57,13 @@ __all__ = [
     "RecordingError",
     "REUSE_EDGES",
     "Sampler",
+    "Span",
+    "SpanComparison",
+    "store_of",
+    "Timeline",
+    "timeline_of",
     "TimeSeriesStore",
+    "TraceCapture",
 ]
 
 

@@ -370,6 +370,28 @@ class TimeSeriesStore:
                 cols[name] = _orient(pair, prev[name] if prev else np.nan)
         return t_bins, cols
 
+    def span(
+        self, t0: float, t1: float, names: list[str] | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The points with ``t0 <= t <= t1`` (unix seconds), undecimated: their times and a copy
+        of each column (all of them, or ``names``)."""
+        with self._lock:
+            n, cap = self._n, self.capacity
+            oldest = n - min(n, cap)
+            lo = self._first_at_or_after(oldest, n, t0)
+            hi = self._first_at_or_after(lo, n, np.nextafter(t1, np.inf))
+            wanted = [k for k in self._cols if names is None or k in names]
+            t = self._span(self._t, lo, hi, cap).copy()
+            return t, {k: self._span(self._cols[k], lo, hi, cap).copy() for k in wanted}
+
+    @property
+    def first_t(self) -> float | None:
+        """The oldest point's time (None: empty)."""
+        with self._lock:
+            if not self._n:
+                return None
+            return float(self._t[(self._n - min(self._n, self.capacity)) % self.capacity])
+
     def latest(self, name: str) -> float | None:
         with self._lock:
             if self._n == 0:

@@ -1,0 +1,450 @@
+"""The tuning timeline: what changed on the server, as markers on the Monitor's time axis, and
+a comparison of two spans of its history with the changes that separate them.
+
+Markers are :class:`~quantdeck.core.events.MarkerEvent` s: ``launch`` (the first start),
+``restart`` (the same settings again), ``knobs`` (a start with other settings: the ``diff``
+says which, ``{key: [before, after]}``), ``fleet`` (a fleet's fallback switched, the router's
+workers with it) and ``bench`` (a benchmark run). They are written into recordings
+(``quantdeck serve --record`` writes its launch), and read back from them; a recording made
+before markers existed gets its launch from its header.
+
+:func:`compare_spans` sums up two time spans of a
+:class:`~quantdeck.core.monitor.timeseries.TimeSeriesStore` from the series the Monitor keeps:
+throughput as the mean of the sampled rates (idle samples count: it is what the span served),
+latency percentiles as the median of the sampled windowed percentiles (samples without requests
+have none and are left out), KV use as mean and peak, the prefix-cache hit rate as its mean.
+Plain Python.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+import numpy as np
+
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.events import (
+    Event,
+    FallbackEvent,
+    InstanceEvent,
+    MarkerEvent,
+    MetricsEvent,
+    RouteEvent,
+    StateEvent,
+)
+from quantdeck.core.monitor.recording import Recording
+from quantdeck.core.monitor.timeseries import TimeSeriesStore
+
+LAUNCHES = ("launch", "restart", "knobs")
+KINDS = (*LAUNCHES, "fleet", "bench")
+FLEET_MERGE_S = 2.0  # a router change this close to a fleet marker belongs to it
+FLEET_REASONS = ("fallback", "recovered")  # the router changes a fallback switch makes
+
+Marker = MarkerEvent  # the timeline's markers are the events recordings keep
+
+
+def flat_config(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``knobs.to_dict``'s mapping with nested mappings as ``outer.inner`` keys."""
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        if isinstance(v, Mapping):
+            out.update(flat_config(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The settings that differ, ``{key: [before, after]}`` in key order; a key one side lacks
+    is ``None`` there (``to_dict`` leaves out what equals vLLM's default)."""
+    a, b = flat_config(before), flat_config(after)
+    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def _value(v: Any) -> str:
+    return "default" if v is None else str(v)
+
+
+def diff_text(diff: Mapping[str, list[Any]], *, limit: int | None = None) -> str:
+    """``key before → after`` per change, comma-separated (``limit``: at most that many, then
+    ``+N more``)."""
+    items = [f"{k} {_value(v[0])} → {_value(v[1])}" for k, v in diff.items()]
+    if limit is not None and len(items) > limit:
+        items = [*items[:limit], f"+{len(items) - limit} more"]
+    return ", ".join(items)
+
+
+def describe(m: MarkerEvent) -> str:
+    """The marker as a tooltip says it: time, label, then each change on a line."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(m.t))
+    lines = [f"{stamp}  {m.label}"]
+    lines += [f"  {k}: {_value(v[0])} → {_value(v[1])}" for k, v in m.diff.items()]
+    return "\n".join(lines)
+
+
+class Timeline:
+    """The markers of one Monitor (or recording), in time order, and the settings of the last
+    launch, against which the next launch's diff is taken. ``version`` moves on every change
+    (views redraw then). Used on one thread."""
+
+    def __init__(self) -> None:
+        self.markers: list[MarkerEvent] = []
+        self.config: dict[str, Any] | None = None  # the last launch's settings
+        self.version = 0
+
+    def __len__(self) -> int:
+        return len(self.markers)
+
+    def clear(self) -> None:
+        self.markers.clear()
+        self.config = None
+        self.version += 1
+
+    def add(self, m: MarkerEvent) -> MarkerEvent:
+        """Keep ``m`` (in time order)."""
+        i = len(self.markers)
+        while i and self.markers[i - 1].t > m.t:
+            i -= 1
+        self.markers.insert(i, m)
+        self.version += 1
+        return m
+
+    def launch(self, config: Mapping[str, Any], *, t: float | None = None) -> MarkerEvent:
+        """A server starts with ``config`` (``knobs.to_dict``): a ``launch`` marker the first
+        time, then ``restart`` or ``knobs`` with the diff from the previous launch."""
+        cfg = dict(config)
+        if self.config is None:
+            what, diff, label = "launch", {}, "launch"
+        else:
+            diff = config_diff(self.config, cfg)
+            what = "knobs" if diff else "restart"
+            label = f"knobs: {diff_text(diff, limit=1)}" if diff else "restart"
+        self.config = cfg
+        stamp = time.time() if t is None else t
+        return self.add(MarkerEvent(what, label, diff, config=cfg, t=stamp))
+
+    def bench(self, result: Mapping[str, Any], *, t: float | None = None) -> MarkerEvent:
+        """A benchmark run ended with ``result`` (a saved run's figures): a marker at its
+        start (``t``, else its end minus its duration)."""
+        end = time.time()
+        dur = result.get("duration")
+        if t is None:
+            t = end - float(dur) if _finite(dur) else end
+        label = str(result.get("label") or result.get("kind") or "bench")
+        tput = result.get("output_throughput")
+        text = f"bench {label}" + (f": {float(tput):.1f} tok/s" if _finite(tput) else "")
+        figures = {
+            k: [None, result[k]]
+            for k in ("completed", "output_throughput", "median_ttft_ms", "p99_ttft_ms")
+            if _finite(result.get(k))
+        }
+        return self.add(MarkerEvent("bench", text, figures, t=t))
+
+    def observe(self, ev: Event) -> MarkerEvent | None:
+        """Take the marker an event makes, if any: a recorded marker (a recorded launch is
+        diffed against this timeline's previous one), a fleet's fallback switch and the router
+        changes it makes. Other events make none."""
+        inner = ev.event if isinstance(ev, InstanceEvent) else ev
+        if isinstance(inner, MarkerEvent):
+            if inner.what in LAUNCHES and isinstance(inner.config, dict):
+                return self.launch(inner.config, t=inner.t)
+            return self.add(inner)
+        if isinstance(inner, FallbackEvent):
+            if inner.active:
+                label = f"fallback on: {', '.join(inner.backups) or 'backups'} take traffic"
+            else:
+                label = "fallback off"
+            value = "-" if inner.value_ms is None else f"{inner.value_ms:.0f}"
+            diff: dict[str, list[Any]] = {
+                "fallback": [not inner.active, inner.active],
+                inner.metric: [f"limit {inner.above_ms:g}", f"{value} for {inner.held_s:g} s"],
+            }
+            return self._fleet(label, diff, inner.t)
+        if isinstance(inner, RouteEvent) and inner.reason in FLEET_REASONS and inner.ok:
+            was, now = ("out", "in") if inner.action == "add" else ("in", "out")
+            return self._fleet(
+                f"router {inner.action} {inner.worker}",
+                {f"worker {inner.worker}": [was, now]},
+                inner.t,
+            )
+        return None
+
+    def _fleet(self, label: str, diff: dict[str, list[Any]], t: float) -> MarkerEvent:
+        """A fleet marker, merged with one of the same switch (within FLEET_MERGE_S)."""
+        for i, m in enumerate(self.markers):
+            if m.what == "fleet" and abs(m.t - t) <= FLEET_MERGE_S:
+                first = m.label if not m.label.startswith("router ") else label
+                merged = MarkerEvent("fleet", first, {**m.diff, **diff}, t=min(m.t, t))
+                self.markers[i] = merged
+                self.version += 1
+                return merged
+        return self.add(MarkerEvent("fleet", label, diff, t=t))
+
+    def between(self, t0: float, t1: float) -> list[MarkerEvent]:
+        """The markers with ``t0 <= t <= t1``."""
+        return [m for m in self.markers if t0 <= m.t <= t1]
+
+
+def timeline_of(recordings: Iterable[Recording]) -> Timeline:
+    """The timeline of recordings read in turn (their events in time order): the markers they
+    hold, and for a recording without a launch marker (written before markers existed) its
+    launch from the header's settings, at its first ``starting`` state."""
+    tl = Timeline()
+    for rec in recordings:
+        launched = any(isinstance(e, MarkerEvent) and e.what in LAUNCHES for e in rec.events)
+        config = rec.header.get("config")
+        if not launched and isinstance(config, dict):
+            start = next(
+                (e.t for e in rec.of(StateEvent) if e.state == "starting"),
+                rec.header.get("t"),
+            )
+            if _finite(start):
+                tl.launch(config, t=float(start))
+        for ev in rec.events:
+            tl.observe(ev)
+    return tl
+
+
+def store_of(recordings: Iterable[Recording], store: TimeSeriesStore | None = None) -> Any:
+    """A store fed the recordings' metrics (a fleet's: those of its instances, overlaid as
+    one would not be: left out), sized to hold them all."""
+    metrics = [e for rec in recordings for e in rec.of(MetricsEvent)]
+    metrics.sort(key=lambda e: e.t)
+    if store is None:
+        store = TimeSeriesStore(capacity=max(8, -(-len(metrics) // 8) * 8))
+    for ev in metrics:
+        store.append(ev)
+    return store
+
+
+# -- comparing two spans --------------------------------------------------------------------
+
+
+def _finite(v: Any) -> TypeGuard[float]:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass(frozen=True)
+class Span:
+    """``t0 .. t1``, unix seconds."""
+
+    t0: float
+    t1: float
+
+    def __post_init__(self) -> None:
+        if not (_finite(self.t0) and _finite(self.t1)) or self.t1 < self.t0:
+            raise ConfigError(f"a span runs from its start to its end, not {self.t0}..{self.t1}")
+
+    @property
+    def seconds(self) -> float:
+        return self.t1 - self.t0
+
+    def text(self, origin: float) -> str:
+        """As seconds since ``origin`` (the first sample)."""
+        return f"{self.t0 - origin:.0f}..{self.t1 - origin:.0f} s"
+
+
+# (row, series, how a span sums it up, which way is better)
+COMPARED: tuple[tuple[str, str, str, str], ...] = (
+    ("generated tok/s", "generation_tokens_per_s", "mean", "higher"),
+    ("prompt tok/s", "prompt_tokens_per_s", "mean", "higher"),
+    ("TTFT p50 (ms)", "ttft_p50_ms", "median", "lower"),
+    ("TTFT p99 (ms)", "ttft_p99_ms", "median", "lower"),
+    ("ITL p50 (ms)", "itl_p50_ms", "median", "lower"),
+    ("ITL p99 (ms)", "itl_p99_ms", "median", "lower"),
+    ("E2E p99 (ms)", "e2e_p99_ms", "median", "lower"),
+    ("KV use % (mean)", "kv_usage_pct", "mean", ""),
+    ("KV use % (peak)", "kv_usage_pct", "max", ""),
+    ("prefix-cache hits %", "prefix_hit_pct", "mean", "higher"),
+    ("running (mean)", "running", "mean", ""),
+    ("waiting (mean)", "waiting", "mean", "lower"),
+    ("preemptions / s", "preemptions_per_s", "mean", "lower"),
+)
+
+
+def _reduce(values: np.ndarray, how: str) -> float | None:
+    v = values[np.isfinite(values)]
+    if not len(v):
+        return None
+    if how == "median":
+        return float(np.median(v))
+    if how == "max":
+        return float(v.max())
+    return float(v.mean())
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One figure of both spans."""
+
+    name: str
+    series: str
+    better: str  # "higher", "lower" or "" (neither: a load's shape, not a result)
+    before: float | None
+    after: float | None
+
+    @property
+    def change(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return self.after - self.before
+
+    @property
+    def change_pct(self) -> float | None:
+        if self.change is None or not self.before:
+            return None
+        return 100.0 * self.change / abs(self.before)
+
+    @property
+    def verdict(self) -> str:
+        """``better``, ``worse`` or ``""`` (no direction, no change, or under 1 %)."""
+        pct = self.change_pct
+        if not self.better or pct is None or abs(pct) < 1.0:
+            return ""
+        up = pct > 0
+        return "better" if up == (self.better == "higher") else "worse"
+
+    def change_text(self) -> str:
+        if self.change is None:
+            return "-"
+        pct = self.change_pct
+        return f"{self.change:+.4g}" + (f" ({pct:+.0f}%)" if pct is not None else "")
+
+
+@dataclass(frozen=True)
+class SpanComparison:
+    """Two spans' figures side by side, and the markers between them (the change that
+    separates them)."""
+
+    before: Span
+    after: Span
+    samples: tuple[int, int]
+    rows: list[MetricRow]
+    markers: list[MarkerEvent] = field(default_factory=list)
+    origin: float = 0.0  # the first sample's time: spans are shown as seconds since it
+
+    @property
+    def diff(self) -> dict[str, list[Any]]:
+        """The settings that changed across the markers: the first ``before`` value and the
+        last ``after`` value of each key (a key changed and changed back is left out)."""
+        out: dict[str, list[Any]] = {}
+        for m in self.markers:
+            if m.what not in LAUNCHES:
+                continue
+            for k, (a, b) in m.diff.items():
+                out[k] = [out[k][0] if k in out else a, b]
+        return {k: v for k, v in out.items() if v[0] != v[1]}
+
+    def separated_by(self) -> str:
+        """One line: the markers between the spans (what the diff says first)."""
+        if not self.markers:
+            return "no marker between the spans"
+        diff = self.diff
+        text = "; ".join(m.label for m in self.markers if m.what not in LAUNCHES or not diff)
+        if diff:
+            text = f"knobs: {diff_text(diff)}" + (f"; {text}" if text else "")
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "before": {"t0": self.before.t0, "t1": self.before.t1, "samples": self.samples[0]},
+            "after": {"t0": self.after.t0, "t1": self.after.t1, "samples": self.samples[1]},
+            "rows": [
+                {
+                    "metric": r.name,
+                    "series": r.series,
+                    "before": r.before,
+                    "after": r.after,
+                    "change": r.change,
+                    "change_pct": r.change_pct,
+                    "verdict": r.verdict,
+                }
+                for r in self.rows
+            ],
+            "diff": self.diff,
+            "markers": [m.to_json() for m in self.markers],
+            "separated_by": self.separated_by(),
+        }
+
+    def format(self) -> str:
+        """The table as a person reads it (``quantdeck compare``)."""
+        w = max(len(r.name) for r in self.rows)
+        lines = [
+            f"{'':<{w}}  {'before':>14}  {'after':>14}  change",
+            f"{'span':<{w}}  {self.before.text(self.origin):>14}  "
+            f"{self.after.text(self.origin):>14}",
+            f"{'samples':<{w}}  {self.samples[0]:>14}  {self.samples[1]:>14}",
+        ]
+        for r in self.rows:
+            b = "-" if r.before is None else f"{r.before:.4g}"
+            a = "-" if r.after is None else f"{r.after:.4g}"
+            mark = f"  {r.verdict}" if r.verdict else ""
+            lines.append(f"{r.name:<{w}}  {b:>14}  {a:>14}  {r.change_text()}{mark}")
+        lines.append(f"separated by: {self.separated_by()}")
+        return "\n".join(lines)
+
+
+def compare_spans(
+    store: TimeSeriesStore, before: Span, after: Span, timeline: Timeline | None = None
+) -> SpanComparison:
+    """The figures of two spans of ``store`` and the markers between them (from the end of
+    the earlier span to the start of the later; overlapping spans: none)."""
+    series = sorted({s for _, s, _, _ in COMPARED})
+    tb, cb = store.span(before.t0, before.t1, series)
+    ta, ca = store.span(after.t0, after.t1, series)
+    rows = [
+        MetricRow(
+            name,
+            s,
+            better,
+            _reduce(cb[s], how) if len(tb) else None,
+            _reduce(ca[s], how) if len(ta) else None,
+        )
+        for name, s, how, better in COMPARED
+    ]
+    first, second = (before, after) if before.t0 <= after.t0 else (after, before)
+    markers = timeline.between(first.t1, second.t0) if timeline is not None else []
+    origin = store.first_t
+    return SpanComparison(
+        before, after, (len(tb), len(ta)), rows, markers, origin if origin is not None else 0.0
+    )
+
+
+def default_spans(store: TimeSeriesStore, timeline: Timeline | None = None) -> tuple[Span, Span]:
+    """The spans either side of the latest marker with samples on both sides (before: from
+    the marker before it, or the first sample; after: to the next marker, or the last
+    sample); without one, the two halves of the history. ConfigError when the store is empty."""
+    first, last = store.first_t, store.last_t
+    if first is None or last is None:
+        raise ConfigError("no samples to compare")
+    cuts = [m.t for m in (timeline.markers if timeline is not None else [])]
+    for i in range(len(cuts) - 1, -1, -1):
+        t = cuts[i]
+        if not first < t < last:
+            continue
+        lo = max([first, *(c for c in cuts[:i] if c < t)])
+        hi = min([last, *(c for c in cuts[i + 1 :] if c > t)])
+        if len(store.span(lo, t)[0]) and len(store.span(t, hi)[0]):
+            return Span(lo, t), Span(t, hi)
+    mid = (first + last) / 2
+    return Span(first, mid), Span(mid, last)
+
+
+def parse_span(text: str, origin: float, end: float) -> Span:
+    """``A..B`` in seconds since ``origin`` (the first sample); either side may be left out
+    (``..B``: from the first sample, ``A..``: to ``end``)."""
+    a, sep, b = text.partition("..")
+    if not sep:
+        raise ConfigError(f"{text!r}: a span is START..END in seconds since the first sample")
+    try:
+        t0 = origin + float(a) if a.strip() else origin
+        t1 = origin + float(b) if b.strip() else end
+    except ValueError:
+        raise ConfigError(f"{text!r}: START and END must be numbers of seconds") from None
+    if not (math.isfinite(t0) and math.isfinite(t1)) or t1 < t0:
+        raise ConfigError(f"{text!r}: the span ends before it starts (or is not finite)")
+    return Span(t0, t1)
