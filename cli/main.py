@@ -12,11 +12,23 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from quantdeck.cli import bench, convert, desktop, fleet, gui, launch, lora, models, runtime, trace
+from quantdeck.cli import (
+    bench,
+    convert,
+    desktop,
+    doctor,
+    fleet,
+    gui,
+    launch,
+    lora,
+    models,
+    runtime,
+    trace,
+)
 from quantdeck.cli._common import OneLineParser, stop_signals_raise
 from quantdeck.core.errors import QuantdeckError
 
-GROUPS = (gui, models, launch, runtime, convert, bench, lora, fleet, trace, desktop)
+GROUPS = (gui, models, launch, runtime, convert, bench, lora, fleet, trace, desktop, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

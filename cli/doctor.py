@@ -1,0 +1,36 @@
+"""``quantdeck doctor``: what this machine and each engine can do, each problem with a fix."""
+
+from __future__ import annotations
+
+import argparse
+
+from quantdeck.cli._common import AddCommand, print_json
+
+
+def cmd_doctor(ns: argparse.Namespace) -> int:
+    from quantdeck.core.runtime.doctor import report_lines, run_doctor
+
+    report = run_doctor(ns.engine_python)
+    if ns.json:
+        print_json(report.to_json())
+    else:
+        print("\n".join(report_lines(report)))
+    return report.exit_code
+
+
+def register(add: AddCommand) -> None:
+    p = add(
+        "doctor",
+        cmd_doctor,
+        "check this machine and each engine (vLLM, torch/CUDA, GPUs and driver, CPU "
+        "instruction set, port, Qt's libraries, disk space): each problem with its fix; "
+        "exit 0 when an engine can serve, 1 otherwise",
+    )
+    p.add_argument(
+        "--engine-python",
+        action="append",
+        metavar="PY",
+        help="check this Python's vLLM instead of the engines known (repeatable; default: this "
+        "interpreter, the active venv's and conda env's)",
+    )
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
