@@ -219,7 +219,14 @@ def cmd_report(ns: argparse.Namespace) -> int:
     from quantdeck.gui.report import write_report  # charts are drawn with pyqtgraph
 
     runs = [load_run(f) for f in ns.runs]
-    out = write_report(runs, Path(ns.out))
+    extra: dict[str, Any] = {}
+    if ns.recording:  # the tuning timeline's comparison, where the recordings hold markers
+        from quantdeck.cli.timeline import load_comparison
+
+        timeline, cmp = load_comparison(ns.recording)
+        if timeline.markers:
+            extra = {"comparison": cmp, "markers": timeline.markers}
+    out = write_report(runs, Path(ns.out), **extra)
     print(out)
     return 0
 
@@ -278,3 +285,9 @@ def register(add: AddCommand) -> None:
     sp = add("report", cmd_report, "an HTML report with PNG charts of saved runs")
     sp.add_argument("runs", nargs="+", help="run files (bench, ab or tune results)")
     sp.add_argument("--out", default="quantdeck-report", help="output folder")
+    sp.add_argument(
+        "--recording",
+        action="append",
+        metavar="FILE",
+        help="add the tuning timeline of these recordings (as quantdeck timeline shows it)",
+    )

@@ -23,12 +23,26 @@ from quantdeck.cli import (
     lora,
     models,
     runtime,
+    timeline,
     trace,
 )
 from quantdeck.cli._common import OneLineParser, stop_signals_raise
 from quantdeck.core.errors import QuantdeckError
 
-GROUPS = (gui, models, launch, runtime, convert, bench, lora, fleet, trace, desktop, doctor)
+GROUPS = (
+    gui,
+    models,
+    launch,
+    runtime,
+    convert,
+    bench,
+    lora,
+    fleet,
+    trace,
+    desktop,
+    timeline,
+    doctor,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,6 +37,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         recorder = Recorder(
             ns.record, {"source": "serve", "config": knobs.to_dict(cfg), "model": cfg.model.model}
         )
+        from quantdeck.core.monitor import Timeline
+
+        recorder.write(Timeline().launch(knobs.to_dict(cfg)))  # the timeline's launch marker
     out = EventPrinter(ns.json_events, recorder, ns.logs)
     server.subscribe(out)
     server.subscribe(lambda ev: stop.set() if ev.get("state") == "crashed" else None)

@@ -1,4 +1,5 @@
-"""HTML report of saved runs with PNG charts (``quantdeck report``), drawn with pyqtgraph.
+"""HTML report of saved runs with PNG charts (``quantdeck report``), drawn with pyqtgraph, and
+the tuning timeline's span comparison where there is one (the Monitor's Export).
 
 Charts: output throughput per run (bars), TTFT and end-to-end latency CDFs from the per-request
 records, the batch-1 decode roofline where the device's bandwidth is known, and for a tune run
@@ -19,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from quantdeck.core.events import MarkerEvent
+from quantdeck.core.monitor.timeline import SpanComparison, diff_text
 from quantdeck.core.paths import atomic_dir
 from quantdeck.gui.monitor import COLORS
 
@@ -204,16 +207,62 @@ def percent(v: Any) -> str:
     return cell(v, "") if f is None else f"{f * 100:.0f}%"
 
 
-def write_report(runs: list[dict[str, Any]], out: Path) -> Path:
+def write_report(
+    runs: list[dict[str, Any]],
+    out: Path,
+    *,
+    comparison: SpanComparison | None = None,
+    markers: list[MarkerEvent] | None = None,
+) -> Path:
     """Write the report folder ``out`` (index.html and its PNGs); returns its index.html.
-    A previous report there is replaced; any other file or folder there is refused."""
+    A previous report there is replaced; any other file or folder there is refused.
+    ``comparison``: the tuning timeline's span comparison (the Monitor's Export,
+    ``quantdeck timeline --report``, ``report --recording``), with the timeline's ``markers``."""
     _app()
     with atomic_dir(out, "report", overwrite=True) as tmp:
-        _write_report(runs, tmp)
+        _write_report(runs, tmp, comparison, markers or [])
     return out.expanduser().absolute() / "index.html"
 
 
-def _write_report(runs: list[dict[str, Any]], out: Path) -> None:
+VERDICT_COLORS = {"better": "#2e7d32", "worse": "#c62828"}
+
+
+def comparison_html(cmp: SpanComparison, markers: list[MarkerEvent]) -> list[str]:
+    """The timeline section: its markers, then the two spans side by side (escaped)."""
+    parts = ["<h2>Tuning timeline</h2>"]
+    if markers:
+        parts.append("<table><tr><th>at</th><th>marker</th><th>what changed</th></tr>")
+        for m in markers:
+            parts.append(
+                f"<tr><td>{m.t - cmp.origin:.0f} s</td><td>{html.escape(m.label)}</td>"
+                f"<td>{html.escape(diff_text(m.diff))}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append(
+        f"<h3>Before {html.escape(cmp.before.text(cmp.origin))} · after "
+        f"{html.escape(cmp.after.text(cmp.origin))}</h3>"
+        f"<p>Separated by: {html.escape(cmp.separated_by())}</p>"
+        "<table><tr><th>metric</th><th>before</th><th>after</th><th>change</th></tr>"
+        f"<tr><td>samples</td><td>{cmp.samples[0]}</td><td>{cmp.samples[1]}</td><td></td></tr>"
+    )
+    for r in cmp.rows:
+        color = VERDICT_COLORS.get(r.verdict)
+        style = f" style='color:{color}'" if color else ""
+        parts.append(
+            f"<tr><td>{html.escape(r.name)}</td><td>{cell(r.before, '.4g')}</td>"
+            f"<td>{cell(r.after, '.4g')}</td>"
+            f"<td{style}>{html.escape(r.change_text())} {html.escape(r.verdict)}</td></tr>"
+        )
+    parts.append("</table>")
+    return parts
+
+
+def _write_report(
+    runs: list[dict[str, Any]],
+    out: Path,
+    comparison: SpanComparison | None = None,
+    markers: list[MarkerEvent] | tuple[()] = (),
+) -> None:
     items = flatten(runs)
     parts = [
         "<!doctype html><meta charset='utf-8'><title>Quantdeck report</title>",
@@ -222,6 +271,8 @@ def _write_report(runs: list[dict[str, Any]], out: Path) -> None:
         "td:first-child,th:first-child{text-align:left}</style>",
         "<h1>Quantdeck benchmark report</h1>",
     ]
+    if comparison is not None:
+        parts += comparison_html(comparison, list(markers))
     if items:
         parts.append(
             "<table><tr><th>run</th>"

@@ -371,7 +371,7 @@ class SpanComparison:
         }
 
     def format(self) -> str:
-        """The table as a person reads it (``quantdeck compare``)."""
+        """The table as a person reads it (``quantdeck timeline``)."""
         w = max(len(r.name) for r in self.rows)
         lines = [
             f"{'':<{w}}  {'before':>14}  {'after':>14}  change",
@@ -417,7 +417,8 @@ def compare_spans(
 def default_spans(store: TimeSeriesStore, timeline: Timeline | None = None) -> tuple[Span, Span]:
     """The spans either side of the latest marker with samples on both sides (before: from
     the marker before it, or the first sample; after: to the next marker, or the last
-    sample); without one, the two halves of the history. ConfigError when the store is empty."""
+    sample; each cut to the samples it holds); without one, the two halves of the history.
+    ConfigError when the store is empty."""
     first, last = store.first_t, store.last_t
     if first is None or last is None:
         raise ConfigError("no samples to compare")
@@ -428,8 +429,9 @@ def default_spans(store: TimeSeriesStore, timeline: Timeline | None = None) -> t
             continue
         lo = max([first, *(c for c in cuts[:i] if c < t)])
         hi = min([last, *(c for c in cuts[i + 1 :] if c > t)])
-        if len(store.span(lo, t)[0]) and len(store.span(t, hi)[0]):
-            return Span(lo, t), Span(t, hi)
+        tb, ta = store.span(lo, t)[0], store.span(t, hi)[0]
+        if len(tb) and len(ta):  # each as far as its samples go
+            return Span(float(tb[0]), float(tb[-1])), Span(float(ta[0]), float(ta[-1]))
     mid = (first + last) / 2
     return Span(first, mid), Span(mid, last)
 

@@ -61,7 +61,9 @@ def test_two_recorded_launches_compare_with_their_knob_change() -> None:
     store = store_of(recs)
     assert len(store) == len(recs[0].of(MetricsEvent)) + len(recs[1].of(MetricsEvent))
     before, after = default_spans(store, tl)
-    assert before.t1 == after.t0 == change.t
+    ts = [e.t for r in recs for e in r.of(MetricsEvent)]  # the samples either side
+    assert (before.t0, before.t1) == (min(ts), max(t for t in ts if t < change.t))
+    assert (after.t0, after.t1) == (min(t for t in ts if t > change.t), max(ts))
     cmp = compare_spans(store, before, after, tl)
     assert cmp.samples == (len(recs[0].of(MetricsEvent)), len(recs[1].of(MetricsEvent)))
     rows = {r.name: r for r in cmp.rows}

@@ -252,3 +252,6 @@ def test_serve_cli_events_and_clean_stop(
     time.sleep(1)
     assert alive_pids(tree) == []
     assert read_recording(rec).of(StateEvent)[-1].state == "stopped"
+    launch = read_recording(rec).events[0]  # the tuning timeline's launch marker, first
+    assert (launch.kind, launch.get("what"), launch.get("diff")) == ("marker", "launch", {})
+    assert launch.get("config")["enforce-eager"] is True
