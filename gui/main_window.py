@@ -191,6 +191,8 @@ class MainWindow(QMainWindow):
             self.statusBar().addWidget(w)
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.progress)
+        self.system_check: Any = None  # Help ▸ System check… (gui/system_check.py)
+        self.menuBar().addMenu("&Help").addAction("System check…", self._on_system_check)
         self.library.selectionModel().currentChanged.connect(self._on_library_changed)
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.launch.start_requested.connect(self._on_start_requested)
@@ -251,6 +253,12 @@ class MainWindow(QMainWindow):
             workers.start(_warm_imports)
         if self.isVisible():
             QTimer.singleShot(0, self, lambda: self.kv_view)  # the plots, then the KV view
+
+    def _on_system_check(self) -> None:
+        from quantdeck.gui.system_check import SystemCheckDialog
+
+        self.system_check = SystemCheckDialog(self)
+        self.system_check.open()
 
     def background(self) -> WorkerSet:
         """The window's own workers (start-up probes, the demo build); superqt is imported on
