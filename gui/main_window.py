@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.errors import QuantdeckError
-from quantdeck.core.events import Event, MetricsEvent, StateEvent
+from quantdeck.core.events import Event, InstanceEvent, MetricsEvent, StateEvent
 from quantdeck.core.launch import DeviceFacts, detect_device
 from quantdeck.core.models import AdapterInfo, ModelInfo, inspect_model, read_adapter
 from quantdeck.core.models.adapters import is_adapter_dir
@@ -140,6 +140,7 @@ class MainWindow(QMainWindow):
         # window's first paint (or on first use), inside this container
         self._monitor: Any = None
         self._kv_view: Any = None  # the KV view (gui/kv_view.py), a page beside the plots
+        self._profile_view: Any = None  # the Profile page (gui/profile_view.py)
         self._monitor_box = QWidget()
         QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
         self.monitor_pages = QTabWidget()  # inside the Monitor tab: plots, KV cache
@@ -167,6 +168,9 @@ class MainWindow(QMainWindow):
         self.fleet.instance_chosen.connect(self._on_fleet_instance_chosen)
         self.fleet.instance_event.connect(self.logs.add_event)
         self.fleet.instances_changed.connect(lambda stores: self.monitor.set_instances(stores))
+        # a fleet's fallback switches are markers on the Monitor's timeline (a bound method:
+        # queued onto the UI thread, as the Fleet tab's own slot is)
+        self.fleet._fleet_event.connect(self._on_fleet_event)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         side = QWidget()
         sl = QVBoxLayout(side)
@@ -252,7 +256,8 @@ class MainWindow(QMainWindow):
         else:
             workers.start(_warm_imports)
         if self.isVisible():
-            QTimer.singleShot(0, self, lambda: self.kv_view)  # the plots, then the KV view
+            # the plots, then the KV view and the Profile page
+            QTimer.singleShot(0, self, lambda: (self.kv_view, self.profile_view))
 
     def _on_system_check(self) -> None:
         from quantdeck.gui.system_check import SystemCheckDialog
@@ -328,6 +333,17 @@ class MainWindow(QMainWindow):
         return self._kv_view
 
     @property
+    def profile_view(self) -> Any:
+        """The Profile page of the Monitor tab (built on first use, after the KV view)."""
+        if self._profile_view is None:
+            self.kv_view  # noqa: B018 (the pages in order)
+            from quantdeck.gui.profile_view import ProfilePanel
+
+            self._profile_view = ProfilePanel(self.controller)
+            self.monitor_pages.addTab(self._profile_view, "Profile")
+        return self._profile_view
+
+    @property
     def bench(self) -> Any:
         """The Benchmark tab (built on first use: pyqtgraph)."""
         if self._bench is None:
@@ -339,6 +355,8 @@ class MainWindow(QMainWindow):
                 lambda: self.controller.state not in ("stopped", "crashed"),
             )
             self._bench_box.layout().addWidget(self._bench)
+            # a benchmark run is a marker on the Monitor's timeline
+            self._bench.finished.connect(lambda result: self.monitor.timeline.bench(result))
         return self._bench
 
     def _on_tab_changed(self, index: int) -> None:
@@ -433,7 +451,9 @@ class MainWindow(QMainWindow):
     def _on_server_event(self, ev: Event) -> None:
         self.logs.add_event(ev)
         kind = ev.kind
-        if kind == "state":
+        if kind == "marker":  # a start: the timeline marks it (launch, restart, knob change)
+            self.monitor.add_event(ev)
+        elif kind == "state":
             st = ev.get("state")
             colors = {
                 "ready": "#2e7d32",
@@ -447,10 +467,9 @@ class MainWindow(QMainWindow):
             if st in ("ready", "attached"):
                 self.url_label.setText(self.controller.url or "")
                 if st == "attached":
-                    self.monitor.store.clear()
+                    self.monitor.clear_history()
                     self.kv_view.clear()
-            elif st == "starting":
-                self.monitor.store.clear()
+            elif st == "starting":  # the plots go on: the timeline's marker shows the restart
                 self.kv_view.clear()
                 server = self.controller.server
                 self.kv_view.set_model(server.cfg.model.model if server is not None else None)
@@ -499,6 +518,10 @@ class MainWindow(QMainWindow):
         self.launch.message.setText(msg)
         self.logs.add_event(StateEvent("error", reason=msg))
 
+    def _on_fleet_event(self, ev: Event) -> None:
+        if isinstance(ev, InstanceEvent) and ev.event.kind in ("fallback", "route"):
+            self.monitor.add_event(ev)
+
     def _on_fleet_instance_chosen(self, url: str, api_key: str) -> None:
         """Monitor, Logs and Playground follow a fleet's instance: the attach path, as the
         Launch tab's attach row takes it (which would stop the Launch tab's own server)."""
@@ -535,7 +558,11 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.fleet)
             self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
             return len(rec.events)
-        self.monitor.store.clear()
+        from quantdeck.core.monitor import timeline_of
+
+        self.monitor.clear_history()
+        for marker in timeline_of([rec]).markers:  # its markers, or its launch from its header
+            self.monitor.timeline.add(marker)
         kv = self.kv_view
         kv.clear()
         model = rec.header.info.get("model")
@@ -567,6 +594,8 @@ class MainWindow(QMainWindow):
             self._monitor.timer.stop()
         if self._kv_view is not None:
             self._kv_view.shutdown()
+        if self._profile_view is not None:
+            self._profile_view.shutdown()
         if self.workers is not None:
             self.workers.quit()
         self.playground.shutdown()

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -35,8 +35,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event
 from quantdeck.core.monitor import TimeSeriesStore
+from quantdeck.core.monitor.timeline import (
+    Span,
+    SpanComparison,
+    Timeline,
+    compare_spans,
+    default_spans,
+)
+from quantdeck.gui.timeline_view import ComparePanel, MarkerLines
 
 BACKGROUND = "w"  # the plots' background (the grid's and light curves' shades are on it)
 LIGHT = 110 / 255  # the p99 curves' shade of their p50 colour
@@ -353,7 +362,23 @@ class MonitorPanel(QWidget):
         ):
             bar.addWidget(w)
         bar.addStretch(1)
-        for w in (self.open_button, self.png_button, self.csv_button):
+        # the tuning timeline: markers on the plots, two spans compared
+        self.timeline = Timeline()
+        self.marker_lines = MarkerLines()
+        self.spans: tuple[Span, Span] | None = None
+        self._regions: list[tuple[pg.PlotItem, pg.LinearRegionItem, pg.LinearRegionItem]] = []
+        self._moving_regions = False
+        self.compare_button = QPushButton("Compare spans")
+        self.compare_button.setCheckable(True)
+        self.compare_button.setToolTip(
+            "Two spans side by side (throughput, TTFT/ITL, KV use, prefix hits) and the "
+            "launches, knob changes, fleet switches and benchmark runs between them; they start "
+            "either side of the latest marker"
+        )
+        self.compare_button.toggled.connect(self._on_compare_changed)
+        self.compare_panel = ComparePanel()
+        self.compare_panel.hide()
+        for w in (self.compare_button, self.open_button, self.png_button, self.csv_button):
             bar.addWidget(w)
         self.banner = QLabel()
         self.banner.setStyleSheet("background:#fde2e1; color:#8a1c1c; padding:4px;")
@@ -373,6 +398,8 @@ class MonitorPanel(QWidget):
         lay.addWidget(self.banner)
         lay.addWidget(self.problem)
         lay.addWidget(self.graphics, 1)
+        lay.addWidget(self.compare_panel)
+        self.compare_panel.setMaximumHeight(300)
         self._build_plots(0)
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / fps))
@@ -432,6 +459,9 @@ class MonitorPanel(QWidget):
             self.plots[plot].addItem(line, ignoreBounds=True)
             self._alert_lines[key] = line
         self._gpus_drawn = gpus
+        self.marker_lines = MarkerLines()  # the old plots went with their lines
+        if self.spans is not None:
+            self._make_regions()
 
     def _add_plot(self, title: str) -> pg.PlotItem:
         p = self.graphics.addPlot(title=title)
@@ -497,7 +527,12 @@ class MonitorPanel(QWidget):
 
     def _version(self) -> Any:
         """What the plots show changes only when one of these does."""
-        return (self.store.version, *(s.version for s in self.instances.values()))
+        return (
+            self.store.version,
+            self.timeline.version,
+            self.spans,
+            *(s.version for s in self.instances.values()),
+        )
 
     def _draw_instances(self, width: int) -> None:
         """Each instance's curves on one time axis: now is the newest point of any."""
@@ -534,6 +569,7 @@ class MonitorPanel(QWidget):
             elif len(curve.yData):
                 curve.setData([], [])
         self._draw_instances(width)
+        self._draw_timeline()
         for title, p in self.plots.items():
             if title not in self._manual_y:
                 self._fit_y(title, p)
@@ -581,7 +617,11 @@ class MonitorPanel(QWidget):
             p.setYRange(lo, hi, padding=0)
 
     def add_event(self, ev: Event) -> None:
-        """Feed one event (live or replayed); plots update on the next timer tick."""
+        """Feed one event (live or replayed); plots update on the next timer tick. Markers,
+        and a fleet's fallback switches, go to the timeline."""
+        if ev.kind != "metrics":
+            self.timeline.observe(ev)
+            return
         self.store.append(ev)
         if ev.kind == "metrics":
             error = ev.get("error")
@@ -589,6 +629,100 @@ class MonitorPanel(QWidget):
             if text != self.problem.text():
                 self.problem.setText(text)
                 self.problem.setVisible(bool(text))
+
+    # -- the tuning timeline -----------------------------------------------------------------
+    def clear_history(self) -> None:
+        """Forget the samples and the markers (another server, a recording)."""
+        self.compare_button.setChecked(False)
+        self.store.clear()
+        self.timeline.clear()
+
+    def _draw_timeline(self) -> None:
+        now = self.store.last_t
+        if now is None:
+            self.marker_lines.clear()
+            return
+        self.marker_lines.draw(self.timeline, list(self.plots.values()), 3, now)
+        if self.spans is not None:
+            self._moving_regions = True
+            try:
+                for _, before, after in self._regions:
+                    before.setRegion((self.spans[0].t0 - now, self.spans[0].t1 - now))
+                    after.setRegion((self.spans[1].t0 - now, self.spans[1].t1 - now))
+            finally:
+                self._moving_regions = False
+
+    def _on_compare_changed(self, on: bool) -> None:
+        if not on:
+            self.spans = None
+            self._remove_regions()
+            self.compare_panel.hide()
+            self._redraw()
+            return
+        try:
+            before, after = default_spans(self.store, self.timeline)
+        except QuantdeckError as e:
+            self.problem.setText(str(e))
+            self.problem.show()
+            self.compare_button.setChecked(False)
+            return
+        self.set_spans(before, after)
+
+    def set_spans(self, before: Span, after: Span) -> SpanComparison:
+        """Compare these spans (unix seconds): the shaded regions and the table."""
+        if not self.compare_button.isChecked():
+            with QSignalBlocker(self.compare_button):
+                self.compare_button.setChecked(True)
+        self.spans = (before, after)
+        if not self._regions:
+            self._make_regions()
+        cmp = compare_spans(self.store, before, after, self.timeline)
+        self.compare_panel.show_comparison(cmp, self.timeline.markers)
+        self.compare_panel.show()
+        self._draw_timeline()  # the regions where the spans are, shown or not
+        self._redraw()
+        return cmp
+
+    def comparison(self) -> SpanComparison | None:
+        return self.compare_panel.comparison if self.spans is not None else None
+
+    def _make_regions(self) -> None:
+        self._remove_regions()
+        for p in self.plots.values():
+            regions = []
+            for color in ("#4e79a7", "#f28e2b"):
+                r = pg.LinearRegionItem(pen=pg.mkPen(color))
+                c = QColor(color)
+                c.setAlpha(40)
+                r.setBrush(pg.mkBrush(c))
+                c.setAlpha(90)
+                r.setHoverBrush(pg.mkBrush(c))
+                r.setZValue(-50)
+                r.sigRegionChangeFinished.connect(self._on_region_changed)
+                p.addItem(r, ignoreBounds=True)
+                regions.append(r)
+            self._regions.append((p, regions[0], regions[1]))
+
+    def _remove_regions(self) -> None:
+        for p, before, after in self._regions:
+            p.removeItem(before)
+            p.removeItem(after)
+        self._regions = []
+
+    def _on_region_changed(self, region: pg.LinearRegionItem) -> None:
+        """A span was dragged on one plot: the same span on every plot, the table again."""
+        now = self.store.last_t
+        if self._moving_regions or now is None or self.spans is None:
+            return
+        which = next(
+            (i for _, *pair in self._regions for i, r in enumerate(pair) if r is region), None
+        )
+        if which is None:
+            return
+        lo, hi = region.getRegion()
+        spans = list(self.spans)
+        spans[which] = Span(now + float(lo), now + float(hi))
+        self.set_spans(spans[0], spans[1])
 
     # -- controls ----------------------------------------------------------------------------
     def _on_window_changed(self, text: str) -> None:

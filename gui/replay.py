@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.events import MetricsEvent
-from quantdeck.core.monitor import Recording, read_recording
+from quantdeck.core.monitor import Recording, read_recording, timeline_of
 
 
 def _window_for(rec: Recording) -> str:
@@ -48,6 +48,8 @@ def replay_view(rec: Recording, title: str) -> tuple[Any, Any]:
     lay.addWidget(panel, 1)
     for ev in rec.of(MetricsEvent):
         panel.add_event(ev)
+    for marker in timeline_of([rec]).markers:  # its markers, or its launch from its header
+        panel.timeline.add(marker)
     panel.window_box.setCurrentText(_window_for(rec))
     return box, panel
 

@@ -47,6 +47,9 @@ class QtServerController(QObject):
         self.attached: Any = None  # quantdeck.core.runtime.server.AttachedServer
         self.sampler: Any = None  # quantdeck.core.monitor.telemetry.Sampler
         self.slo_ms: dict[str, float] = {}  # the SLOs whose attainment the metrics report
+        # where vLLM writes its profiler traces: a server started with the Profiler knob says
+        # so in its profiler_dir fact (None: this server cannot be profiled)
+        self.profiler_dir: str | None = None
         self.hz = hz
         self.state = "stopped"
         self._lock = threading.Lock()
@@ -79,6 +82,8 @@ class QtServerController(QObject):
             self.idle.emit()
 
     def _on_core_event(self, ev: Event) -> None:
+        if ev.kind == "fact" and ev.get("name") == "profiler_dir":
+            self.profiler_dir = str(ev.get("value"))
         if ev.kind == "state":
             self.state = ev.get("state")
             if ev.get("state") == "ready":
@@ -163,11 +168,18 @@ class QtServerController(QObject):
     # -- actions -----------------------------------------------------------------------------
     def start(self, cfg: LaunchConfig) -> None:
         """Spawn a server for ``cfg`` (stopping the current one first)."""
+        from quantdeck.core.events import MarkerEvent
+        from quantdeck.core.launch import knobs
+
+        # the tuning timeline's marker (the Monitor's timeline makes it a launch, a restart or
+        # a knob change with its diff), at the click: before the old server stops
+        self.event.emit(MarkerEvent("launch", "launch", config=knobs.to_dict(cfg)))
 
         def body() -> None:
             from quantdeck.core.runtime import ServerProcess
 
             self._shutdown()
+            self.profiler_dir = None
             srv = ServerProcess(cfg, nice=SERVER_NICE)
             with self._lock:
                 self.server, self.attached = srv, None
@@ -187,6 +199,7 @@ class QtServerController(QObject):
             from quantdeck.core.runtime import AttachedServer
 
             self._shutdown()
+            self.profiler_dir = None  # its trace folder is not ours to know
             att = AttachedServer(url, api_key=api_key)
             models = att.check()
             with self._lock:

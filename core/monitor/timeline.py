@@ -105,11 +105,15 @@ class Timeline:
         self.version += 1
 
     def add(self, m: MarkerEvent) -> MarkerEvent:
-        """Keep ``m`` (in time order)."""
+        """Keep ``m`` (in time order); the newest launch's settings are those the next
+        launch is diffed against."""
         i = len(self.markers)
         while i and self.markers[i - 1].t > m.t:
             i -= 1
         self.markers.insert(i, m)
+        newest = not any(x.what in LAUNCHES for x in self.markers[i + 1 :])
+        if m.what in LAUNCHES and isinstance(m.config, dict) and newest:
+            self.config = dict(m.config)
         self.version += 1
         return m
 
@@ -123,7 +127,6 @@ class Timeline:
             diff = config_diff(self.config, cfg)
             what = "knobs" if diff else "restart"
             label = f"knobs: {diff_text(diff, limit=1)}" if diff else "restart"
-        self.config = cfg
         stamp = time.time() if t is None else t
         return self.add(MarkerEvent(what, label, diff, config=cfg, t=stamp))
 

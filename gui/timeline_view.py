@@ -1,0 +1,148 @@
+"""The tuning timeline on the Monitor: its markers drawn on every plot, and the table of two
+spans side by side (:func:`quantdeck.core.monitor.timeline.compare_spans`).
+
+:class:`MarkerLines` keeps one vertical line per marker and plot (labelled on the top row of
+plots; its tooltip is the marker's diff), moved to the plots' time axis (seconds before the
+newest point) when the Monitor redraws. :class:`ComparePanel` shows a comparison: before |
+after | change per figure, the change that separates the spans, and Export (the HTML report,
+as ``quantdeck timeline --report`` writes it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+
+from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import MarkerEvent
+from quantdeck.core.monitor.timeline import MetricRow, SpanComparison, Timeline, describe
+from quantdeck.gui.labels import plain_label
+from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
+
+MARKER_COLORS = {
+    "launch": "#2e7d32",
+    "restart": "#757575",
+    "knobs": "#6a1b9a",
+    "fleet": "#ef6c00",
+    "bench": "#1565c0",
+}
+LABEL_CHARS = 28  # a marker's label on the plot; the tooltip has it whole
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+COMPARE_COLUMNS: tuple[Column[MetricRow], ...] = (
+    Column("metric", lambda r: r.name, tooltip=lambda r: f"series {r.series}"),
+    Column("before", lambda r: _num(r.before), align_right=True),
+    Column("after", lambda r: _num(r.after), align_right=True),
+    Column(
+        "change",
+        lambda r: r.change_text() + (f"  {r.verdict}" if r.verdict else ""),
+        align_right=True,
+    ),
+)
+
+
+class MarkerLines:
+    """The timeline's markers as lines on a set of plots (rebuilt when the timeline or the
+    plots change; only moved on other redraws)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[MarkerEvent, pg.InfiniteLine, pg.PlotItem]] = []
+        self._drawn: Any = None
+
+    def clear(self) -> None:
+        for _, line, plot in self.items:
+            if line.scene() is not None:
+                plot.removeItem(line)
+        self.items = []
+        self._drawn = None
+
+    def draw(self, timeline: Timeline, plots: list[pg.PlotItem], labelled: int, now: float) -> None:
+        """Lines for every marker on every plot (labels on the first ``labelled`` plots),
+        at ``marker.t - now``."""
+        key = (timeline.version, tuple(id(p) for p in plots))
+        if key != self._drawn:
+            self.clear()
+            for n, p in enumerate(plots):
+                for m in timeline.markers:
+                    color = QColor(MARKER_COLORS.get(m.what, "#555"))
+                    label = m.label if len(m.label) <= LABEL_CHARS else m.label[:27] + "…"
+                    line = pg.InfiniteLine(
+                        angle=90,
+                        movable=False,
+                        pen=pg.mkPen(color, width=1, style=Qt.DashLine),
+                        label=label if n < labelled else None,
+                        labelOpts={"position": 0.92, "color": color, "anchors": [(0, 0), (0, 0)]},
+                    )
+                    line.setToolTip(describe(m))
+                    line.setZValue(50)
+                    p.addItem(line, ignoreBounds=True)
+                    self.items.append((m, line, p))
+            self._drawn = key
+        for m, line, _ in self.items:
+            line.setValue(m.t - now)
+
+
+class ComparePanel(QWidget):
+    """Before | after | change, what separates the spans, and Export…."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.comparison: SpanComparison | None = None
+        self.markers: list[MarkerEvent] = []
+        self.heading = plain_label("")
+        self.heading.setWordWrap(True)
+        self.separated = plain_label("")
+        self.separated.setWordWrap(True)
+        self.separated.setStyleSheet("color:#6a1b9a;")
+        self.model: ObjectTableModel[MetricRow] = ObjectTableModel(COMPARE_COLUMNS, self)
+        self.table = row_table(self.model)
+        self.table.setObjectName("span comparison")
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Write the comparison as an HTML report (a folder)")
+        self.export_button.clicked.connect(self._ask_export)
+        top = QHBoxLayout()
+        top.addWidget(self.heading, 1)
+        top.addWidget(self.export_button)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(top)
+        lay.addWidget(self.separated)
+        lay.addWidget(self.table, 1)
+
+    def show_comparison(self, cmp: SpanComparison, markers: list[MarkerEvent]) -> None:
+        self.comparison, self.markers = cmp, list(markers)
+        self.heading.setText(
+            f"Before {cmp.before.text(cmp.origin)} ({cmp.samples[0]} samples) · after "
+            f"{cmp.after.text(cmp.origin)} ({cmp.samples[1]} samples) · drag the shaded spans"
+        )
+        self.separated.setText(f"Separated by: {cmp.separated_by()}")
+        self.model.set_rows(cmp.rows)
+
+    def export(self, folder: str | Path) -> Path | None:
+        """Write the report folder (index.html); its path."""
+        if self.comparison is None:
+            return None
+        from quantdeck.gui.report import write_report
+
+        return write_report([], Path(folder), comparison=self.comparison, markers=self.markers)
+
+    def _ask_export(self) -> None:
+        folder, _ = QFileDialog.getSaveFileName(
+            self, "Export the comparison (a new report folder)", "quantdeck-timeline"
+        )
+        if folder:
+            try:
+                out = self.export(folder)
+            except (QuantdeckError, OSError) as e:  # a user's folder: one line
+                self.separated.setText(f"export failed: {e}")
+                return
+            self.separated.setText(f"exported: {out}")
