@@ -4,7 +4,9 @@ Starts the demo model from the Launch tab (with KV events on), sends Playground 
 little background load while the Monitor fills, saves launch.png, playground.png, monitor.png,
 then, after prompts sharing a long prefix, the Monitor's KV view (kv.png); runs a small
 benchmark, saves logs.png and benchmark.png, stops the server, converts the demo model to W8A8
-(convert.png), brings up a two-instance demo fleet in the Fleet tab under load (fleet.png; Open
+(convert.png), replays two recorded launches with their spans compared (timeline.png) and shows
+a profiler trace's summary (profile.png; both also alone, without a server: ``--offline DIR``),
+brings up a two-instance demo fleet in the Fleet tab under load (fleet.png; Open
 in Monitor must attach, and the Monitor then overlays both instances: monitor-fleet.png; Stop
 fleet must leave no process) and exits 0 (1 if a server never became ready).
 OUTDIR is written whole or not at all (:func:`quantdeck.core.paths.atomic_dir`): an earlier set
@@ -100,6 +102,8 @@ def _shared_prefix_load(url: str, model: str) -> Any:
 
 
 def main(argv: Sequence[str]) -> int:
+    if argv and argv[0] == "--offline":  # profile.png and timeline.png alone, no server
+        return offline(Path(argv[1] if len(argv) > 1 else "screenshots"))
     out = Path(argv[0] if argv else "screenshots").expanduser().absolute()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     try:
@@ -111,6 +115,70 @@ def main(argv: Sequence[str]) -> int:
     for p in sorted(out.glob("*.png")):
         print(p)
     return 0
+
+
+ROOT = Path(__file__).resolve().parents[1]  # the source tree (its recordings and fixtures)
+RECORDINGS = ("record-bf16-graphs.jsonl.gz", "record-bnb4-eager.jsonl.gz")
+TRACE = ROOT / "tests" / "fixtures" / "vllm_cpu_demo_4_steps.pt.trace.json.gz"
+
+
+def offline(out: Path) -> int:
+    """``python -m quantdeck.gui.screenshots --offline DIR``: the two shots that need no
+    server, written into DIR (the other files there are kept)."""
+    from quantdeck.gui.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    out = out.expanduser().absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    win = MainWindow(probe=False)
+    win.resize(1600, 1000)
+    win.show()
+    try:
+        _shoot_offline(app, win, out)
+    finally:
+        win.close()
+    for name in ("timeline.png", "profile.png"):
+        if (out / name).is_file():
+            print(out / name)
+    return 0
+
+
+def _shoot_offline(app: QApplication, win: Any, out: Path) -> None:
+    """timeline.png: two H200 launches of one model (bf16 with CUDA graphs, then bitsandbytes
+    eager) replayed as one recording, with the spans either side of the knob change compared;
+    profile.png: the Profile page over a trace vLLM's profiler wrote (4 steps of the demo
+    model). Skipped where the source tree's recordings or trace are not there (a wheel)."""
+    import tempfile
+
+    from quantdeck.core.monitor import Recorder, read_recording, timeline_of
+
+    recs = [ROOT / "docs" / "gpu-validation" / name for name in RECORDINGS]
+    if all(p.is_file() for p in recs):
+        read = [read_recording(p) for p in recs]
+        with tempfile.TemporaryDirectory(prefix="quantdeck-shot-") as tmp:
+            path = Path(tmp) / "two-launches.jsonl"
+            rec = Recorder(path, dict(read[0].header.info))
+            events = [*timeline_of(read).markers, *(e for r in read for e in r.events)]
+            for ev in sorted(events, key=lambda e: e.get("t") or 0.0):
+                rec.write(ev)
+            rec.close()
+            win.open_recording(str(path))
+        win.monitor_pages.setCurrentWidget(win.monitor)
+        win.monitor.window_box.setCurrentText("1 h")
+        win.monitor.compare_button.click()
+        _wait(app, lambda: False, 1.0)
+        win.monitor.refresh(force=True)
+        win.grab().save(str(out / "timeline.png"))
+        win.monitor.compare_button.click()
+    if TRACE.is_file():
+        view = win.profile_view
+        win.tabs.setCurrentWidget(win._monitor_box)
+        win.monitor_pages.setCurrentWidget(view)
+        view.open_trace(TRACE)
+        _wait(app, lambda: view.summary is not None, 30)
+        _wait(app, lambda: False, 0.5)
+        win.grab().save(str(out / "profile.png"))
+        win.monitor_pages.setCurrentWidget(win.monitor)
 
 
 def _shoot(app: QApplication, out: Path) -> None:
@@ -191,6 +259,7 @@ def _shoot(app: QApplication, out: Path) -> None:
     win.grab().save(str(out / "convert.png"))
     win.controller.stop()
     _wait(app, lambda: win.controller.state in ("stopped", "crashed"), 120)
+    _shoot_offline(app, win, out)
     try:
         _shoot_fleet(app, win, out, target.parent)
     finally:

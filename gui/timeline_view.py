@@ -31,7 +31,7 @@ MARKER_COLORS = {
     "fleet": "#ef6c00",
     "bench": "#1565c0",
 }
-LABEL_CHARS = 28  # a marker's label on the plot; the tooltip has it whole
+LABEL_CHARS = 24  # a marker's label on the plot; the tooltip has it whole
 
 
 def _num(v: float | None) -> str:
@@ -72,15 +72,23 @@ class MarkerLines:
         if key != self._drawn:
             self.clear()
             for n, p in enumerate(plots):
-                for m in timeline.markers:
+                for i, m in enumerate(timeline.markers):
                     color = QColor(MARKER_COLORS.get(m.what, "#555"))
-                    label = m.label if len(m.label) <= LABEL_CHARS else m.label[:27] + "…"
+                    label = (
+                        m.label if len(m.label) <= LABEL_CHARS else m.label[: LABEL_CHARS - 1] + "…"
+                    )
                     line = pg.InfiniteLine(
                         angle=90,
                         movable=False,
                         pen=pg.mkPen(color, width=1, style=Qt.DashLine),
                         label=label if n < labelled else None,
-                        labelOpts={"position": 0.92, "color": color, "anchors": [(0, 0), (0, 0)]},
+                        # left of the line (the newest markers sit at the plots' right edge),
+                        # at two heights in turn (neighbours do not overwrite each other)
+                        labelOpts={
+                            "position": 0.95 - 0.4 * (i % 2),
+                            "color": color,
+                            "anchors": [(1, 0), (1, 0)],
+                        },
                     )
                     line.setToolTip(describe(m))
                     line.setZValue(50)
