@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from quantdeck.cli._common import AddCommand, print_json
+from quantdeck.core.errors import QuantdeckError
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:
     from quantdeck.core.runtime.doctor import report_lines, run_doctor
 
+    for py in ns.engine_python or ():
+        # a path that names no program is the user's typo, not a finding about an engine
+        path = os.path.abspath(os.path.expanduser(py)) if py else ""
+        if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise QuantdeckError(f"--engine-python {py!r}: not an executable file")
     report = run_doctor(ns.engine_python)
     if ns.json:
         print_json(report.to_json())

@@ -35,6 +35,7 @@ HEAVY = [
     "quantdeck.core.bench.Tuner.run",
     "quantdeck.core.runtime.lora.load_adapter",
     "quantdeck.core.runtime.lora.unload_adapter",
+    "quantdeck.core.runtime.doctor.run_doctor",
     "quantdeck.core.runtime.lora.loaded_adapters",
     "quantdeck.core.fleet.Fleet.start_instances",
 ]

@@ -1,5 +1,6 @@
 """``quantdeck doctor``: the report of this machine and its engines, in a subprocess; engines
-that cannot serve (a bare venv, a broken vLLM, no Python at all) say so and exit 1."""
+that cannot serve (a bare venv, a broken vLLM) say so and exit 1; a path naming no program
+exits 2."""
 
 from __future__ import annotations
 
@@ -97,16 +98,22 @@ def test_doctor_with_a_vllm_that_does_not_import(bare_venv: Path, tmp_path: Path
     assert "does not import" in error["message"] and "vllm==9.9.0" in error["fix"]
 
 
-def test_doctor_with_no_python_at_all(tmp_path: Path) -> None:
+def test_doctor_refuses_a_path_that_names_no_program(tmp_path: Path) -> None:
+    """A missing path or a file that cannot run is the user's typo: one line, exit 2, no
+    report (an executable that is not a Python with vLLM is a finding: exit 1, above)."""
     text = tmp_path / "notes.txt"
     text.write_text("hello\n")
-    code, report = run_doctor(
-        "--engine-python", str(tmp_path / "missing"), "--engine-python", str(text)
-    )
-    assert code == 1
-    missing, not_exec = report["engines"]
-    assert "cannot run" in missing["error"] and "cannot run" in not_exec["error"]
-    assert len([p for p in report["problems"] if p["check"] == "engine"]) == 2
+    for bad in (str(tmp_path / "missing"), str(text), ""):
+        r = subprocess.run(
+            [QUANTDECK, "doctor", "--json", "--engine-python", bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2 and r.stdout == "", (bad, r.stdout)
+        assert r.stderr.strip().splitlines() == [
+            f"quantdeck: error: --engine-python {bad!r}: not an executable file"
+        ]
 
 
 def test_doctor_text_report(bare_venv: Path) -> None:
