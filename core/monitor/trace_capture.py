@@ -6,7 +6,9 @@ a ``profiles/`` folder in the server's run folder, named by its ``profiler_dir``
 capture POSTs ``/start_profile`` with a trace-name prefix of its own and ``max_iterations`` N
 (vLLM stops recording by itself after N steps), sends a few short completions so there are
 steps to record, POSTs ``/stop_profile``, then waits for the trace files with its prefix in the
-server's trace folder and sums up the engine's (:func:`~quantdeck.core.monitor.profile.
+server's trace folder (vLLM before 0.28 or so ignores the body: its traces are named by rank
+only, so the files that appeared since the start are taken, and the steps are those until
+the stop) and sums up the engine's (:func:`~quantdeck.core.monitor.profile.
 summarize_trace`). Blocking (HTTP, file waits): the GUI runs it in a worker.
 """
 
@@ -56,16 +58,34 @@ def _post(client: Any, url: str, path: str, body: dict[str, Any] | None = None) 
         raise ServerError(f"{url}{path}: HTTP {r.status_code}: {r.text.strip()[:200]}")
 
 
-def _traces(folder: Path, prefix: str) -> list[Path]:
-    return sorted(p for p in folder.glob(prefix + "_*") if ".pt.trace.json" in p.name)
+def _traces(folder: Path, prefix: str, before: set[Path] | None = None) -> list[Path]:
+    files = sorted(p for p in folder.glob("*") if ".pt.trace.json" in p.name)
+    named = [p for p in files if p.name.startswith(prefix + "_")]
+    if named or before is None:
+        return named
+    return [p for p in files if p not in before]  # a vLLM that names traces by rank only
 
 
-def settled_traces(folder: Path, prefix: str, timeout: float, *, poll_s: float = 0.5) -> list[Path]:
-    """The prefix's trace files once the engine's is there and no file grows any more."""
+def trace_files(folder: Path) -> set[Path]:
+    """The trace files in ``folder`` now: what a capture that finds no file with its prefix
+    (an older vLLM) tells its own from."""
+    return {p for p in folder.glob("*") if ".pt.trace.json" in p.name}
+
+
+def settled_traces(
+    folder: Path,
+    prefix: str,
+    timeout: float,
+    *,
+    poll_s: float = 0.5,
+    before: set[Path] | None = None,
+) -> list[Path]:
+    """The prefix's trace files (or, given ``before``, with none named so, the trace files not
+    in it) once the engine's is there and no file grows any more."""
     deadline = time.monotonic() + timeout
     sizes: dict[Path, int] = {}
     while True:
-        files = _traces(folder, prefix)
+        files = _traces(folder, prefix, before)
         now = {p: p.stat().st_size for p in files}
         if any(FRONTEND not in p.name for p in files) and now == sizes:
             return files
@@ -110,6 +130,7 @@ def capture_trace(
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such folder")
     prefix = new_prefix()
+    before = trace_files(folder)
     with httpx.Client(headers=auth_headers(api_key), verify=tls_verify(url), timeout=120) as client:
         if requests and model is None and model_of is not None:
             model = model_of()
@@ -131,12 +152,12 @@ def capture_trace(
                 _post(client, url, "/stop_profile")
         except httpx.HTTPError as e:
             raise ServerError(f"{url}: {e}") from None
-    return settled_traces(folder, prefix, timeout_s)
+    return settled_traces(folder, prefix, timeout_s, before=before)
 
 
 def profile_server(url: str, folder: str | Path, **kw: Any) -> TraceCapture:
     """:func:`capture_trace`, then the engine's traces summed up: what the Profile button
     shows (``kw``: :func:`capture_trace`'s options)."""
     files = capture_trace(url, folder, **kw)
-    prefix = files[0].name.split("_", 1)[0] if files else ""
+    prefix = files[0].name.split("_", 1)[0] if files else ""  # dp0 where vLLM names by rank
     return TraceCapture(prefix, files, [summarize_trace(p) for p in engine_traces(files)])

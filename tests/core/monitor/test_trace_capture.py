@@ -18,6 +18,7 @@ from quantdeck.core.monitor.trace_capture import (
     capture_trace,
     engine_traces,
     settled_traces,
+    trace_files,
 )
 
 TRACE = FIXTURES / "vllm_cpu_demo_4_steps.pt.trace.json.gz"
@@ -54,6 +55,28 @@ def test_no_engine_trace_in_time(tmp_path: Path) -> None:
     (tmp_path / FRONT).write_bytes(b"x")  # only the API process's: taken, as all there is
     files = settled_traces(tmp_path, PREFIX, timeout=0.2, poll_s=0.05)
     assert [p.name for p in files] == [FRONT] and engine_traces(files) == files
+
+
+def test_a_vllm_that_names_traces_by_rank_only(tmp_path: Path) -> None:
+    """vLLM 0.26 (the GPU host's) ignores the prefix in /start_profile's body: its engine
+    trace is named by rank alone. The capture takes the trace files that appeared since it
+    started, not an earlier capture's."""
+    old = tmp_path / "dp0_pp0_tp0_dcp0_ep0_rank0.1700000000001.pt.trace.json.gz"
+    old.write_bytes(b"earlier capture")
+    (tmp_path / "notes.txt").write_text("not a trace")
+    before = trace_files(tmp_path)
+    assert before == {old}
+    new = tmp_path / "dp0_pp0_tp0_dcp0_ep0_rank0.1700000000999.pt.trace.json.gz"
+    shutil.copy(TRACE, new)
+    files = settled_traces(tmp_path, PREFIX, timeout=5, poll_s=0.05, before=before)
+    assert files == [new]
+    # without ``before`` (or with files that carry the prefix) only the prefix's count
+    with pytest.raises(ServerError, match="no trace named"):
+        settled_traces(tmp_path, PREFIX, timeout=0.1, poll_s=0.05)
+    shutil.copy(TRACE, tmp_path / ENGINE)
+    assert settled_traces(tmp_path, PREFIX, timeout=5, poll_s=0.05, before=before) == [
+        tmp_path / ENGINE
+    ]
 
 
 def test_refusals_are_one_line(tmp_path: Path) -> None:
