@@ -76,6 +76,12 @@ def add_device(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-gpus", type=int, default=1, metavar="N")
     g.add_argument("--compute-capability", default="9.0", metavar="X.Y")
     g.add_argument("--gpu-name", default="GPU")
+    g.add_argument(
+        "--vllm-version",
+        metavar="X.Y.Z",
+        help="plan with this vLLM's defaults (prefix caching of hybrid models changed in 0.28; "
+        "default: the vLLM installed here, else the newest)",
+    )
 
 
 def device_from(ns: argparse.Namespace) -> DeviceFacts:

@@ -15,6 +15,7 @@ from quantdeck.cli._common import (
     human_bytes,
     print_json,
 )
+from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch import LaunchConfig, RayFacts, knobs, profiles
 from quantdeck.core.launch.planner import same_groups
 
@@ -22,13 +23,17 @@ from quantdeck.core.launch.planner import same_groups
 def _plan_and_advise(
     ns: argparse.Namespace,
 ) -> tuple[LaunchConfig, Any, Any, list[Any], RayFacts | None]:
-    from quantdeck.core.launch import advise, plan, with_ray
+    from quantdeck.core.launch import advise, local_vllm_version, plan, with_ray
+    from quantdeck.core.launch.planner import version_tuple
     from quantdeck.core.models import inspect_model
 
     cfg = config_from(ns)
     info = inspect_model(cfg.model.model)
     dev = with_ray(device_from(ns), cfg)  # the ray backend: the cluster's facts, probed
-    kv = plan(cfg, info, dev)
+    version = ns.vllm_version or local_vllm_version()
+    if ns.vllm_version is not None and len(version_tuple(ns.vllm_version)) < 2:
+        raise ConfigError(f"--vllm-version: '{ns.vllm_version}' is not a version like 0.26.0")
+    kv = plan(cfg, info, dev, vllm_version=version)
     return cfg, info, kv, advise(cfg, info, dev, kv), dev.ray
 
 

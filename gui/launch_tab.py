@@ -32,6 +32,7 @@ from quantdeck.core.launch import (
     LaunchConfig,
     advise,
     command_line,
+    local_vllm_version,
     plan,
     profiles,
     validate,
@@ -272,7 +273,7 @@ class LaunchTab(QWidget):
             return
         try:
             cfg = validate(self.config())
-            p = plan(cfg, self.info, self.device)
+            p = plan(cfg, self.info, self.device, vllm_version=local_vllm_version())
             self.findings = advise(cfg, self.info, self.device, p)
             self.planner.show_plan(p, self.findings, None)
         except QuantdeckError as e:

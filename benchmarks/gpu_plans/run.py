@@ -31,6 +31,11 @@ Steps:
   ``benchmarks/tune_goal.py``, ``quantdeck tune`` coordinate search against the exhaustive grid
   (default: the third run's 20-point space, 64 concurrent, 128 prompts, 512 / 128, p99 TTFT
   1000 ms, p99 TPOT 50 ms).
+- ``planner [--max-model-len N] [--families A,B]``: ``benchmarks/planner_families.py``, the
+  planner against vLLM on 8B-scale Gemma-3-like, gpt-oss-like and Granite-4.0-H-like
+  checkpoints (headers only, ``--load-format dummy``), tokens, blocks and concurrency.
+- ``trace [--graphs] [--steps N]``: ``quantdeck serve --profiler`` and ``quantdeck trace``.
+- ``kv-overhead [--rounds N ...]``: ``benchmarks/kv_events_overhead.py``, KV events on vs off.
 - ``metrics-parse``, ``nvml``: ``benchmarks/metrics_parse.py``, ``benchmarks/nvml_snapshot.py``.
 - ``client-cost [--requests N --rounds N --concurrency N ...]``: ``benchmarks/client_cost.py``.
 - ``ray [--ray-port P --port P --startup-s S]``: a loopback Ray head with the one GPU (``ray
@@ -411,6 +416,59 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
         server.wait()
 
 
+def step_planner(r: Runner, ns: argparse.Namespace) -> None:
+    """benchmarks/planner_families.py: 8B-scale Gemma-3-like, gpt-oss-like and Granite-4.0-H-like
+    checkpoints (headers only, dummy weights), planned and served, tokens and blocks compared."""
+    tokenizer = r.models("1b", "bf16") / "bf16"
+    tag = r.tag(ns.tag or "planner-families")
+    extra = f"--max-model-len {ns.max_model_len} --gpu-memory-utilization 0.85"
+    extra += "" if ns.graphs else " --enforce-eager"
+    cmd = [PY, BENCH / "planner_families.py", "--root", r.base / "families"]
+    cmd += ["--tokenizer-from", tokenizer, "--families", ns.families, "--extra", extra]
+    r.run(cmd + ["--json", r.results / tag / "planner.json"], r.results / f"{tag}.txt")
+    r.stamp(f"{tag} done")
+
+
+def step_trace(r: Runner, ns: argparse.Namespace) -> None:
+    """`quantdeck serve --profiler` of the 1B, then `quantdeck trace URL --steps N`: the CUDA
+    trace's top kernels and host vs device time (eager vs CUDA graphs: one step each)."""
+    model = r.models(ns.shape, "bf16") / "bf16"
+    tag = r.tag(ns.tag or f"trace-{_mode(ns)}")
+    knobs = f"{COMMON}{'' if ns.graphs else ' --enforce-eager'} --port {ns.port} --profiler"
+    log = r.results / f"{tag}-serve.jsonl"
+    serve = [PY, "-m", "quantdeck.cli", "serve", model, *knobs.split(), "--json-events"]
+    print("$ " + shlex.join(map(str, serve)) + f" > {log} &", flush=True)
+    if r.dry:
+        return
+    with open(log, "w", encoding="utf-8") as f:
+        server = subprocess.Popen([str(c) for c in serve], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        if not _wait_ready(server, log, 600):
+            r.failed.append(f"{tag}: the server did not become ready")
+            return
+        r.stamp("server ready")
+        trace = [PY, "-m", "quantdeck.cli", "trace", f"http://127.0.0.1:{ns.port}"]
+        trace += ["--steps", str(ns.steps), "--requests", "4", "--max-tokens", "16"]
+        r.run(trace + ["--out", r.results / tag], r.results / f"{tag}.txt")
+    finally:
+        _stop(server)
+    r.stamp(f"{tag} done")
+
+
+def step_kv_overhead(r: Runner, ns: argparse.Namespace) -> None:
+    """benchmarks/kv_events_overhead.py: two servers of the 1B side by side (a share of the GPU
+    each), KV events on (and ingested) against off, ABBA."""
+    model = r.models(ns.shape, "bf16") / "bf16"
+    tag = r.tag(ns.tag or f"kv-overhead-{_mode(ns)}")
+    serve = f"{model} --max-model-len 2048 --gpu-memory-utilization 0.4"
+    serve += "" if ns.graphs else " --enforce-eager"
+    cmd = [PY, BENCH / "kv_events_overhead.py", "--serve", serve, "--rounds", str(ns.rounds)]
+    cmd += ["--concurrency", str(ns.concurrency), "--requests", str(ns.requests)]
+    cmd += ["--prompt-words", "400", "--max-tokens", "128"]
+    r.run(cmd, r.results / f"{tag}.txt")
+    r.stamp(f"{tag} done")
+
+
 def step_metrics_parse(r: Runner, ns: argparse.Namespace) -> None:
     r.run([PY, BENCH / "metrics_parse.py"], r.results / f"{r.tag('metrics_parse')}.txt")
 
@@ -485,6 +543,20 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, Callable[..., None]]]:
     ap.add_argument("--ray-port", type=int, default=6379, help="the Ray head's port (6379)")
     ap.add_argument("--port", type=int, default=8011, help="the server's port (8011)")
     ap.add_argument("--startup-s", type=float, default=600, help="ready within (600 s)")
+    ap = add("planner", step_planner, "the planner against vLLM per KV layer family")
+    ap.add_argument("--graphs", action="store_true", help="CUDA graphs (default: eager)")
+    ap.add_argument("--max-model-len", type=int, default=32768, help="(32768)")
+    ap.add_argument("--families", default="gemma3-8b,gpt-oss-8b,granite-h-8b", help="(all)")
+    ap.add_argument("--tag", help="name of the output files")
+    ap = add("trace", step_trace, "serve --profiler, then quantdeck trace: the CUDA trace")
+    _serving(ap)
+    ap.add_argument("--steps", type=int, default=8, help="engine steps recorded (8)")
+    ap.add_argument("--port", type=int, default=8012, help="the server's port (8012)")
+    ap = add("kv-overhead", step_kv_overhead, "KV events on vs off, two servers, ABBA")
+    _serving(ap)
+    ap.add_argument("--rounds", type=int, default=4, help="ABBA rounds (4)")
+    ap.add_argument("--concurrency", type=int, default=32, help="requests at a time (32)")
+    ap.add_argument("--requests", type=int, default=128, help="requests a measurement (128)")
     add("metrics-parse", step_metrics_parse, "/metrics parse + derive time")
     add("nvml", step_nvml, "one NVML snapshot's time")
     ap = add("client-cost", step_client_cost, "what each client costs, no model")

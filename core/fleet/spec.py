@@ -37,6 +37,7 @@ from quantdeck.core.launch import (
     cpu_device,
     detect_device,
     errors,
+    local_vllm_version,
     plan,
     validate,
 )
@@ -410,7 +411,7 @@ def _advise(inst: InstanceSpec, device: DeviceFacts | None) -> int:
         cfg.cache.kv_cache_memory_bytes = CPU_DEFAULT_KV_BYTES  # as ServerProcess plans it
     try:
         info = inspect_model(cfg.model.model)
-        kv = plan(cfg, info, device)
+        kv = plan(cfg, info, device, vllm_version=local_vllm_version())
         errs = errors(advise(cfg, info, device, kv))
     except QuantdeckError as e:
         raise ConfigError(f"instance '{inst.name}': {e}") from None

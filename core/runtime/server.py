@@ -434,7 +434,7 @@ class ServerProcess:
             and not os.environ.get("VLLM_CPU_KVCACHE_SPACE")
         ):
             cfg.cache.kv_cache_memory_bytes = CPU_DEFAULT_KV_BYTES
-        self.plan = plan(cfg, self.info, dev)
+        self.plan = plan(cfg, self.info, dev, vllm_version=self.capabilities().vllm_version)
         self.findings = advise(cfg, self.info, dev, self.plan)
         errs = errors(self.findings)
         if errs:

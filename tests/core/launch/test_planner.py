@@ -146,3 +146,46 @@ def test_advisor_rules(llama8b: Path) -> None:
     assert any("does not divide" in m for m in _messages(tp3, info, cuda_device(80, count=4)))
     wrong = _cfg(llama8b, quantization="awq")
     assert any("does not match" in m for m in _messages(wrong, gptq, H200))
+
+
+# The H200 runs of benchmarks/planner_families.py (docs/gpu-validation.md, eleventh lease):
+# vLLM 0.26.0, --load-format dummy, max_model_len 32768, util 0.85, eager; vLLM's KV cache
+# tokens, blocks (cache_config_info) and max concurrency.
+H200_FAMILIES = {
+    "gemma3-8b": (544_421, 142_585, 16.61),
+    "gpt-oss-8b": (2_857_643, 268_689, 87.21),
+    "granite-h-8b": (5_502_748, 12_091, 167.93),
+}
+
+
+@pytest.mark.parametrize("family", list(H200_FAMILIES))
+def test_h200_reference_families(family: str, tmp_path: Path) -> None:
+    from ckpt_scaled import SCALED
+
+    config, tensors = SCALED[family]
+    path = write_checkpoint(tmp_path / family, config, tensors=tensors(config), shards=4)
+    cfg = _cfg(path, max_model_len=32768, enforce_eager=True)
+    p = plan(cfg, inspect_model(path), H200, vllm_version="0.26.0")
+    tokens, blocks, concurrency = H200_FAMILIES[family]
+    assert abs(p.num_blocks / blocks - 1) <= 0.02, p.num_blocks
+    assert abs(p.kv_cache_tokens / tokens - 1) <= 0.02, p.kv_cache_tokens
+    assert abs(p.max_concurrency / concurrency - 1) <= 0.02, p.max_concurrency
+
+
+def test_hybrid_prefix_caching_follows_the_vllm_version(tmp_path: Path) -> None:
+    """vLLM turned prefix caching on by default for hybrid models in 0.28: each Mamba group
+    then keeps 3 state blocks per sequence (Mamba-2's "align" mode), 1 before. Turned off,
+    1 in any version."""
+    from ckpt_scaled import SCALED
+
+    config, tensors = SCALED["granite-h-8b"]
+    path = write_checkpoint(tmp_path / "g", config, tensors=tensors(config), shards=4)
+    info = inspect_model(path)
+
+    def mamba_blocks(version: str | None, **kw: object) -> set[int]:
+        p = plan(_cfg(path, max_model_len=32768, **kw), info, H200, vllm_version=version)
+        return {g.blocks_per_seq for g in p.groups if g.kind == "mamba"}
+
+    assert mamba_blocks("0.26.0") == mamba_blocks("0.27.1") == {1}
+    assert mamba_blocks("0.28.0") == mamba_blocks("0.32.0+cpu") == mamba_blocks(None) == {3}
+    assert mamba_blocks("0.32.0", enable_prefix_caching=False) == {1}
