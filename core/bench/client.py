@@ -176,6 +176,7 @@ class Bench:
         metrics = compute_metrics(records, duration, self.slo, self.percentiles)
         return {
             "date": time.strftime("%Y%m%d-%H%M%S", time.localtime(started)),
+            "started_at": started,  # wall clock at the first send (requests' start_time is after)
             "backend": "vllm",
             "endpoint_type": "openai",
             "base_url": self.url,

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -157,6 +158,9 @@ def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) ->
     assert seen[-1] == (12, 12) and len(seen) == 12
     # the client's own CPU during the run: one thread, so never more than the run's wall time
     assert 0 < res["client_cpu_s"] <= res["duration"]
+    # the first send's wall time: requests' start_time counts from it, after the prompts
+    first_send = min(r["start_time"] for r in res["requests"])
+    assert 0 <= first_send < 0.5 and time.time() - res["duration"] - 5 < res["started_at"]
     # a loose SLO: every request is good
     assert res["good_completed"] == 12
     assert res["request_goodput"] == pytest.approx(res["request_throughput"])
