@@ -97,6 +97,7 @@ def shared_prefix_stream(s: Stream) -> None:
     s.send(removed(["z2"]), ts=T0 + 31)
 
 
+@pytest.mark.vllm
 def test_block_map_pixels(view: KvView, stream: Stream, qtbot) -> None:
     shared_prefix_stream(stream)
     ev = stream.event(now=T0 + 40)
@@ -129,6 +130,7 @@ def test_block_map_pixels(view: KvView, stream: Stream, qtbot) -> None:
     assert "not reused" in view.legend.text()
 
 
+@pytest.mark.vllm
 def test_without_metrics_the_map_is_the_resident_blocks(view: KvView, stream: Stream) -> None:
     stream.send(stored(["a0", "a1"], None), ts=T0)
     view.add_event(stream.event(now=T0 + 0.5))
@@ -137,6 +139,7 @@ def test_without_metrics_the_map_is_the_resident_blocks(view: KvView, stream: St
     assert "resident 2 blocks" in view.summary.text()
 
 
+@pytest.mark.vllm
 def test_groups_against_the_capacity(view: KvView, stream: Stream) -> None:
     stream.send(stored(["a0", "a1", "a2"], None, group_idx=0), ts=T0)
     stream.send(
@@ -160,6 +163,7 @@ def test_groups_against_the_capacity(view: KvView, stream: Stream) -> None:
     assert len(view.codes) == 20 and (view.codes == FREE).sum() == 16
 
 
+@pytest.mark.vllm
 def test_curves_follow_the_events(view: KvView, stream: Stream) -> None:
     stream.send(stored(["a0", "a1"], None), ts=T0)
     view.add_event(stream.event(now=T0 + 1))
@@ -209,6 +213,7 @@ def prompts_sharing(tok: Any, s: Stream) -> list[int]:
     return ids[:8]
 
 
+@pytest.mark.vllm
 def test_shared_prefixes_as_text(view: KvView, stream: Stream, tmp_path: Path, qtbot) -> None:
     tok = tiny_tokenizer(tmp_path / "model")
     prefix_ids = prompts_sharing(tok, stream)
@@ -233,6 +238,7 @@ def test_a_folder_without_a_tokenizer_shows_ids(view: KvView, tmp_path: Path) ->
     assert view.tokenizer is None and view._workers is None
 
 
+@pytest.mark.vllm
 def test_a_recording_replays_into_the_kv_view(qtbot, stream: Stream, tmp_path: Path) -> None:
     from quantdeck.gui.main_window import MainWindow
 
@@ -278,6 +284,7 @@ class Sink(QObject):
         self.events.append(ev)
 
 
+@pytest.mark.vllm
 def test_controller_feeds_kv_events_and_stops_with_the_server(qtbot) -> None:
     from quantdeck.core.runtime.server import ServerProcess
     from quantdeck.gui.server_control import QtServerController

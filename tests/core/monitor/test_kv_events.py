@@ -68,6 +68,7 @@ def batch(*events: Any, ts: float = 1000.0) -> Any:
 # -- the wire format ------------------------------------------------------------------------
 
 
+@pytest.mark.vllm
 def test_structs_decode_what_vllm_encodes() -> None:
     full = vkv.BlockStored(
         block_hashes=[h("a"), 12345678901234567],  # bytes, and the int form
@@ -125,6 +126,7 @@ def apply_all(index: qkv.BlockIndex, *batches: Any) -> None:
         index.apply(qkv.decode_batch(encode(b)))
 
 
+@pytest.mark.vllm
 def test_index_arithmetic_on_a_real_encoded_stream() -> None:
     idx = qkv.BlockIndex()
     # request 1: five blocks a0..a4
@@ -183,6 +185,7 @@ def test_index_arithmetic_on_a_real_encoded_stream() -> None:
     assert idx.top_prefixes() == []
 
 
+@pytest.mark.vllm
 def test_ingest_counts_block_events() -> None:
     idx = qkv.BlockIndex()
     frames = [
@@ -252,6 +255,7 @@ def wait_for(pred: Any, timeout: float = 10.0) -> None:
     pytest.fail("timed out")
 
 
+@pytest.mark.vllm
 def test_real_publisher_stream_and_replay_after_a_gap(
     subscriber: qkv.KvEventSubscriber, tmp_path: Path
 ) -> None:
@@ -295,6 +299,7 @@ def test_real_publisher_stream_and_replay_after_a_gap(
     assert [seq for seq, _ in qkv.read_capture(tmp_path / "cap")] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.vllm
 def test_a_gap_beyond_the_replay_buffer_is_reported(subscriber: qkv.KvEventSubscriber) -> None:
     pub = publisher(subscriber, buffer_steps=2)  # keeps the last two batches only
     try:
@@ -311,6 +316,7 @@ def test_a_gap_beyond_the_replay_buffer_is_reported(subscriber: qkv.KvEventSubsc
     assert subscriber.snapshot().batches_lost == 3
 
 
+@pytest.mark.vllm
 def test_without_a_replay_endpoint_a_gap_is_lost_and_said() -> None:
     sub = qkv.KvEventSubscriber("tcp://127.0.0.1:0", bind=True)
     try:
@@ -345,6 +351,7 @@ def test_a_taken_endpoint_is_an_error() -> None:
 # -- recordings -------------------------------------------------------------------------------
 
 
+@pytest.mark.vllm
 def test_kv_events_are_recorded_and_read_back(tmp_path: Path) -> None:
     sub = qkv.KvEventSubscriber("tcp://127.0.0.1:0", bind=True)
     try:
@@ -366,6 +373,7 @@ def test_kv_events_are_recorded_and_read_back(tmp_path: Path) -> None:
 # -- the block map's cells --------------------------------------------------------------------
 
 
+@pytest.mark.vllm
 def test_cells_bucket_resident_blocks_by_age_and_reuse() -> None:
     idx = qkv.BlockIndex()
     # a0..a2 at t=100; two chains branch off a1 (a0, a1 reused twice); one off a2 (a0..a2 once

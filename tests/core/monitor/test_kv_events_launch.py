@@ -56,6 +56,7 @@ class _State:
     state = "starting"
 
 
+@pytest.mark.vllm
 def test_serve_wiring_binds_on_the_fact_and_prints_once_ready() -> None:
     vkv = pytest.importorskip("vllm.distributed.kv_events")
     config = ServerProcess._kv_events_config()
