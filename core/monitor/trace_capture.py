@@ -6,7 +6,7 @@ a ``profiles/`` folder in the server's run folder, named by its ``profiler_dir``
 capture POSTs ``/start_profile`` with a trace-name prefix of its own and ``max_iterations`` N
 (vLLM stops recording by itself after N steps), sends a few short completions so there are
 steps to record, POSTs ``/stop_profile``, then waits for the trace files with its prefix in the
-server's trace folder (vLLM before 0.28 or so ignores the body: its traces are named by rank
+server's trace folder (vLLM before 0.28 ignores the body: its traces are named by rank
 only, so the files that appeared since the start are taken, and the steps are those until
 the stop) and sums up the engine's (:func:`~quantdeck.core.monitor.profile.
 summarize_trace`). Blocking (HTTP, file waits): the GUI runs it in a worker.
