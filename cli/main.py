@@ -17,6 +17,7 @@ from quantdeck.cli import (
     convert,
     desktop,
     doctor,
+    engines,
     fleet,
     gui,
     launch,
@@ -42,6 +43,7 @@ GROUPS = (
     desktop,
     timeline,
     doctor,
+    engines,
 )
 
 

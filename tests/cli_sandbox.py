@@ -36,6 +36,7 @@ HEAVY = [
     "quantdeck.core.runtime.lora.load_adapter",
     "quantdeck.core.runtime.lora.unload_adapter",
     "quantdeck.core.runtime.doctor.run_doctor",
+    "quantdeck.core.runtime.engines.check_engine",
     "quantdeck.core.runtime.lora.loaded_adapters",
     "quantdeck.core.fleet.Fleet.start_instances",
 ]

@@ -20,11 +20,15 @@ from quantdeck.cli.main import build_parser
 def _leaves(
     parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
 ) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    """Every runnable command: (its words, its parser); nested actions (profile save) too."""
+    """Every runnable command: (its words, its parser); nested actions (profile save) too, and
+    a command whose actions are optional (``engines``, ``engines add``) with and without."""
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if not subs:
         return [(prefix, parser)]
-    return [leaf for name, p in subs[0].choices.items() for leaf in _leaves(p, (*prefix, name))]
+    own = [] if subs[0].required or not prefix else [(prefix, parser)]
+    return own + [
+        leaf for name, p in subs[0].choices.items() for leaf in _leaves(p, (*prefix, name))
+    ]
 
 
 COMMANDS = dict(_leaves(build_parser()))
@@ -81,7 +85,7 @@ def argvs(draw: st.DrawFn, words: tuple[str, ...]) -> list[str]:
         a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)
     ]
     for a in parser._actions:
-        if not a.option_strings:
+        if not a.option_strings and not isinstance(a, argparse._SubParsersAction):
             argv += [draw(_values(a)) for _ in range(_count(a.nargs, draw))]
     chosen = [a for a in optionals if a.required]
     if optionals:
@@ -110,3 +114,4 @@ def test_fuzz_subcommand_options(
 def test_every_command_is_fuzzed() -> None:
     """The enumeration reaches nested actions and the commands that take no options."""
     assert {("plan",), ("profile", "save"), ("replay",), ("gui",), ("runs",)} <= set(COMMANDS)
+    assert {("engines",), ("engines", "add"), ("engines", "remove")} <= set(COMMANDS)

@@ -1,0 +1,95 @@
+"""``quantdeck engines``: the interpreters with vLLM that Quantdeck knows; add and remove them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from quantdeck.cli._common import AddCommand, print_json
+
+if TYPE_CHECKING:
+    from quantdeck.core.runtime.engines import KnownEngine
+
+
+def _row(k: KnownEngine) -> list[str]:
+    """NAME, PYTHON, VLLM, DEVICE, TORCH, STATUS."""
+    c = k.check
+    vllm = device = torch = "-"
+    if c is not None and c.vllm_distribution:
+        vllm = f"{c.vllm_distribution} {c.vllm_version or '?'}"
+    if c is not None and c.vllm_imports:
+        gpus = f" x{c.cuda_devices}" if c.cuda_devices else ""
+        device = f"{c.vllm_platform or '?'}{gpus}"
+    if c is not None and c.torch_version:
+        torch = c.torch_version + (f" (CUDA {c.torch_cuda})" if c.torch_cuda else "")
+    return [k.name or "-", k.python, vllm, device, torch, k.status]
+
+
+def cmd_engines(ns: argparse.Namespace) -> int:
+    from quantdeck.core.runtime import engines
+
+    known = engines.list_engines(probe=not ns.no_check)
+    if ns.json:
+        print_json([k.to_json() for k in known])
+        return 0
+    rows = [["NAME", "PYTHON", "VLLM", "DEVICE", "TORCH", "STATUS"], *map(_row, known)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    if not known:
+        print("(no engine registered or found: quantdeck engines add PATH/bin/python)")
+    return 0
+
+
+def cmd_engines_add(ns: argparse.Namespace) -> int:
+    from quantdeck.core.runtime import engines
+
+    entry, engine = engines.add_engine(ns.python, ns.name)
+    print(
+        f"added engine {entry.name!r}: {entry.python} ({engine.vllm_distribution} "
+        f"{engine.vllm_version}, {engine.vllm_platform}) to {engines.registry_path()}"
+    )
+    return 0
+
+
+def cmd_engines_remove(ns: argparse.Namespace) -> int:
+    from quantdeck.core.runtime import engines
+
+    entry = engines.remove_engine(ns.name)
+    print(f"removed engine {entry.name!r} ({entry.python})")
+    return 0
+
+
+def register(add: AddCommand) -> None:
+    p = add(
+        "engines",
+        cmd_engines,
+        "the engines (Python interpreters with vLLM) Quantdeck knows: those registered, then "
+        "those found (this one, the active venv and conda env, conda's envs, python3.N on "
+        "PATH), each checked in its own interpreter",
+    )
+    p.add_argument("--json", action="store_true", help="a JSON list, one object per engine")
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="list without running each interpreter's check (fast: no versions, no status)",
+    )
+    p.set_defaults(engines_command=None)
+    sub = p.add_subparsers(dest="engines_command", metavar="[ACTION]")
+    a = sub.add_parser(
+        "add",
+        help="register an interpreter with vLLM (checked first: it must import vLLM)",
+        description="register an interpreter with vLLM (checked first: it must import vLLM)",
+    )
+    a.add_argument("python", metavar="PATH", help="the interpreter, e.g. ~/venvs/vllm/bin/python")
+    a.add_argument(
+        "--name", metavar="N", help="its name (default: its venv or conda env folder's name)"
+    )
+    a.set_defaults(func=cmd_engines_add)
+    r = sub.add_parser(
+        "remove",
+        help="forget a registered engine (the interpreter is left alone)",
+        description="forget a registered engine (the interpreter is left alone)",
+    )
+    r.add_argument("name", metavar="NAME")
+    r.set_defaults(func=cmd_engines_remove)

