@@ -28,7 +28,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     from quantdeck.core.runtime import EngineEnv, ServerProcess, warm_up
 
     cfg = config_from(ns)
-    engine = EngineEnv(ns.engine_python) if ns.engine_python else EngineEnv()
+    from quantdeck.core.runtime.engines import resolve_engine
+
+    engine = EngineEnv(resolve_engine(ns.engine)) if ns.engine is not None else EngineEnv()
     server = ServerProcess(cfg, engine=engine, startup_timeout=ns.startup_timeout)
     stop = threading.Event()
     until_signal(stop)  # serve's normal end: a stop signal ends it with exit code 0
@@ -197,7 +199,12 @@ def register(add: AddCommand) -> None:
         help="warm-up requests after ready (reports first-request latency)",
     )
     sp.add_argument(
-        "--engine-python", metavar="PY", help="the Python whose vLLM to run (default: this one)"
+        "--engine",
+        "--engine-python",
+        dest="engine",
+        metavar="NAME|PY",
+        help="the engine to serve with: a name from `quantdeck engines`, or a Python with vLLM "
+        "(Quantdeck need not be installed there; default: this Python)",
     )
     sp.add_argument("--logs", action="store_true", help="also print the server's log lines")
     sp.add_argument(

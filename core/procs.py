@@ -50,9 +50,23 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, **(extra or {})}
 
 
+# The workers that need only the standard library and vLLM: another interpreter (an engine
+# without Quantdeck, another Python version) runs them from their file. ``runpy.run_path``
+# runs a file without putting its folder on sys.path (``python FILE`` would, and the workers'
+# folder would then shadow top-level modules named like them).
+STANDALONE_WORKERS = frozenset({"engine", "probe"})
+WORKERS_DIR = Path(__file__).resolve().parent / "workers"
+RUN_FILE = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+
+
 def worker_command(module: str, *args: str, python: str | None = None) -> list[str]:
-    """``python -m quantdeck.core.workers.MODULE ARGS``."""
-    return [python or sys.executable, "-m", f"quantdeck.core.workers.{module}", *args]
+    """``python -m quantdeck.core.workers.MODULE ARGS``; for a stand-alone worker in another
+    interpreter, ``python -c RUN_FILE .../workers/MODULE.py ARGS`` (Quantdeck need not be
+    installed there)."""
+    exe = python or sys.executable
+    if module in STANDALONE_WORKERS and os.path.abspath(exe) != os.path.abspath(sys.executable):
+        return [exe, "-c", RUN_FILE, str(WORKERS_DIR / f"{module}.py"), *args]
+    return [exe, "-m", f"quantdeck.core.workers.{module}", *args]
 
 
 # -- children that die with us -----------------------------------------------------------------

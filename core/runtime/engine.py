@@ -79,10 +79,15 @@ class EngineEnv:
             )
         except (OSError, subprocess.TimeoutExpired) as e:
             raise ServerError(f"engine python {self.python}: cannot run ({e})") from None
+        if r.returncode != 0 and (r.returncode != 3 or r.stderr.strip()):
+            first = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+            raise ServerError(f"engine python {self.python}: not a Python that runs ({first})")
         if r.returncode != 0:
             raise ServerError(f"engine python {self.python}: vLLM is not installed there")
-        dist, ver = r.stdout.split()
-        return dist, ver
+        words = r.stdout.split()
+        if len(words) != 2:  # a program that is no Python, answering something else
+            raise ServerError(f"engine python {self.python}: not a Python interpreter")
+        return words[0], words[1]
 
     def capabilities(self, *, refresh: bool = False) -> Capabilities:
         dist, ver = self.version()

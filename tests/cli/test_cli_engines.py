@@ -302,3 +302,88 @@ def test_add_list_remove_this_venv(
     assert json.loads(registry().read_text()) == {"version": 1, "engines": []}
     code, out, _ = cli(capsys, "engines", "--json", "--no-check")
     assert [e["registered"] for e in json.loads(out)] == [False]
+
+
+# -- serving with an engine ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ckpt import TINY_LLAMA, write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("serve") / "tiny", TINY_LLAMA)
+
+
+def serve_with(model: Path, engine: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``quantdeck serve MODEL --engine ENGINE`` in its own config folder (the registry)."""
+    env = {**os.environ, "QUANTDECK_CONFIG_DIR": str(config_dir())}
+    env["QUANTDECK_CACHE_DIR"] = str(tmp_path / "cache")
+    quantdeck = str(Path(sys.executable).parent / "quantdeck")
+    return subprocess.run(
+        [quantdeck, "serve", str(model), "--engine", engine, "--port", "9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_serve_refuses_an_engine_that_cannot_serve(
+    tiny_model: Path, bare_venv: Path, broken_vllm: Path, tmp_path: Path
+) -> None:
+    """Each refusal is one line, exit 2, before any server starts. The broken engine's vLLM is
+    probed by the probe's file, run in that interpreter, which has no Quantdeck installed."""
+    script = executable(tmp_path / "bin" / "not-python")
+    write_registry({"name": "gone", "python": str(tmp_path / "nowhere" / "python"), "added": 1})
+    cases = {
+        str(tmp_path / "missing"): "no engine of that name (quantdeck engines lists them) "
+        "and no executable file there",
+        "gone": f"{tmp_path / 'nowhere' / 'python'} is gone (quantdeck engines remove gone)",
+        str(script): "not a Python interpreter",
+        str(bare_venv): "vLLM is not installed there",
+        str(broken_vllm): "cannot import vLLM (ImportError: libcudart.so.12: not found)",
+    }
+    for engine, why in cases.items():
+        r = serve_with(tiny_model, engine, tmp_path)
+        assert r.returncode == 2, (engine, r.stdout, r.stderr)
+        assert why in one_error(r.stderr), (engine, r.stderr)
+        assert "starting" not in r.stdout, engine  # nothing started
+
+
+def test_standalone_workers_need_no_quantdeck(tmp_path: Path) -> None:
+    """The engine and probe workers import only the standard library and vLLM (checked on
+    their source), and another interpreter runs them by file: the engine worker's usage line,
+    with ``quantdeck`` made unimportable in that process."""
+    import ast
+
+    from quantdeck.core.procs import OWNER_PID_ENV, RUN_FILE, WORKERS_DIR, worker_command
+    from quantdeck.core.workers import engine as engine_worker
+
+    for name in ("engine", "probe"):
+        tree = ast.parse((WORKERS_DIR / f"{name}.py").read_text())
+        roots = {
+            a.name.split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Import)
+            for a in n.names
+        }
+        roots |= {
+            n.module.split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.module
+        }
+        assert roots - {"vllm", "torch", "__future__"} <= sys.stdlib_module_names, (name, roots)
+    assert engine_worker.OWNER_PID_ENV == OWNER_PID_ENV
+
+    other = str(tmp_path / "bin" / "python3.10")
+    cmd = worker_command("engine", "MODEL", "--port", "1", python=other)
+    assert cmd == [other, "-c", RUN_FILE, str(WORKERS_DIR / "engine.py"), "MODEL", "--port", "1"]
+    assert worker_command("engine", "M")[1:3] == ["-m", "quantdeck.core.workers.engine"]
+    block = "import sys; sys.modules['quantdeck'] = None; "
+    r = subprocess.run(
+        [sys.executable, "-c", block + RUN_FILE, str(WORKERS_DIR / "engine.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "usage:" in r.stderr, r.stderr

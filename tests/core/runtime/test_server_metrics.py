@@ -201,6 +201,11 @@ def test_serve_cli_events_and_clean_stop(
     for key, value in ONE_PROCESS_ENGINE_ENV.items():
         monkeypatch.setenv(key, value)
     rec = tmp_path / "serve.jsonl"
+    # --engine: this venv's Python under another of its names, so the engine worker runs as
+    # in an interpreter without Quantdeck: from its file (procs.worker_command)
+    here = Path(sys.executable)
+    names = ("python3", "python", f"python3.{sys.version_info[1]}")
+    engine = next(p for p in map(here.with_name, names) if p.exists() and p.name != here.name)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -218,6 +223,8 @@ def test_serve_cli_events_and_clean_stop(
             str(rec),
             "--warmup",
             "1",
+            "--engine",
+            str(engine),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -244,6 +251,8 @@ def test_serve_cli_events_and_clean_stop(
     assert proc.returncode == 0, err[-2000:]
     states = [e["state"] for e in events if e["event"] == "state"]
     assert states[0] == "starting" and "ready" in states and states[-2:] == ["stopping", "stopped"]
+    command = next(e["command"] for e in events if e.get("state") == "starting")
+    assert command[:2] == [str(engine), "-c"] and command[3].endswith("workers/engine.py")
     facts = {e["name"]: e["value"] for e in events if e["event"] == "fact"}
     assert facts["kv_cache_tokens"] == 64 * 2**20 // 2048
     assert facts["first_request_ms"] > 0 and facts["warm_request_ms"] > 0
