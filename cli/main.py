@@ -47,12 +47,22 @@ GROUPS = (
 )
 
 
+def _version() -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version("quantdeck")
+    except md.PackageNotFoundError:  # a source tree that is not installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="quantdeck",
         description="Serve, quantize, benchmark and "
         "tune LLMs with vLLM. With no command: the desktop panel.",
     )
+    p.add_argument("--version", action="version", version=f"quantdeck {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(

@@ -79,3 +79,20 @@ def test_up_refuses_a_recording_that_exists_before_starting_anything(
     assert main(["fleet", "up", str(fleet_file), "--record", str(mine)]) == 2
     assert "exists; choose another file name" in capsys.readouterr().err
     assert mine.read_text() == "the user's own file\n"
+
+
+def test_the_h200_fleet_recording_replays(capsys: pytest.CaptureFixture[str]) -> None:
+    """The H200's fleet (docs/gpu-validation/fleet-1b-eager.jsonl.gz, log lines left out):
+    two FP8 primaries and a bf16 backup on GPU 0, the fallback switching the backup in and
+    out twice during the burst, as docs/fleet.md tells it."""
+    from conftest import ROOT
+
+    rec = ROOT / "docs" / "gpu-validation" / "fleet-1b-eager.jsonl.gz"
+    assert main(["fleet", "replay", str(rec)]) == 0
+    out = capsys.readouterr().out
+    news = [line.split("  ", 1)[1] for line in out.splitlines() if line[:2].isdigit()]
+    switches = [n for n in news if n.startswith("router: add") or n.startswith("router: remove")]
+    assert [s.split()[1] for s in switches] == ["add", "remove", "add", "remove"]
+    assert any("fallback on: the primaries' ttft_p99_ms 247.7 ms > 100 ms" in n for n in news)
+    rows = out.split("as it ended:", 1)[1].split()
+    assert rows[:2] == ["router", "router"] and "primary" in rows and "backup" in rows
