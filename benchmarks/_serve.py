@@ -10,11 +10,9 @@ from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV, ServerProcess, free_port
 
 
-def start_server(
-    serve: str | None, demo_kv_bytes: int, *, inproc_engine: bool = False
-) -> ServerProcess:
-    """Start it and wait until ready; exits with the log tail if it does not come up.
-    ``inproc_engine``: vLLM's engine without a worker process (see ONE_PROCESS_ENGINE_ENV)."""
+def launch_config(serve: str | None, demo_kv_bytes: int) -> LaunchConfig:
+    """``serve`` ("PATH [knobs]") as a launch, or the demo model, eager, with
+    ``demo_kv_bytes`` of KV cache; on a free port."""
     if serve:
         cfg = parse_arm(f"serve={serve}", LaunchConfig()).config
     else:
@@ -25,6 +23,15 @@ def start_server(
         cfg.compilation.enforce_eager = True
         cfg.cache.kv_cache_memory_bytes = demo_kv_bytes
     cfg.server.port = free_port()
+    return cfg
+
+
+def start_server(
+    serve: str | None, demo_kv_bytes: int, *, inproc_engine: bool = False
+) -> ServerProcess:
+    """Start it and wait until ready; exits with the log tail if it does not come up.
+    ``inproc_engine``: vLLM's engine without a worker process (see ONE_PROCESS_ENGINE_ENV)."""
+    cfg = launch_config(serve, demo_kv_bytes)
     server = ServerProcess(cfg, extra_env=ONE_PROCESS_ENGINE_ENV if inproc_engine else None)
     server.start()
     if not server.wait_ready(900):

@@ -25,27 +25,18 @@ import time
 from typing import Any
 
 import httpx
+from _serve import launch_config
 
-from quantdeck.core.bench import parse_arm
 from quantdeck.core.events import Event
 from quantdeck.core.launch import LaunchConfig
-from quantdeck.core.runtime.server import ServerProcess, free_port
+from quantdeck.core.runtime.server import ServerProcess
 
 WORDS = ("a", "model", "serves", "requests", "while", "its", "cache", "keeps", "blocks", "later")
 
 
 def config(serve: str | None, demo_kv_bytes: int, kv_events: bool) -> LaunchConfig:
-    if serve:
-        cfg = parse_arm(f"serve={serve}", LaunchConfig()).config
-    else:
-        from quantdeck.core.models import ensure_demo_model
-
-        cfg = LaunchConfig()
-        cfg.model.model = str(ensure_demo_model())
-        cfg.compilation.enforce_eager = True
-        cfg.cache.kv_cache_memory_bytes = demo_kv_bytes
+    cfg = launch_config(serve, demo_kv_bytes)
     cfg.cache.kv_events = kv_events
-    cfg.server.port = free_port()
     return cfg
 
 

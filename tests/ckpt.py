@@ -98,6 +98,15 @@ def write_checkpoint(root: Path, cfg: dict[str, Any], tensors=None, shards: int 
     return root
 
 
+GPT_OSS_ROPE: dict[str, Any] = {  # gpt-oss's YaRN scaling (the tiny and the 8B-scale alike)
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 4096,
+}
+
 # -- small random checkpoints of each KV layer family (planner vs vLLM's own KV functions) -----
 # Only config.json matters to the planner and to vLLM's dummy loader; one embedding tensor makes
 # the folder a safetensors checkpoint.
@@ -141,14 +150,7 @@ TINY_GPT_OSS: dict[str, Any] = dict(  # alternating sliding / full, MoE
     num_local_experts=4,
     num_experts_per_tok=2,
     experts_per_token=2,
-    rope_scaling={
-        "rope_type": "yarn",
-        "factor": 32.0,
-        "beta_fast": 32.0,
-        "beta_slow": 1.0,
-        "truncate": False,
-        "original_max_position_embeddings": 4096,
-    },
+    rope_scaling=GPT_OSS_ROPE,
     rope_theta=150000.0,
 )
 TINY_GRANITE_H: dict[str, Any] = dict(  # Granite 4.0-H: Mamba-2 layers and one attention layer

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckpt import GPT_OSS_ROPE
+
 T = list[tuple[str, str, list[int]]]
 
 
@@ -86,14 +88,7 @@ GPT_OSS_8B: dict[str, Any] = {  # gpt-oss-20b's layout with 12 experts instead o
     "num_local_experts": 12,
     "num_experts_per_tok": 4,
     "experts_per_token": 4,
-    "rope_scaling": {
-        "rope_type": "yarn",
-        "factor": 32.0,
-        "beta_fast": 32.0,
-        "beta_slow": 1.0,
-        "truncate": False,
-        "original_max_position_embeddings": 4096,
-    },
+    "rope_scaling": GPT_OSS_ROPE,
     "rope_theta": 150000.0,
     "rms_norm_eps": 1e-5,
     "tie_word_embeddings": False,

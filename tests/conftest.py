@@ -65,6 +65,17 @@ def snapshot(root: Path) -> dict[str, str]:
     return out
 
 
+def source_copy(dest: Path) -> Path:
+    """A copy of what the wheel is built from (core, gui, cli, assets, pyproject.toml, README)
+    in ``dest``: setuptools writes build/ and *.egg-info beside the sources it builds."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("core", "gui", "cli", "assets"):
+        shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
 class _VllmKvEvents:
     """vLLM's own kv_events module, imported on first use: its torch import takes seconds, at
     collection too, also in lanes that deselect the tests that use it."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+from conftest import source_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,12 +67,7 @@ def test_gui_process_imports_no_torch_or_vllm() -> None:
 def test_wheel_has_one_top_level_name(tmp_path: Path) -> None:
     """``pip wheel .``: everything lives under ``quantdeck/`` (core, gui, cli, assets)."""
     # built from a copy: setuptools writes build/ and *.egg-info beside the sources
-    src = tmp_path / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    for name in ("core", "gui", "cli", "assets"):
-        shutil.copytree(ROOT / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, src / name)
+    src = source_copy(tmp_path / "src")
     r = subprocess.run(
         [
             sys.executable,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_engines import make_bare_venv, make_broken_vllm
 
 from quantdeck.core.runtime import doctor
 
@@ -37,9 +38,7 @@ def cpuinfo_flags() -> set[str]:
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv made with ``python -m venv --without-pip``: a Python with no vLLM."""
-    root = tmp_path_factory.mktemp("engines") / "bare"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    return root / "bin" / "python"
+    return make_bare_venv(tmp_path_factory.mktemp("engines") / "bare")
 
 
 @pytest.mark.slow
@@ -81,15 +80,8 @@ def test_doctor_without_vllm_says_so_and_exits_1(bare_venv: Path) -> None:
 
 def test_doctor_with_a_vllm_that_does_not_import(bare_venv: Path, tmp_path: Path) -> None:
     """A venv whose vLLM is installed (its metadata says 9.9.0) but fails on import."""
-    env = tmp_path / "broken"
-    subprocess.run([str(bare_venv), "-m", "venv", "--without-pip", str(env)], check=True)
-    (site,) = env.glob("lib/python*/site-packages")
-    (site / "vllm").mkdir()
-    (site / "vllm" / "__init__.py").write_text("raise ImportError('libcudart.so.12: not found')\n")
-    dist = site / "vllm-9.9.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.0\n")
-    code, report = run_doctor("--engine-python", str(env / "bin" / "python"))
+    broken = make_broken_vllm(bare_venv, tmp_path / "broken")
+    code, report = run_doctor("--engine-python", str(broken))
     assert code == 1
     (engine,) = report["engines"]
     assert (engine["vllm_distribution"], engine["vllm_version"]) == ("vllm", "9.9.0")

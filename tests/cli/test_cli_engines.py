@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from cli_sandbox import make_sandbox, run_cli
+from fake_engines import make_bare_venv, make_broken_vllm
 
 from quantdeck.cli.main import main
 from quantdeck.core.paths import config_dir
@@ -55,24 +56,14 @@ def executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv made with ``python -m venv --without-pip``: a Python with no vLLM."""
-    root = tmp_path_factory.mktemp("engines") / "bare"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    return root / "bin" / "python"
+    return make_bare_venv(tmp_path_factory.mktemp("engines") / "bare")
 
 
 @pytest.fixture
 def broken_vllm(bare_venv: Path, tmp_path: Path) -> Path:
     """A venv whose vLLM is installed (its metadata says 9.9.0) but fails on import, as in
     test_cli_doctor.py."""
-    env = tmp_path / "broken"
-    subprocess.run([str(bare_venv), "-m", "venv", "--without-pip", str(env)], check=True)
-    (site,) = env.glob("lib/python*/site-packages")
-    (site / "vllm").mkdir()
-    (site / "vllm" / "__init__.py").write_text("raise ImportError('libcudart.so.12: not found')\n")
-    dist = site / "vllm-9.9.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.0\n")
-    return env / "bin" / "python"
+    return make_broken_vllm(bare_venv, tmp_path / "broken")
 
 
 @pytest.fixture

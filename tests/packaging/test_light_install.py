@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, alive_pids, read_json_lines
+from conftest import alive_pids, read_json_lines, source_copy
 
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
@@ -38,12 +37,7 @@ def light(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     """The wheel built from a copy of the sources and installed, alone, into a fresh venv; the
     environment its commands run in (their own user folders, no active venv or conda env)."""
     tmp = tmp_path_factory.mktemp("light")
-    src = tmp / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    for name in ("core", "gui", "cli", "assets"):
-        shutil.copytree(ROOT / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, src / name)
+    src = source_copy(tmp / "src")
     dist = tmp / "dist"
     r = run(
         [
