@@ -150,6 +150,11 @@ class LaunchTab(QWidget):
         self.model_path = ""
         self.model_label = QLabel("no model")
         self.model_label.setStyleSheet("font-weight:bold")
+        self.engine_box = QComboBox()  # this Python, then the registered engines
+        self.engine_box.setToolTip(
+            "The Python whose vLLM serves: register others with `quantdeck engines add PATH`"
+        )
+        self.engine_box.addItem("this Python", "")
         self.engine_label = plain_label("engine: probing…")
         self.engine_label.setStyleSheet("color:#555")
         self.eager = QCheckBox("Eager mode (no CUDA graphs / torch.compile)")
@@ -183,7 +188,11 @@ class LaunchTab(QWidget):
 
         top = QVBoxLayout()
         top.addWidget(self.model_label)
-        top.addWidget(self.engine_label)
+        engine_row = QHBoxLayout()
+        engine_row.addWidget(QLabel("Engine"))
+        engine_row.addWidget(self.engine_box)
+        engine_row.addWidget(self.engine_label, 1)
+        top.addLayout(engine_row)
         top.addWidget(self.eager)
         top.addWidget(self.eager_note)
         scroll = QScrollArea()
@@ -261,6 +270,18 @@ class LaunchTab(QWidget):
         if ed.value() != on:
             ed.set_value(on)
             self._on_form_changed()
+
+    def set_engines(self, engines: list[tuple[str, str]], current: str = "") -> None:
+        """The picker's entries after "this Python": (name, python) of each registered engine;
+        ``current`` (a python, "" for this one) chosen when listed."""
+        with QSignalBlocker(self.engine_box):
+            while self.engine_box.count() > 1:
+                self.engine_box.removeItem(1)
+            for name, python in engines:
+                self.engine_box.addItem(name, python)
+                self.engine_box.setItemData(self.engine_box.count() - 1, python, Qt.ToolTipRole)
+            index = self.engine_box.findData(current)
+            self.engine_box.setCurrentIndex(max(index, 0))
 
     def _on_form_changed(self) -> None:
         ed = self.form.editors["enforce_eager"]

@@ -52,8 +52,9 @@ def _warm_imports() -> None:
         importlib.import_module(name)
 
 
-def _probe_engine() -> Any:
-    """What this machine's vLLM can do (Capabilities), or why it cannot be asked (a string).
+def _probe_engine(python: str = "") -> Any:
+    """What the engine's vLLM can do (Capabilities; ``python`` "" for this interpreter's), or
+    why it cannot be asked (a string).
 
     It warms the imports first, in the same thread: two threads importing the runtime package at
     once can meet its import cycle (``runtime/__init__`` <-> ``runtime/server``) half-initialised
@@ -62,7 +63,7 @@ def _probe_engine() -> Any:
     from quantdeck.core.runtime import EngineEnv
 
     try:
-        return EngineEnv().capabilities()
+        return EngineEnv(python).capabilities() if python else EngineEnv().capabilities()
     except QuantdeckError as e:
         return str(e)
 
@@ -217,6 +218,8 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geo)
         self.folders: list[str] = [f for f in (settings.value("folders") or []) if f]
         self._restore_last_config(settings)
+        self._load_engines(str(settings.value("engine") or ""))
+        self.launch.engine_box.currentIndexChanged.connect(self._on_engine_chosen)
         self.workers: WorkerSet | None = None  # see background()
         self._probe = probe
         self._painted = False
@@ -251,7 +254,10 @@ class MainWindow(QMainWindow):
         if self._probe:
             # the probe cannot be cancelled (a subprocess that imports vLLM, ~15 s cold): its
             # worker ticks, so that closing the window does not wait for it
-            workers.follow(_probe_engine, tick_s=0.25, returned=self._on_engine_ready)
+            python = self.controller.engine_python or ""
+            workers.follow(
+                lambda: _probe_engine(python), tick_s=0.25, returned=self._on_engine_ready
+            )
             workers.start(_scan_hf_cache, returned=self._on_hf_models)
         else:
             workers.start(_warm_imports)
@@ -274,7 +280,38 @@ class MainWindow(QMainWindow):
             self.workers = WorkerSet(self._on_background_error)
         return self.workers
 
-    def _on_engine_ready(self, caps: Any) -> None:
+    def _load_engines(self, remembered: str) -> None:
+        """The registered engines (``quantdeck engines add``) into the Launch tab's picker;
+        the remembered one chosen while it is still registered."""
+        from quantdeck.core.runtime.engines import load_registry
+
+        try:
+            entries = load_registry()
+        except QuantdeckError as e:  # a damaged registry: said, and this Python serves
+            entries = []
+            self.status_label.setText(str(e))
+        self.launch.set_engines([(e.name, e.python) for e in entries], remembered)
+        self.controller.engine_python = self.launch.engine_box.currentData() or None
+
+    def _on_engine_chosen(self, _index: int) -> None:
+        python = self.launch.engine_box.currentData() or ""
+        self.controller.engine_python = python or None
+        gui_settings().setValue("engine", python)
+        if hasattr(self, "capabilities"):  # the form follows the new engine's flags
+            del self.capabilities
+        self.launch.engine_label.setText("engine: probing…")
+        self.launch.form.set_supported(None)
+        self.background().follow(
+            lambda: _probe_engine(python),
+            tick_s=0.25,
+            returned=lambda caps: self._on_engine_ready(caps, python),
+        )
+
+    def _on_engine_ready(self, caps: Any, python: str | None = None) -> None:
+        """The probe's answer for the engine ``python`` ("" ours; None: the one chosen when
+        the probe began); an answer for an engine no longer chosen is dropped."""
+        if python is not None and python != (self.launch.engine_box.currentData() or ""):
+            return
         if isinstance(caps, str):
             self.launch.engine_label.setText(f"engine: {caps}")
             return

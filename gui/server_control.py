@@ -50,6 +50,7 @@ class QtServerController(QObject):
         # where vLLM writes its profiler traces: a server started with the Profiler knob says
         # so in its profiler_dir fact (None: this server cannot be profiled)
         self.profiler_dir: str | None = None
+        self.engine_python: str | None = None  # the engine the next start uses (None: ours)
         self.hz = hz
         self.state = "stopped"
         self._lock = threading.Lock()
@@ -176,11 +177,12 @@ class QtServerController(QObject):
         self.event.emit(MarkerEvent("launch", "launch", config=knobs.to_dict(cfg)))
 
         def body() -> None:
-            from quantdeck.core.runtime import ServerProcess
+            from quantdeck.core.runtime import EngineEnv, ServerProcess
 
             self._shutdown()
             self.profiler_dir = None
-            srv = ServerProcess(cfg, nice=SERVER_NICE)
+            engine = EngineEnv(self.engine_python) if self.engine_python else None
+            srv = ServerProcess(cfg, engine=engine, nice=SERVER_NICE)
             with self._lock:
                 self.server, self.attached = srv, None
             self._unsub = srv.subscribe(self._on_core_event)

@@ -155,3 +155,48 @@ def test_the_planner_panel_shows_a_hybrids_groups_and_its_tokens(qtbot, tmp_path
     assert text.count(" × ") == len({(g.kind, g.window) for g in p.groups})
     for kind in set(kinds):
         assert f"× {kind} (" in text
+
+
+def test_engine_picker_lists_registered_engines_and_the_start_uses_the_chosen(
+    qtbot, tmp_path: Path
+) -> None:
+    """The engines registered with `quantdeck engines add` follow "this Python" in the Launch
+    tab's picker. Choosing one probes it (a venv without vLLM says so at once), the next start
+    runs with it (refused there, in one line, before any server), and the choice is
+    remembered; "this Python" again clears it."""
+    import json
+
+    from fake_engines import make_bare_venv
+
+    from quantdeck.core.launch.device import cpu_device
+    from quantdeck.core.runtime.engines import registry_path
+
+    bare = make_bare_venv(tmp_path / "bare")
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    entry = {"name": "bare", "python": str(bare), "added": 1.0}
+    registry_path().write_text(json.dumps({"version": 1, "engines": [entry]}))
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    box = win.launch.engine_box
+    assert [box.itemText(i) for i in range(box.count())] == ["this Python", "bare"]
+    assert win.controller.engine_python is None
+    box.setCurrentIndex(1)
+    label = win.launch.engine_label
+    qtbot.waitUntil(lambda: "vLLM is not installed there" in label.text(), timeout=30_000)
+    assert win.controller.engine_python == str(bare)
+
+    errors: list[str] = []
+    win.controller.error.connect(errors.append)
+    cfg = LaunchConfig()
+    cfg.model.model = str(write_checkpoint(tmp_path / "tiny", LLAMA3_8B))
+    win.controller.start(cfg)
+    qtbot.waitUntil(lambda: bool(errors), timeout=30_000)
+    assert f"engine python {bare}: vLLM is not installed there" in errors[0]
+    assert win.controller.server is None or win.controller.server.pid is None
+
+    again = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(again)
+    assert again.launch.engine_box.currentText() == "bare"
+    assert again.controller.engine_python == str(bare)
+    again.launch.engine_box.setCurrentIndex(0)
+    assert again.controller.engine_python is None

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ckpt import LLAMA3_8B, write_checkpoint
@@ -32,7 +33,7 @@ class FakeServer:
     most_active = 0
     lock = threading.Lock()
 
-    def __init__(self, cfg: LaunchConfig, nice: int = 0) -> None:
+    def __init__(self, cfg: LaunchConfig, engine: Any = None, nice: int = 0) -> None:
         self.cfg, self.name, self.running = cfg, f"s{len(FakeServer.log)}", False
         self._fns: list = []
         self.pid, self.url, self.served_name = None, "http://127.0.0.1:1", "m"
