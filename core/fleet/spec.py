@@ -44,7 +44,8 @@ from quantdeck.core.launch import (
 from quantdeck.core.launch.knobs import from_dict
 from quantdeck.core.launch.profiles import load_file, remembered_key
 from quantdeck.core.models import inspect_model
-from quantdeck.core.runtime import AttachedServer
+from quantdeck.core.runtime import AttachedServer, EngineEnv
+from quantdeck.core.runtime.engines import resolve_engine
 from quantdeck.core.runtime.server import base_url, url_host
 from quantdeck.core.schema import Fields, read_bounded, shown
 
@@ -94,7 +95,18 @@ _ROUTER_KEYS = {
 # what the fallback rule may watch: the primaries' windowed quantiles, as the Monitor shows them
 FALLBACK_METRICS = ("ttft_p99_ms", "ttft_p90_ms", "itl_p99_ms", "e2e_p99_ms", "queue_p99_ms")
 _FALLBACK_KEYS = {"metric", "above_ms", "for_s", "recover_s", "window_s"}
-_INSTANCE_KEYS = {"name", "profile", "url", "port", "gpus", "cpus", "role", "restart", "api_key"}
+_INSTANCE_KEYS = {
+    "name",
+    "profile",
+    "url",
+    "port",
+    "gpus",
+    "cpus",
+    "role",
+    "restart",
+    "api_key",
+    "engine",
+}
 
 
 @dataclass
@@ -125,6 +137,7 @@ class InstanceSpec:
     role: str = "primary"
     restart: str = "no"
     api_key: str | None = field(default=None, repr=False)
+    engine: str | None = None  # the interpreter that serves it (None: Quantdeck's own)
 
     @property
     def url(self) -> str:
@@ -312,7 +325,7 @@ def _instance(f: Fields, fleet_file: Path) -> InstanceSpec:
         url = f.text("url", max_len=2048) or ""
         if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
             f.fail(f"'url' must be an http(s) URL, got {shown(url)}")
-        for key in ("port", "gpus", "cpus", "restart"):
+        for key in ("port", "gpus", "cpus", "restart", "engine"):
             if key in f.data:
                 f.fail(f"'{key}' is for an instance Quantdeck starts, not one at a url")
         spec.url_ = url
@@ -338,6 +351,12 @@ def _instance(f: Fields, fleet_file: Path) -> InstanceSpec:
         spec.cpus = text
     if spec.gpus is not None and spec.cpus is not None:
         f.fail("give 'gpus' or 'cpus', not both")
+    engine = f.text("engine", max_len=4096)
+    if engine is not None:
+        try:  # a registered engine's name, or an interpreter (quantdeck engines)
+            spec.engine = resolve_engine(engine)
+        except ConfigError as e:
+            f.fail(f"'engine': {e}")
     return spec
 
 
@@ -411,7 +430,8 @@ def _advise(inst: InstanceSpec, device: DeviceFacts | None) -> int:
         cfg.cache.kv_cache_memory_bytes = CPU_DEFAULT_KV_BYTES  # as ServerProcess plans it
     try:
         info = inspect_model(cfg.model.model)
-        kv = plan(cfg, info, device, vllm_version=local_vllm_version())
+        version = EngineEnv(inst.engine).version()[1] if inst.engine else local_vllm_version()
+        kv = plan(cfg, info, device, vllm_version=version)
         errs = errors(advise(cfg, info, device, kv))
     except QuantdeckError as e:
         raise ConfigError(f"instance '{inst.name}': {e}") from None

@@ -41,7 +41,7 @@ from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import cache_dir, write_atomic
 from quantdeck.core.procs import Child, signal_group, spawn, subprocess_env
-from quantdeck.core.runtime import ServerProcess
+from quantdeck.core.runtime import EngineEnv, ServerProcess
 from quantdeck.core.runtime.server import alive_pids, free_port, port_free
 from quantdeck.core.schema import Fields, load_json, read_bounded
 
@@ -142,7 +142,11 @@ class Fleet:
     ) -> ServerProcess:
         assert inst.cfg is not None  # local instances have a profile
         server = ServerProcess(
-            inst.cfg, extra_env=inst.env(), startup_timeout=startup_timeout, nice=nice
+            inst.cfg,
+            engine=EngineEnv(inst.engine) if inst.engine else None,
+            extra_env=inst.env(),
+            startup_timeout=startup_timeout,
+            nice=nice,
         )
         server.subscribe(lambda ev: self._events.emit(InstanceEvent(inst.name, ev)))
         return server

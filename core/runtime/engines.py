@@ -307,6 +307,6 @@ def resolve_engine(value: str) -> str:
     if python and _is_executable(python):
         return python
     raise ConfigError(
-        f"--engine {value!r}: no engine of that name (quantdeck engines lists them) "
+        f"engine {value!r}: no engine of that name (quantdeck engines lists them) "
         "and no executable file there"
     )

@@ -287,3 +287,29 @@ def test_an_open_router_is_taken_when_asked_for(tmp_path: Path, model: Path) -> 
     spec = load_fleet(write_fleet(tmp_path, doc))
     assert spec.router.host == "0.0.0.0" and spec.router.url == "http://127.0.0.1:18080"
     assert "--host=0.0.0.0" in router_command(spec)
+
+
+def test_an_instance_names_its_engine(tmp_path: Path, model: Path) -> None:
+    """``engine:`` (a registered engine's name or an interpreter) serves that instance; a name
+    that is none, or an engine without vLLM, is one line naming the instance, and a url
+    instance (started elsewhere) takes none."""
+    from fake_engines import make_bare_venv
+
+    from quantdeck.core.runtime.engines import registry_path
+
+    bare = make_bare_venv(tmp_path / "bare")
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    entry = {"name": "bare", "python": str(bare), "added": 1.0}
+    registry_path().write_text(json.dumps({"version": 1, "engines": [entry]}))
+    doc = two(model)
+    doc["instances"][0]["engine"] = "bare"
+    spec = load_fleet(write_fleet(tmp_path, doc))
+    assert (spec.instances[0].engine, spec.instances[1].engine) == (str(bare), None)
+    with pytest.raises(ConfigError, match=r"instance 'a': engine python .*: vLLM is not installed"):
+        check_fleet(spec)
+    doc["instances"][0]["engine"] = "nowhere"
+    with pytest.raises(ConfigError, match=r"instance 'a': 'engine': engine 'nowhere': no engine"):
+        load_fleet(write_fleet(tmp_path, doc))
+    doc["instances"][0] = {"name": "a", "url": "http://10.0.0.2:8000", "engine": "bare"}
+    with pytest.raises(ConfigError, match="'engine' is for an instance Quantdeck starts"):
+        load_fleet(write_fleet(tmp_path, doc))
