@@ -218,6 +218,15 @@ def _run_order(item: pytest.Item) -> int:
 
 
 @pytest.fixture(scope="session")
+def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv made with ``python -m venv --without-pip`` (a Python with no vLLM), made once
+    per session (~1.5 s): its interpreter. Tests must not install anything into it."""
+    from fake_engines import make_bare_venv
+
+    return make_bare_venv(tmp_path_factory.mktemp("engines") / "bare")
+
+
+@pytest.fixture(scope="session")
 def demo_model() -> Path:
     """The built-in demo model, built once and cached between runs (recipe-versioned)."""
     from quantdeck.core.models.demo import DEMO_MODEL_NAME, ensure_demo_model

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_engines import make_bare_venv, make_broken_vllm
+from fake_engines import make_broken_vllm
 
 from quantdeck.core.runtime import doctor
 
@@ -33,12 +33,6 @@ def cpuinfo_flags() -> set[str]:
         if line.split(":")[0].strip() in ("flags", "Features"):
             return set(line.split(":", 1)[1].split())
     return set()
-
-
-@pytest.fixture(scope="module")
-def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv made with ``python -m venv --without-pip``: a Python with no vLLM."""
-    return make_bare_venv(tmp_path_factory.mktemp("engines") / "bare")
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from cli_sandbox import make_sandbox, run_cli
-from fake_engines import make_bare_venv, make_broken_vllm
+from fake_engines import make_broken_vllm
 
 from quantdeck.cli.main import main
 from quantdeck.core.paths import config_dir
@@ -51,12 +51,6 @@ def executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
     path.write_text(text)
     path.chmod(0o755)
     return path
-
-
-@pytest.fixture(scope="module")
-def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv made with ``python -m venv --without-pip``: a Python with no vLLM."""
-    return make_bare_venv(tmp_path_factory.mktemp("engines") / "bare")
 
 
 @pytest.fixture

@@ -158,7 +158,7 @@ def test_the_planner_panel_shows_a_hybrids_groups_and_its_tokens(qtbot, tmp_path
 
 
 def test_engine_picker_lists_registered_engines_and_the_start_uses_the_chosen(
-    qtbot, tmp_path: Path
+    qtbot, tmp_path: Path, bare_venv: Path
 ) -> None:
     """The engines registered with `quantdeck engines add` follow "this Python" in the Launch
     tab's picker. Choosing one probes it (a venv without vLLM says so at once), the next start
@@ -166,12 +166,10 @@ def test_engine_picker_lists_registered_engines_and_the_start_uses_the_chosen(
     remembered; "this Python" again clears it."""
     import json
 
-    from fake_engines import make_bare_venv
-
     from quantdeck.core.launch.device import cpu_device
     from quantdeck.core.runtime.engines import registry_path
 
-    bare = make_bare_venv(tmp_path / "bare")
+    bare = bare_venv
     registry_path().parent.mkdir(parents=True, exist_ok=True)
     entry = {"name": "bare", "python": str(bare), "added": 1.0}
     registry_path().write_text(json.dumps({"version": 1, "engines": [entry]}))

@@ -289,15 +289,13 @@ def test_an_open_router_is_taken_when_asked_for(tmp_path: Path, model: Path) -> 
     assert "--host=0.0.0.0" in router_command(spec)
 
 
-def test_an_instance_names_its_engine(tmp_path: Path, model: Path) -> None:
+def test_an_instance_names_its_engine(tmp_path: Path, model: Path, bare_venv: Path) -> None:
     """``engine:`` (a registered engine's name or an interpreter) serves that instance; a name
     that is none, or an engine without vLLM, is one line naming the instance, and a url
     instance (started elsewhere) takes none."""
-    from fake_engines import make_bare_venv
-
     from quantdeck.core.runtime.engines import registry_path
 
-    bare = make_bare_venv(tmp_path / "bare")
+    bare = bare_venv
     registry_path().parent.mkdir(parents=True, exist_ok=True)
     entry = {"name": "bare", "python": str(bare), "added": 1.0}
     registry_path().write_text(json.dumps({"version": 1, "engines": [entry]}))
