@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 RSS_BOUND_PCT = 3.0
 WARMUP_S = 30.0
 DURATION_S = 70.0  # 40 s judged (it was 60: the suite's 20 minutes are tight)
+EVERY_S = 5.0
 
 
 def _soak_module():
@@ -44,7 +45,7 @@ def test_panel_keeps_threads_and_memory_over_seventy_seconds(qtbot, demo_server)
         demo_server.url,
         demo_server.served_name,
         DURATION_S,
-        every=5.0,
+        every=EVERY_S,
         warmup=WARMUP_S,
         probe=False,
         out=lines.append,
@@ -52,7 +53,7 @@ def test_panel_keeps_threads_and_memory_over_seventy_seconds(qtbot, demo_server)
     report = "\n".join(lines + result.summary())
     print(report)
     after = result.after_warmup()
-    assert len(after) >= 12, report
+    assert len(after) >= int((DURATION_S - WARMUP_S) / EVERY_S), report  # a sample every 5 s
     assert max(s[2] for s in after) <= after[0][2], report  # no thread growth
     assert result.rss_growth_pct <= RSS_BOUND_PCT, report
     assert result.sent > 0 and result.completed + result.failed == result.sent, report
