@@ -12,6 +12,7 @@ The report folder is written whole or not at all (:func:`quantdeck.core.paths.at
 
 from __future__ import annotations
 
+import gc
 import html
 import math
 import os
@@ -73,7 +74,15 @@ def _save(widget: Any, path: Path) -> None:
     widget.resize(720, 420)
     widget.show()
     app.processEvents()
-    widget.grab().save(str(path))
+    # Earlier charts' widgets are collected here, at a quiet point, and not by a collection
+    # that a Python allocation starts in the middle of this one's paint (a segfault in grab()
+    # seen once on a clean-clone run)
+    gc.collect()
+    gc.disable()
+    try:
+        widget.grab().save(str(path))
+    finally:
+        gc.enable()
     widget.close()
 
 
