@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.launch import LaunchConfig
+from quantdeck.core.launch.planner import version_tuple
 from quantdeck.core.paths import cache_dir, data_root
 from quantdeck.core.procs import subprocess_env
 
@@ -316,7 +317,7 @@ def _engine_problems(engine: Engine, gpus: Gpus) -> list[Problem]:
             )
         )
     build, runs = engine.torch_cuda, gpus.cuda_driver_version
-    if build and runs and _version_tuple(build) > _version_tuple(runs):
+    if build and runs and version_tuple(build)[:2] > version_tuple(runs)[:2]:
         out.append(
             Problem(
                 "engine",
@@ -338,10 +339,6 @@ def _engine_problems(engine: Engine, gpus: Gpus) -> list[Problem]:
                 )
             )
     return out
-
-
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split(".")[:2] if x.isdigit())
 
 
 # -- the machine -----------------------------------------------------------------------------
