@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,7 @@ def _probe_engine(python: str = "") -> Any:
     from quantdeck.core.runtime import EngineEnv
 
     try:
-        return EngineEnv(python).capabilities() if python else EngineEnv().capabilities()
+        return EngineEnv(python or sys.executable).capabilities()
     except QuantdeckError as e:
         return str(e)
 
@@ -256,7 +257,9 @@ class MainWindow(QMainWindow):
             # worker ticks, so that closing the window does not wait for it
             python = self.controller.engine_python or ""
             workers.follow(
-                lambda: _probe_engine(python), tick_s=0.25, returned=self._on_engine_ready
+                lambda: _probe_engine(python),
+                tick_s=0.25,
+                returned=lambda caps: self._on_engine_ready(caps, python),
             )
             workers.start(_scan_hf_cache, returned=self._on_hf_models)
         else:
@@ -307,10 +310,10 @@ class MainWindow(QMainWindow):
             returned=lambda caps: self._on_engine_ready(caps, python),
         )
 
-    def _on_engine_ready(self, caps: Any, python: str | None = None) -> None:
-        """The probe's answer for the engine ``python`` ("" ours; None: the one chosen when
-        the probe began); an answer for an engine no longer chosen is dropped."""
-        if python is not None and python != (self.launch.engine_box.currentData() or ""):
+    def _on_engine_ready(self, caps: Any, python: str) -> None:
+        """The probe's answer for the engine ``python`` ("" ours); an answer for an engine no
+        longer chosen is dropped."""
+        if python != (self.launch.engine_box.currentData() or ""):
             return
         if isinstance(caps, str):
             self.launch.engine_label.setText(f"engine: {caps}")
