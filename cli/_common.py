@@ -410,6 +410,26 @@ def until_signal(stop: threading.Event) -> StopSignals:
     return StopSignals(stop.set)
 
 
+def add_engine(p: argparse.ArgumentParser, does: str) -> None:
+    """``--engine NAME|PY`` (alias ``--engine-python``): the interpreter that ``does``."""
+    p.add_argument(
+        "--engine",
+        "--engine-python",
+        dest="engine",
+        metavar="NAME|PY",
+        help=f"the engine that {does}: a name from `quantdeck engines`, or a Python with vLLM "
+        "(default: this Python; a standalone bundle's first engine)",
+    )
+
+
+def engine_from(ns: argparse.Namespace) -> str:
+    """The interpreter ``--engine`` names (one ConfigError line when it names none), or the
+    default engine."""
+    from quantdeck.core.runtime.engines import default_engine, resolve_engine
+
+    return resolve_engine(ns.engine) if ns.engine is not None else default_engine()
+
+
 def positive_seconds(text: str) -> float:
     """An argparse type: a finite number of seconds above zero."""
     try:

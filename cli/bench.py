@@ -12,10 +12,12 @@ from quantdeck.cli._common import (
     Progress,
     StopSignals,
     add_client_options,
+    add_engine,
     add_load_options,
     add_model_and_knobs,
     client_from,
     config_from,
+    engine_from,
     load_from,
     print_json,
     progress_printer,
@@ -89,13 +91,19 @@ def cmd_ab(ns: argparse.Namespace) -> int:
         save_run,
         write_result,
     )
+    from quantdeck.core.runtime import EngineEnv
 
     if ns.json:
         check_result_target(Path(ns.json))
     base = config_from(ns)
     arms = [parse_arm(a, base) for a in ns.arm or []]
     run = ABRun(
-        arms, load_from(ns), slo=slo_from(ns), warmups=ns.warmup, on_event=Progress(ns.json_events)
+        arms,
+        load_from(ns),
+        slo=slo_from(ns),
+        warmups=ns.warmup,
+        engine=EngineEnv(engine_from(ns)),
+        on_event=Progress(ns.json_events),
     )
     stops = StopSignals(run.cancel)
     result = run.run()
@@ -122,6 +130,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         save_run,
         write_result,
     )
+    from quantdeck.core.runtime import EngineEnv
 
     if ns.json:
         check_result_target(Path(ns.json))
@@ -137,6 +146,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         strategy=ns.strategy,
         max_points=ns.max_points,
         warmups=ns.warmup,
+        engine=EngineEnv(engine_from(ns)),
         on_event=Progress(ns.json_events),
     )
     stops = StopSignals(tuner.cancel)
@@ -244,6 +254,7 @@ def register(add: AddCommand) -> None:
 
     sp = add("ab", cmd_ab, "one load against several launch configs in turn (A/B)")
     add_model_and_knobs(sp)
+    add_engine(sp, "serves every arm")
     sp.add_argument(
         "--arm",
         action="append",
@@ -260,6 +271,7 @@ def register(add: AddCommand) -> None:
 
     sp = add("tune", cmd_tune, "search launch knobs for the most goodput under latency targets")
     add_model_and_knobs(sp)
+    add_engine(sp, "serves every point")
     add_load_options(sp, slo=False, seed_flag="--load-seed")
     sp.add_argument("--ttft-ms", type=float, required=True, help="p99 TTFT target")
     sp.add_argument("--tpot-ms", type=float, required=True, help="p99 TPOT target")

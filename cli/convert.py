@@ -6,7 +6,14 @@ import argparse
 import json
 import sys
 
-from quantdeck.cli._common import AddCommand, human_bytes, print_json, until_signal
+from quantdeck.cli._common import (
+    AddCommand,
+    add_engine,
+    engine_from,
+    human_bytes,
+    print_json,
+    until_signal,
+)
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, ProgressEvent
 
@@ -40,7 +47,7 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
             )
 
     try:
-        result = run_job(spec, show, cancel=cancel)
+        result = run_job(spec, show, cancel=cancel, python=engine_from(ns))
     except QuantdeckError as e:
         if stops.signum is None:
             raise
@@ -59,7 +66,9 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
 def cmd_compare(ns: argparse.Namespace) -> int:
     from quantdeck.core.convert import compare_quality
 
-    result = compare_quality(ns.orig, ns.quant, text=ns.text, max_tokens=ns.max_tokens)
+    result = compare_quality(
+        ns.orig, ns.quant, text=ns.text, max_tokens=ns.max_tokens, python=engine_from(ns)
+    )
     if ns.json:
         print_json(result)
     else:
@@ -78,6 +87,7 @@ def register(add: AddCommand) -> None:
     sp.add_argument("src", help="the unquantized model folder (never modified)")
     sp.add_argument("--method", required=True, choices=list(METHODS))
     sp.add_argument("--out", required=True, help="target folder (must not exist or be empty)")
+    add_engine(sp, "converts (it needs torch and the method's library)")
     sp.add_argument("--calib", help="calibration text (.txt or .jsonl with a 'text' field)")
     sp.add_argument("--samples", type=int, default=64)
     sp.add_argument("--seq-len", type=int, default=256)
@@ -86,6 +96,7 @@ def register(add: AddCommand) -> None:
     sp = add("compare", cmd_compare, "quality of a converted model against its source")
     sp.add_argument("orig")
     sp.add_argument("quant")
+    add_engine(sp, "runs both models (it needs torch and transformers)")
     sp.add_argument("--text", help="held-out text (default: the shipped held-out set)")
     sp.add_argument("--max-tokens", type=int, default=2048)
     sp.add_argument("--json", action="store_true")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from quantdeck.cli._common import AddCommand, human_bytes, print_json
+from quantdeck.cli._common import AddCommand, add_engine, engine_from, human_bytes, print_json
 from quantdeck.core.events import Event, ProgressEvent
 
 
@@ -27,7 +27,7 @@ def cmd_demo_model(ns: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    path = ensure_demo_model(target, on_progress=progress, force=ns.force)
+    path = ensure_demo_model(target, on_progress=progress, force=ns.force, python=engine_from(ns))
     if not ns.json_events:
         print(file=sys.stderr)
         print(path)
@@ -104,6 +104,7 @@ def register(add: AddCommand) -> None:
     )
     sp.add_argument("--force", action="store_true", help="rebuild a complete demo build")
     sp.add_argument("--json-events", action="store_true", help="print JSON progress lines")
+    add_engine(sp, "trains it (it needs torch and transformers)")
 
     sp = add(
         "demo-lora",

@@ -10,9 +10,11 @@ from quantdeck.cli._common import (
     AddCommand,
     EventPrinter,
     add_client_options,
+    add_engine,
     add_model_and_knobs,
     client_from,
     config_from,
+    engine_from,
     positive_seconds,
     print_json,
     until_signal,
@@ -28,9 +30,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     from quantdeck.core.runtime import EngineEnv, ServerProcess, warm_up
 
     cfg = config_from(ns)
-    from quantdeck.core.runtime.engines import resolve_engine
-
-    engine = EngineEnv(resolve_engine(ns.engine)) if ns.engine is not None else EngineEnv()
+    engine = EngineEnv(engine_from(ns))
     server = ServerProcess(cfg, engine=engine, startup_timeout=ns.startup_timeout)
     stop = threading.Event()
     until_signal(stop)  # serve's normal end: a stop signal ends it with exit code 0
@@ -198,14 +198,7 @@ def register(add: AddCommand) -> None:
         metavar="N",
         help="warm-up requests after ready (reports first-request latency)",
     )
-    sp.add_argument(
-        "--engine",
-        "--engine-python",
-        dest="engine",
-        metavar="NAME|PY",
-        help="the engine to serve with: a name from `quantdeck engines`, or a Python with vLLM "
-        "(Quantdeck need not be installed there; default: this Python)",
-    )
+    add_engine(sp, "serves (Quantdeck need not be installed there)")
     sp.add_argument("--logs", action="store_true", help="also print the server's log lines")
     sp.add_argument(
         "--kv-capture",

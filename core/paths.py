@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from quantdeck.core.errors import ConfigError, QuantdeckError
 
 CONFIG_DIR_ENV = "QUANTDECK_CONFIG_DIR"
@@ -38,20 +36,29 @@ def _from_env(name: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def _platform_dir(kind: str) -> Path:
+    # imported when asked: the workers an engine runs import this module, and an engine's
+    # environment (vLLM and torch) need not have platformdirs (those workers get the folders
+    # they use from the environment or their arguments)
+    import platformdirs
+
+    return Path(getattr(platformdirs, f"user_{kind}_path")("quantdeck"))
+
+
 def config_dir() -> Path:
     """Settings and launch profiles: ``$QUANTDECK_CONFIG_DIR`` or the platform's config dir."""
-    return _from_env(CONFIG_DIR_ENV) or platformdirs.user_config_path("quantdeck")
+    return _from_env(CONFIG_DIR_ENV) or _platform_dir("config")
 
 
 def data_root() -> Path:
     """Models Quantdeck builds and saved runs: ``$QUANTDECK_DATA_DIR`` or the user data dir."""
-    return _from_env(DATA_DIR_ENV) or platformdirs.user_data_path("quantdeck")
+    return _from_env(DATA_DIR_ENV) or _platform_dir("data")
 
 
 def cache_dir() -> Path:
     """Engine probes, vLLM's and inductor's caches, server run folders: ``$QUANTDECK_CACHE_DIR``
     or the user cache dir."""
-    return _from_env(CACHE_DIR_ENV) or platformdirs.user_cache_path("quantdeck")
+    return _from_env(CACHE_DIR_ENV) or _platform_dir("cache")
 
 
 def write_atomic(path: Path, text: str, *, private: bool = True, replace: bool = True) -> None:

@@ -15,6 +15,7 @@ dead but whose process still runs is a leftover that :func:`leftovers` lists and
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import signal
@@ -55,17 +56,63 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 # runs a file without putting its folder on sys.path (``python FILE`` would, and the workers'
 # folder would then shadow top-level modules named like them).
 STANDALONE_WORKERS = frozenset({"engine", "probe"})
-WORKERS_DIR = Path(__file__).resolve().parent / "workers"
+CORE_DIR = Path(__file__).resolve().parent
+WORKERS_DIR = CORE_DIR / "workers"
 RUN_FILE = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+# The other workers (conversion, quality, the demo build) need Quantdeck's core: another
+# interpreter runs them with a folder holding only ``quantdeck/core`` first on its sys.path.
+RUN_MODULE = (
+    "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); m = sys.argv.pop(1); "
+    "runpy.run_module(m, run_name='__main__', alter_sys=True)"
+)
+NO_PYTHON = (
+    "this Quantdeck is a standalone bundle, without a Python of its own: "
+    "it runs vLLM and its jobs in an engine (quantdeck engines add PATH, a Python with vLLM)"
+)
+
+
+def frozen() -> bool:
+    """This process is a standalone bundle (PyInstaller): ``sys.executable`` is the app, no
+    Python that could run a worker."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def own_python() -> str:
+    """This process's interpreter, for a worker that no engine was named for; a bundle has
+    none (one :class:`QuantdeckError` line that says what to do)."""
+    if frozen():
+        raise QuantdeckError(NO_PYTHON)
+    return sys.executable
+
+
+def core_path() -> Path:
+    """A folder holding only ``quantdeck/core`` (a link to this package's folder, made once in
+    the cache), to put first on another interpreter's sys.path: there the workers import
+    Quantdeck's core and nothing else of this installation (a bundle's or a venv's compiled
+    packages are for this Python, not that one)."""
+    digest = hashlib.sha256(str(CORE_DIR).encode()).hexdigest()[:16]
+    root = cache_dir() / "core-path" / digest
+    link = root / "quantdeck" / "core"
+    if link.is_symlink() and link.resolve() == CORE_DIR:
+        return root
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.parent / f".core.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(CORE_DIR, target_is_directory=True)
+    os.replace(tmp, link)  # a link renamed over a link: readers see the old one or the new
+    return root
 
 
 def worker_command(module: str, *args: str, python: str | None = None) -> list[str]:
-    """``python -m quantdeck.core.workers.MODULE ARGS``; for a stand-alone worker in another
-    interpreter, ``python -c RUN_FILE .../workers/MODULE.py ARGS`` (Quantdeck need not be
-    installed there)."""
-    exe = python or sys.executable
-    if module in STANDALONE_WORKERS and os.path.abspath(exe) != os.path.abspath(sys.executable):
-        return [exe, "-c", RUN_FILE, str(WORKERS_DIR / f"{module}.py"), *args]
+    """``python -m quantdeck.core.workers.MODULE ARGS`` in this interpreter. In another one (an
+    engine, where Quantdeck need not be installed): a stand-alone worker from its file,
+    ``python -c RUN_FILE .../workers/MODULE.py ARGS``; any other with :func:`core_path` first
+    on its sys.path, ``python -c RUN_MODULE PATH quantdeck.core.workers.MODULE ARGS``."""
+    exe = python or own_python()
+    if frozen() or os.path.abspath(exe) != os.path.abspath(sys.executable):
+        if module in STANDALONE_WORKERS:
+            return [exe, "-c", RUN_FILE, str(WORKERS_DIR / f"{module}.py"), *args]
+        return [exe, "-c", RUN_MODULE, str(core_path()), f"quantdeck.core.workers.{module}", *args]
     return [exe, "-m", f"quantdeck.core.workers.{module}", *args]
 
 

@@ -6,16 +6,18 @@ running are offered to be stopped."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSize, QSocketNotifier
+from PySide6.QtCore import QEvent, QObject, QSize, QSocketNotifier, QTimer
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from quantdeck.core.desktop import APP_ID, ICON_SIZES, ICONS
 from quantdeck.core.events import Event
@@ -31,6 +33,36 @@ def app_icon() -> QIcon:
     for size in ICON_SIZES:
         icon.addFile(str(ICONS / f"{size}x{size}" / "apps" / f"{APP_ID}.png"), QSize(size, size))
     return icon
+
+
+# Set (to anything), the panel prints ``first-paint SECONDS`` (the epoch time at which the
+# window's first paint pass ended) and quits: how benchmarks/startup.py times a cold start of
+# the installed command, the light install's and the standalone bundle's alike.
+FIRST_PAINT_ENV = "QUANTDECK_EXIT_AFTER_FIRST_PAINT"
+
+
+class FirstPaint(QObject):
+    """On the first paint event of ``win`` or a widget in it, the time is taken on the next
+    turn of the event loop (when Qt has painted the whole window), printed, and the app quits."""
+
+    def __init__(self, win: QWidget) -> None:
+        super().__init__(win)
+        self.win, self.seen = win, False
+
+    def eventFilter(self, obj: QObject, ev: QEvent) -> bool:
+        if (
+            not self.seen
+            and ev.type() == QEvent.Type.Paint
+            and isinstance(obj, QWidget)
+            and obj.window() is self.win
+        ):
+            self.seen = True
+            QTimer.singleShot(0, self._shown)
+        return False
+
+    def _shown(self) -> None:
+        print(f"first-paint {time.time():.6f}", flush=True)
+        QApplication.quit()
 
 
 def build_window() -> MainWindow:
@@ -135,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.setWindowIcon(app_icon())
     win = build_window()
     notifier = close_on_signals(app, win)
+    if os.environ.get(FIRST_PAINT_ENV):
+        app.installEventFilter(FirstPaint(win))
     win.show()
     offer_leftovers(win)
     code = app.exec()

@@ -33,6 +33,8 @@ from quantdeck.core.convert import METHODS, JobQueue, QuantSpec
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event
 from quantdeck.core.launch import DeviceFacts
+from quantdeck.core.procs import frozen
+from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
@@ -118,11 +120,18 @@ class ConvertTab(QWidget):
         self.seq_len = QSpinBox()
         self.seq_len.setRange(16, 1 << 16)
         self.seq_len.setValue(256)
+        # the engine that converts: it needs torch and the format's library (the Launch tab's
+        # picker lists the same engines; each remembers its own choice)
+        self.engine_box = EnginePicker(
+            "The Python that converts and checks quality (torch and the format's library): "
+            "register others with `quantdeck engines add PATH`"
+        )
         calib_row = QHBoxLayout()
         calib_row.addWidget(self.calib, 1)
         calib_row.addWidget(self.calib_button)
         form = QFormLayout()
         form.addRow("Model", self.source_label)
+        form.addRow("Engine", self.engine_box)
         form.addRow("Format", self.method)
         form.addRow("", self.method_note)
         form.addRow("Output folder", self.out)
@@ -210,7 +219,7 @@ class ConvertTab(QWidget):
     # -- jobs --------------------------------------------------------------------------------
     def convert(self) -> Any:
         try:
-            job = self.jobs.submit(self.spec())
+            job = self.jobs.submit(self.spec(), python=self._python())
         except QuantdeckError as e:
             self.message.setText(str(e))
             return None
@@ -218,6 +227,15 @@ class ConvertTab(QWidget):
         self.table.selectRow(row)
         self.message.setText(f"job {job.id} queued: {job.spec.method} -> {job.spec.out}")
         return job
+
+    def _python(self) -> str | None:
+        """The chosen engine, or in a standalone bundle (no Python of its own) the default one."""
+        python = self.engine_box.python()
+        if python is None and frozen():
+            from quantdeck.core.runtime.engines import default_engine
+
+            python = default_engine()
+        return python
 
     def _row_of(self, job: Any) -> int:
         """The job's row (added on first sight: by convert(), or by an event that came first)."""
@@ -253,10 +271,10 @@ class ConvertTab(QWidget):
             self._workers = WorkerSet(lambda msg: self._log(f"quality check: {msg}"))
         self.quality_button.setEnabled(False)
         self._log(f"job {job.id}: quality check against {job.spec.src} …")
-        src, out = job.spec.src, job.result["out"]
+        src, out, python = job.spec.src, job.result["out"], job.python
         # compare_quality has no cancel (a subprocess): the worker ticks, so that quit() ends it
         self.quality_worker = self._workers.follow(
-            lambda: compare_quality(src, out, max_tokens=1024),
+            lambda: compare_quality(src, out, max_tokens=1024, python=python),
             tick_s=0.25,
             returned=lambda res, j=job: self._on_quality(j, res),
             finished=self._on_quality_finished,

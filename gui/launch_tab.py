@@ -38,6 +38,7 @@ from quantdeck.core.launch import (
     validate,
 )
 from quantdeck.core.models import ModelInfo
+from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.knob_form import KnobForm
 from quantdeck.gui.labels import plain_label
 
@@ -150,11 +151,9 @@ class LaunchTab(QWidget):
         self.model_path = ""
         self.model_label = QLabel("no model")
         self.model_label.setStyleSheet("font-weight:bold")
-        self.engine_box = QComboBox()  # this Python, then the registered engines
-        self.engine_box.setToolTip(
+        self.engine_box = EnginePicker(
             "The Python whose vLLM serves: register others with `quantdeck engines add PATH`"
         )
-        self.engine_box.addItem("this Python", "")
         self.engine_label = plain_label("engine: probing…")
         self.engine_label.setStyleSheet("color:#555")
         self.eager = QCheckBox("Eager mode (no CUDA graphs / torch.compile)")
@@ -270,18 +269,6 @@ class LaunchTab(QWidget):
         if ed.value() != on:
             ed.set_value(on)
             self._on_form_changed()
-
-    def set_engines(self, engines: list[tuple[str, str]], current: str = "") -> None:
-        """The picker's entries after "this Python": (name, python) of each registered engine;
-        ``current`` (a python, "" for this one) chosen when listed."""
-        with QSignalBlocker(self.engine_box):
-            while self.engine_box.count() > 1:
-                self.engine_box.removeItem(1)
-            for name, python in engines:
-                self.engine_box.addItem(name, python)
-                self.engine_box.setItemData(self.engine_box.count() - 1, python, Qt.ToolTipRole)
-            index = self.engine_box.findData(current)
-            self.engine_box.setCurrentIndex(max(index, 0))
 
     def _on_form_changed(self) -> None:
         ed = self.form.editors["enforce_eager"]

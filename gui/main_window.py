@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,9 +61,10 @@ def _probe_engine(python: str = "") -> Any:
     (an ImportError)."""
     _warm_imports()
     from quantdeck.core.runtime import EngineEnv
+    from quantdeck.core.runtime.engines import default_engine
 
     try:
-        return EngineEnv(python or sys.executable).capabilities()
+        return EngineEnv(python or default_engine()).capabilities()
     except QuantdeckError as e:
         return str(e)
 
@@ -219,8 +219,15 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geo)
         self.folders: list[str] = [f for f in (settings.value("folders") or []) if f]
         self._restore_last_config(settings)
-        self._load_engines(str(settings.value("engine") or ""))
+        self._load_engines(
+            str(settings.value("engine") or ""), str(settings.value("convert_engine") or "")
+        )
         self.launch.engine_box.currentIndexChanged.connect(self._on_engine_chosen)
+        self.convert.engine_box.currentIndexChanged.connect(
+            lambda _i: gui_settings().setValue(
+                "convert_engine", self.convert.engine_box.python() or ""
+            )
+        )
         self.workers: WorkerSet | None = None  # see background()
         self._probe = probe
         self._painted = False
@@ -283,9 +290,9 @@ class MainWindow(QMainWindow):
             self.workers = WorkerSet(self._on_background_error)
         return self.workers
 
-    def _load_engines(self, remembered: str) -> None:
-        """The registered engines (``quantdeck engines add``) into the Launch tab's picker;
-        the remembered one chosen while it is still registered."""
+    def _load_engines(self, remembered: str, remembered_convert: str = "") -> None:
+        """The registered engines (``quantdeck engines add``) into the Launch and Convert
+        tabs' pickers; the remembered ones chosen while they are still registered."""
         from quantdeck.core.runtime.engines import load_registry
 
         try:
@@ -293,7 +300,9 @@ class MainWindow(QMainWindow):
         except QuantdeckError as e:  # a damaged registry: said, and this Python serves
             entries = []
             self.status_label.setText(str(e))
-        self.launch.set_engines([(e.name, e.python) for e in entries], remembered)
+        pairs = [(e.name, e.python) for e in entries]
+        self.launch.engine_box.set_engines(pairs, remembered)
+        self.convert.engine_box.set_engines(pairs, remembered_convert)
         self.controller.engine_python = self.launch.engine_box.currentData() or None
 
     def _on_engine_chosen(self, _index: int) -> None:

@@ -68,9 +68,9 @@ threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
 def _background_load(url: str, model: str, seconds: float) -> Any:
     """Three clients sending completions for ``seconds``, in another process (as other
     users of the server would be): returns the Popen, whose ``is_alive()`` says if it runs."""
-    from quantdeck.core.procs import spawn
+    from quantdeck.core.procs import own_python, spawn
 
-    proc = spawn([sys.executable, "-c", _LOAD, url, model, str(seconds)], kind="load generator")
+    proc = spawn([own_python(), "-c", _LOAD, url, model, str(seconds)], kind="load generator")
     proc.is_alive = lambda: proc.poll() is None  # type: ignore[attr-defined]
     return proc
 
@@ -93,9 +93,9 @@ def _shared_prefix_load(url: str, model: str) -> Any:
     full blocks only: a chain must store blocks past the shared ones to show its reuse), in
     another process."""
     from quantdeck.core.paths import CORPUS
-    from quantdeck.core.procs import spawn
+    from quantdeck.core.procs import own_python, spawn
 
-    cmd = [sys.executable, "-c", _SHARED, url, model, str(CORPUS / "train.txt")]
+    cmd = [own_python(), "-c", _SHARED, url, model, str(CORPUS / "train.txt")]
     proc = spawn(cmd, kind="load generator")
     proc.is_alive = lambda: proc.poll() is None  # type: ignore[attr-defined]
     return proc

@@ -48,4 +48,16 @@ if [ -f "$qxcb" ] && command -v ldd >/dev/null; then
   fi
   [ -z "$missing" ] || echo "bootstrap: the window needs system libraries not found here: ${missing}(Debian/Ubuntu: apt-get install libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxkbcommon-x11-0)" >&2
 fi
+# The tests validate the desktop entry with Debian's desktop-file-validate: where it is not
+# installed, its package is fetched (apt-get download, no root, nothing installed system-wide)
+# and unpacked into .cache/tools.
+tools="$here/.cache/tools"
+if [ "$extras" = "test" ] && ! command -v desktop-file-validate >/dev/null \
+    && [ ! -x "$tools/root/usr/bin/desktop-file-validate" ] && command -v apt-get >/dev/null \
+    && command -v dpkg-deb >/dev/null; then
+  mkdir -p "$tools"
+  (cd "$tools" && apt-get download desktop-file-utils >/dev/null 2>&1 \
+    && dpkg-deb -x desktop-file-utils_*.deb root) \
+    || echo "bootstrap: desktop-file-utils not fetched; the desktop entry's validation will be skipped" >&2
+fi
 echo "$want" > "$stamp"

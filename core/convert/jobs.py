@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -153,7 +154,9 @@ def run_job(
             raise JobCancelled(f"{spec.method} conversion of {src_info.path} cancelled")
         if rc != 0 or done is None:
             last = next((ln for ln in reversed(err_tail) if ln.strip()), f"exit code {rc}")
-            raise QuantdeckError(f"{spec.method} conversion into {out} failed: {last}")
+            raise QuantdeckError(
+                f"{spec.method} conversion into {out} failed: {last}{_lacks(last, cmd[0])}"
+            )
         emit(ProgressEvent("verify", 100.0))
         info = verify(tmp, spec, src_info)
         assert info.quantization is not None  # verify() raises on a folder without one
@@ -168,6 +171,21 @@ def run_job(
     }
     emit(DoneEvent(result, t=time.time()))
     return result
+
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def _lacks(last: str, python: str) -> str:
+    """For a worker that died on an import: which engine lacks what, and what to do."""
+    m = _NO_MODULE.search(last)
+    if m is None:
+        return ""
+    top = m.group(1).split(".")[0]
+    return (
+        f" (the engine {python} has no {top}: install it there, or choose an engine "
+        "that has it: quantdeck engines lists them)"
+    )
 
 
 def _worker_command(spec: QuantSpec, src: ModelInfo, out: Path, python: str | None) -> list[str]:
@@ -209,6 +227,7 @@ class Job:
     error: str | None = None
     events: list[Event] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
+    python: str | None = None  # the engine that runs it (None: this interpreter)
 
 
 class JobQueue:
@@ -233,9 +252,11 @@ class JobQueue:
             job.stage, job.pct = ev.stage, float(ev.pct)
         self._events.emit((job, ev))
 
-    def submit(self, spec: QuantSpec) -> Job:
+    def submit(self, spec: QuantSpec, python: str | None = None) -> Job:
+        """Queue a conversion of ``spec``, run by the engine ``python`` (default: this
+        interpreter)."""
         spec.check()  # refuse at once, not when its turn comes
-        job = Job(next(self._ids), spec)
+        job = Job(next(self._ids), spec, python=python)
         with self._cv:
             self.jobs[job.id] = job
             self._pending.append(job)
@@ -269,7 +290,9 @@ class JobQueue:
             job.state = "running"
             self._emit(job, StateEvent("running"))
             try:
-                job.result = run_job(job.spec, partial(self._emit, job), cancel=job.cancel)
+                job.result = run_job(
+                    job.spec, partial(self._emit, job), cancel=job.cancel, python=job.python
+                )
                 job.state = "done"
             except JobCancelled:
                 job.state = "cancelled"
@@ -303,13 +326,19 @@ class JobQueue:
 
 
 def compare_quality(
-    orig: str, quant: str, *, text: str | None = None, max_tokens: int = 2048
+    orig: str,
+    quant: str,
+    *,
+    text: str | None = None,
+    max_tokens: int = 2048,
+    python: str | None = None,
 ) -> dict[str, Any]:
     """KL divergence, top-1 agreement and perplexities of a converted model against its source
-    on held-out text, in a subprocess (``quantdeck.core.workers.quality``: it imports torch)."""
+    on held-out text, in a subprocess (``quantdeck.core.workers.quality``: it imports torch) of
+    ``python`` (default: this interpreter)."""
     for p in (orig, quant):
         inspect_model(p)  # one-line errors before the heavy subprocess
-    cmd = worker_command("quality", orig, quant) + ["--max-tokens", str(max_tokens)]
+    cmd = worker_command("quality", orig, quant, python=python) + ["--max-tokens", str(max_tokens)]
     if text:
         cmd += ["--text", text]
     r = run_child(  # dies with us; a hung check ends after an hour
@@ -317,5 +346,5 @@ def compare_quality(
     )
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
-        raise QuantdeckError(f"compare: {last}")
+        raise QuantdeckError(f"compare: {last}{_lacks(last, cmd[0])}")
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import cache_dir, write_atomic
-from quantdeck.core.procs import Child, signal_group, spawn, subprocess_env
+from quantdeck.core.procs import Child, own_python, signal_group, spawn, subprocess_env
 from quantdeck.core.runtime import EngineEnv, ServerProcess
 from quantdeck.core.runtime.server import alive_pids, free_port, port_free
 from quantdeck.core.schema import Fields, load_json, read_bounded
@@ -86,7 +85,7 @@ def router_command(
     workers = router_command_workers(spec)
     port = metrics_port or r.metrics_port
     return [
-        python or sys.executable,
+        python or own_python(),
         "-c",
         _LAUNCH,
         f"--host={r.host}",

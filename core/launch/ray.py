@@ -15,13 +15,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from quantdeck.core.launch.config import LaunchConfig
 from quantdeck.core.launch.device import DeviceFacts
-from quantdeck.core.procs import worker_command
+from quantdeck.core.procs import own_python, worker_command
 
 TCP_TIMEOUT_S = 2.0  # a host that does not answer a connect in this long is taken as down
 PROBE_TIMEOUT_S = 60.0  # python start, `import ray` (~2 s) and ray.init on a live cluster
@@ -93,7 +92,7 @@ def probe_ray(
     this one) that will run vLLM. ``address`` "" checks only that Ray is installed. Never raises
     for a missing Ray, a bad address or a cluster that does not answer: those come back in the
     facts (``installed``, ``error``)."""
-    py = python or sys.executable
+    py = python or own_python()
     problem = check_address(address) if address else None
     hp = split_address(address)
     down = None if problem or hp is None else tcp_answers(*hp)

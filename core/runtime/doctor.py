@@ -32,7 +32,7 @@ from typing import Any
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.launch.planner import version_tuple
 from quantdeck.core.paths import cache_dir, data_root
-from quantdeck.core.procs import subprocess_env
+from quantdeck.core.procs import frozen, subprocess_env
 
 GiB = 2**30
 ENGINE_CHECK = Path(__file__).resolve().parents[1] / "workers" / "engine_check.py"
@@ -209,7 +209,7 @@ class DoctorReport(_Section):
 def default_engines() -> list[str]:
     """The engines known today: this interpreter (unless a bundle, where it is no Python),
     then the active virtual environment's and conda environment's."""
-    found: list[str] = [] if getattr(sys, "frozen", False) else [sys.executable]
+    found: list[str] = [] if frozen() else [sys.executable]
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         prefix = os.environ.get(var)
         if prefix:
@@ -691,7 +691,8 @@ def run_doctor(engines: Sequence[str] | None = None) -> DoctorReport:
                 "engine",
                 "error",
                 "no engine: no Python with vLLM is known",
-                "name one with --engine-python PATH, or install vLLM (packaging/bootstrap.sh)",
+                "register one: quantdeck engines add PATH (a Python with vLLM: a venv, conda env), "
+                "or name it with --engine PATH; or install vLLM (packaging/bootstrap.sh)",
             )
         )
     for engine in found:

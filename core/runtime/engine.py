@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,11 +64,17 @@ _VERSION_CODE = (
 )
 
 
+def _default_engine() -> str:
+    from quantdeck.core.runtime.engines import default_engine  # (engines -> doctor -> here)
+
+    return default_engine()
+
+
 @dataclass(frozen=True)
 class EngineEnv:
-    """An interpreter with vLLM installed (default: the app's own)."""
+    """An interpreter with vLLM installed (default: the app's own; a bundle's first engine)."""
 
-    python: str = field(default_factory=lambda: sys.executable)
+    python: str = field(default_factory=lambda: _default_engine())
 
     def version(self) -> tuple[str, str]:
         """(distribution, version) without importing vLLM; ServerError if it has none."""

@@ -15,6 +15,7 @@ import concurrent.futures
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any
 
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.paths import config_dir, write_atomic
+from quantdeck.core.procs import NO_PYTHON, frozen
 from quantdeck.core.runtime.doctor import Engine, check_engine, default_engines
 from quantdeck.core.schema import Fields, load_json, read_bounded
 
@@ -290,6 +292,28 @@ def list_engines(probe: bool = True) -> list[KnownEngine]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(known))) as pool:
         checks = list(pool.map(lambda k: check_engine(k.python), known))
     return [KnownEngine(k.python, k.entry, c) for k, c in zip(known, checks, strict=True)]
+
+
+def known_pythons() -> list[str]:
+    """The engines a report covers: the registered ones, then this interpreter (unless a
+    bundle) and the active venv's and conda env's, each once."""
+    return _unique([e.python for e in load_registry()] + default_engines())
+
+
+def default_engine() -> str:
+    """The engine that serves when none is named: this interpreter; in a standalone bundle
+    (no Python of its own) the first registered engine that is still there, else the first
+    discovered interpreter whose vLLM imports (each candidate checked in turn: seconds per
+    ``import vllm``). One :class:`ConfigError` line when there is none."""
+    if not frozen():
+        return sys.executable
+    for e in load_registry():
+        if _is_executable(e.python):
+            return e.python
+    for python in discover():
+        if check_engine(python).can_serve:
+            return python
+    raise ConfigError(NO_PYTHON)
 
 
 def resolve_engine(value: str) -> str:

@@ -372,3 +372,49 @@ def test_standalone_workers_need_no_quantdeck(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "usage:" in r.stderr, r.stderr
+
+
+def test_core_workers_run_in_an_interpreter_without_quantdeck(
+    bare_venv: Path, tmp_path: Path
+) -> None:
+    """A worker that imports Quantdeck's core (here the Ray probe) runs in another interpreter
+    with only the cache's ``core-path`` folder added to its sys.path: that folder holds nothing
+    but a link to this core."""
+    from quantdeck.core.launch.ray import probe_ray
+    from quantdeck.core.procs import CORE_DIR, RUN_MODULE, core_path, worker_command
+
+    python = str(bare_venv)  # the venv's interpreter
+    cmd = worker_command("ray_probe", "--", "", python=python)
+    assert cmd[:3] == [python, "-c", RUN_MODULE] and cmd[4] == "quantdeck.core.workers.ray_probe"
+    root = Path(cmd[3])
+    assert root == core_path() and [p.name for p in root.iterdir()] == ["quantdeck"]
+    assert [p.name for p in (root / "quantdeck").iterdir()] == ["core"]
+    assert (root / "quantdeck" / "core").resolve() == CORE_DIR
+    code = "import importlib.util as u; print(u.find_spec('quantdeck'))"
+    assert subprocess.run([python, "-c", code], capture_output=True, text=True).stdout == "None\n"
+    facts = probe_ray("", python=python)
+    assert facts.installed is False and not facts.error, facts  # its answer, not a failure
+
+
+def test_a_bundle_has_no_python_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Frozen (a PyInstaller bundle), this process is no interpreter: workers and servers run
+    in an engine, the first registered one by default; none known is one line, exit 2."""
+    from quantdeck.core import procs
+    from quantdeck.core.runtime.doctor import default_engines
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.setattr(engines, "discover", lambda: [])
+    with pytest.raises(procs.QuantdeckError, match="standalone bundle"):
+        procs.worker_command("quality", "a", "b")
+    # even this interpreter, named as an engine, runs the engine worker from its file
+    cmd = procs.worker_command("engine", "M", python=sys.executable)
+    assert cmd[1:4] == ["-c", procs.RUN_FILE, str(procs.WORKERS_DIR / "engine.py")]
+    assert sys.executable not in default_engines()
+    code, out, err = cli(capsys, "quantize", "/nowhere", "--method", "fp8", "--out", "/x")
+    assert code == 2 and "quantdeck engines add PATH" in one_error(err)
+    write_registry({"name": "dev", "python": sys.executable, "added": 1})
+    assert engines.default_engine() == sys.executable

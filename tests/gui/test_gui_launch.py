@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ckpt import LLAMA3_8B, write_checkpoint
 
 from quantdeck.core.launch import LaunchConfig, iter_knobs
-from quantdeck.core.launch.device import H200
+from quantdeck.core.launch.device import H200, cpu_device
 from quantdeck.gui.knob_form import KnobForm
 from quantdeck.gui.main_window import MainWindow
 
@@ -157,6 +158,20 @@ def test_the_planner_panel_shows_a_hybrids_groups_and_its_tokens(qtbot, tmp_path
         assert f"× {kind} (" in text
 
 
+def window_with_engine(qtbot: Any, name: str, python: Path) -> MainWindow:
+    """A window (CPU, no probe) after ``python`` was registered as the engine ``name``."""
+    import json
+
+    from quantdeck.core.runtime.engines import registry_path
+
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    entry = {"name": name, "python": str(python), "added": 1.0}
+    registry_path().write_text(json.dumps({"version": 1, "engines": [entry]}))
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    return win
+
+
 def test_engine_picker_lists_registered_engines_and_the_start_uses_the_chosen(
     qtbot, tmp_path: Path, bare_venv: Path
 ) -> None:
@@ -164,17 +179,8 @@ def test_engine_picker_lists_registered_engines_and_the_start_uses_the_chosen(
     tab's picker. Choosing one probes it (a venv without vLLM says so at once), the next start
     runs with it (refused there, in one line, before any server), and the choice is
     remembered; "this Python" again clears it."""
-    import json
-
-    from quantdeck.core.launch.device import cpu_device
-    from quantdeck.core.runtime.engines import registry_path
-
     bare = bare_venv
-    registry_path().parent.mkdir(parents=True, exist_ok=True)
-    entry = {"name": "bare", "python": str(bare), "added": 1.0}
-    registry_path().write_text(json.dumps({"version": 1, "engines": [entry]}))
-    win = MainWindow(device=cpu_device(), probe=False)
-    qtbot.addWidget(win)
+    win = window_with_engine(qtbot, "bare", bare)
     box = win.launch.engine_box
     assert [box.itemText(i) for i in range(box.count())] == ["this Python", "bare"]
     assert win.controller.engine_python is None
@@ -198,3 +204,26 @@ def test_engine_picker_lists_registered_engines_and_the_start_uses_the_chosen(
     assert again.controller.engine_python == str(bare)
     again.launch.engine_box.setCurrentIndex(0)
     assert again.controller.engine_python is None
+
+
+def test_convert_engine_picker_runs_the_job_in_the_chosen_engine(
+    qtbot, tmp_path: Path, bare_venv: Path
+) -> None:
+    """The Convert tab lists the same engines; a conversion runs in the chosen one (a venv
+    without torch: the job fails there, saying so) and the choice is remembered apart from the
+    Launch tab's."""
+    win = window_with_engine(qtbot, "bare", bare_venv)
+    box = win.convert.engine_box
+    assert [box.itemText(i) for i in range(box.count())] == ["this Python", "bare"]
+    box.setCurrentIndex(1)
+    win.launch.model_path = str(write_checkpoint(tmp_path / "tiny", LLAMA3_8B))
+    win.convert.out.setText(str(tmp_path / "out"))
+    job = win.convert.convert()
+    assert job is not None and job.python == str(bare_venv)
+    qtbot.waitUntil(lambda: job.state in ("done", "failed", "cancelled"), timeout=60_000)
+    assert job.state == "failed" and f"the engine {bare_venv} has no " in (job.error or "")
+    assert not (tmp_path / "out").exists()
+    again = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(again)
+    assert again.convert.engine_box.currentText() == "bare"
+    assert again.launch.engine_box.currentText() == "this Python"

@@ -307,7 +307,7 @@ def test_earlier_build_is_replaced(tmp_path: Path) -> None:
     python = _wrapper(
         tmp_path,
         textwrap.dedent("""\
-        out="$3"
+        for out; do :; done  # the last argument: the folder the worker builds
         for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
           echo '{}' > "$out/$f"
         done
