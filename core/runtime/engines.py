@@ -230,13 +230,26 @@ def refusal(path: str, engine: Engine) -> str | None:
     )
 
 
-def add_engine(path: str, name: str | None = None) -> tuple[EngineEntry, Engine]:
-    """Register the interpreter ``path`` under ``name`` (default :func:`default_name`) once
-    its engine check shows a Python whose vLLM imports. Every refusal is one
-    :class:`ConfigError` line, and the registry is left as it was."""
+def interpreter_path(path: str) -> str:
+    """The interpreter ``path`` names, absolute: the path itself, or for an environment's
+    folder (a venv, a conda env) its ``bin/python``. "" for an empty path."""
     python = os.path.abspath(os.path.expanduser(path)) if path else ""
+    if python and os.path.isdir(python):
+        inside = os.path.join(python, "bin", "python")
+        if os.path.lexists(inside):
+            return inside
+    return python
+
+
+def add_engine(path: str, name: str | None = None) -> tuple[EngineEntry, Engine]:
+    """Register the interpreter ``path`` (or an environment folder's, see
+    :func:`interpreter_path`) under ``name`` (default :func:`default_name`) once its engine
+    check shows a Python whose vLLM imports. Every refusal is one :class:`ConfigError` line,
+    and the registry is left as it was."""
+    python = interpreter_path(path)
     if not (python and _is_executable(python)):
-        raise ConfigError(f"{path or repr(path)}: not an executable file")
+        where = python if python and python != os.path.abspath(path) else path or repr(path)
+        raise ConfigError(f"{where}: not an executable file")
     name = default_name(python) if name is None else name
     if not NAME.fullmatch(name):
         raise ConfigError(
@@ -327,7 +340,7 @@ def resolve_engine(value: str) -> str:
                     f"engine {value!r}: {e.python} is gone (quantdeck engines remove {value})"
                 )
             return e.python
-    python = os.path.abspath(os.path.expanduser(value)) if value else ""
+    python = interpreter_path(value)
     if python and _is_executable(python):
         return python
     raise ConfigError(

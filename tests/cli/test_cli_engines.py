@@ -146,6 +146,35 @@ def test_add_refuses_a_program_that_is_no_python(
     assert not registry().exists()
 
 
+def test_add_takes_an_environment_folder_and_refuses_a_broken_conda_env(
+    bare_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An environment's folder stands for its ``bin/python``. A conda env whose base was
+    removed (its python a dangling link) and one whose python cannot load its libpython are
+    refused in one line each, nothing registered."""
+    envs = tmp_path / "miniconda3" / "envs"
+    dangling = envs / "gone" / "bin" / "python"
+    dangling.parent.mkdir(parents=True)
+    dangling.symlink_to(tmp_path / "miniconda3" / "bin" / "python3.10")
+    libless = executable(
+        envs / "libless" / "bin" / "python",
+        "#!/bin/sh\necho 'python3.10: error while loading shared libraries: "
+        "libpython3.10.so.1.0: cannot open shared object file' >&2\nexit 127\n",
+    )
+    cases = {
+        envs / "gone": f"{dangling}: not an executable file",
+        envs / "libless": f"{envs / 'libless'}: not a Python interpreter (not a working Python: "
+        "python3.10: error while loading shared libraries: libpython3.10.so.1.0: cannot open "
+        "shared object file)",
+        bare_venv.parent.parent: f"{bare_venv.parent.parent}: vLLM is not installed there",
+    }
+    assert libless.parent.parent in cases
+    for env, why in cases.items():
+        code, out, err = cli(capsys, "engines", "add", str(env))
+        assert code == 2 and out == "" and one_error(err).startswith(why), err
+    assert not registry().exists()
+
+
 def test_add_refuses_a_vllm_that_does_not_import(
     broken_vllm: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
