@@ -11,7 +11,10 @@ GPU, with --gpu-memory-utilization shares that fit). Load: Quantdeck's own bench
 1. Router / direct: output tok/s at concurrency 16 on one instance (b out of the router while
    measured), direct then through the router, twice, alternating. Goal >= 0.97.
 2. Failover: Poisson arrivals (--rate, 2/s) through the router for 60 s, the fallback rule off
-   (b alone takes over); a is killed -9 after 20 s. Failed requests (goal 0); TTFT
+   (b alone takes over); a is killed -9 after 20 s; --output-len tokens each (64). The router
+   retries what has not begun to answer; the client continues a stream cut mid-way up to
+   --resume-streams times (2; 0: such a request fails). Failed and resumed requests (goal:
+   0 failed); TTFT
    p99 of the requests sent in the 10 s after the kill against the 20 s before (goal <= 2x);
    when a was reported crashed, restarted and back in the router.
 3. Fallback: the rule TTFT p99 > ``--above-ms`` for 2 s (window 4 s); a burst (12 x --burst
@@ -86,7 +89,14 @@ def fleet_file(ns: argparse.Namespace, folder: Path) -> Path:
 
 
 def bench(
-    url: str, model: str, n: int, c: int, out_len: int, rate: float = float("inf"), seed: int = 0
+    url: str,
+    model: str,
+    n: int,
+    c: int,
+    out_len: int,
+    rate: float = float("inf"),
+    seed: int = 0,
+    resume: int = 0,
 ) -> tuple[list[Any], float, dict[str, Any]]:
     """One bench run: its records, the wall time its requests' ``start_time`` counts from (the
     first send, after the prompts are built: 1,536 prompts took ~16 s on the GPU host), its
@@ -101,7 +111,7 @@ def bench(
         warmups=0,
         seed=seed,
     )
-    result = Bench(url, model, spec).run()
+    result = Bench(url, model, spec, resume=resume).run()
     return records_from(result), float(result["started_at"]), result
 
 
@@ -165,9 +175,16 @@ def router_cost(fleet: Fleet, model: str, prompts: int, pairs: int) -> list[floa
 
 
 def failover(
-    fleet: Fleet, events: list[tuple[float, Event]], model: str, rate: float
+    fleet: Fleet,
+    events: list[tuple[float, Event]],
+    model: str,
+    rate: float,
+    out_len: int,
+    resume: int,
 ) -> dict[str, Any]:
-    """Poisson load for 60 s through the router; a killed -9 at 20 s."""
+    """Poisson load for 60 s through the router; a killed -9 at 20 s. The client continues a
+    cut stream up to ``resume`` times (Bench(resume=...)): the router retries only requests
+    that have not begun to answer."""
     pid = fleet.servers["a"].pid
     assert pid is not None
     kill: list[float] = []
@@ -178,7 +195,9 @@ def failover(
 
     killer = threading.Timer(20.0, do_kill)
     killer.start()
-    records, t0, result = bench(fleet.spec.router.url, model, int(rate * 60), 16, 32, rate, 20)
+    records, t0, result = bench(
+        fleet.spec.router.url, model, int(rate * 60), 16, out_len, rate, 20, resume
+    )
     killer.join()
     k = kill[0]
     before = [r.ttft for r in records if r.success and k - 20 <= t0 + r.start_time < k]
@@ -190,6 +209,8 @@ def failover(
     return {
         "requests": len(records),
         "failed": result["failed"],
+        "resumed": result["resumed_requests"],  # cut streams the client continued
+        "resumed_ok": sum(1 for r in records if r.resumed and r.success),
         "errors": sorted({r.error for r in records if not r.success})[:3],
         "ttft_p99_ms_before": steady,
         "ttft_p99_ms_10s_after": hit,
@@ -244,6 +265,10 @@ def main() -> int:
     ap.add_argument("--above-ms", type=float, default=500.0, help="the fallback rule's TTFT p99")
     ap.add_argument("--prompts", type=int, default=160, help="requests per throughput run")
     ap.add_argument("--rate", type=float, default=2.0, help="failover load, requests/s")
+    ap.add_argument("--output-len", type=int, default=64, help="failover: tokens per request")
+    ap.add_argument(
+        "--resume-streams", type=int, default=2, help="failover: continuations of a cut stream"
+    )
     ap.add_argument("--pairs", type=int, default=2, help="direct/router pairs (2)")
     ap.add_argument("--burst", type=int, default=16, help="the fallback's burst concurrency")
     ap.add_argument("--gpus", help="the GPUs every instance shares, e.g. 0 (default: CPU)")
@@ -283,7 +308,9 @@ def main() -> int:
         threading.Thread(target=fleet.run, args=(stop,), daemon=True).start()
         if "failover" in parts:
             judge, fleet.fallback = fleet.fallback, None  # b alone takes over
-            figures["failover"] = failover(fleet, events, model, ns.rate)
+            figures["failover"] = failover(
+                fleet, events, model, ns.rate, ns.output_len, ns.resume_streams
+            )
             fleet.fallback = judge
             print("failover:", json.dumps(figures["failover"]), flush=True)
         if "fallback" in parts:

@@ -65,7 +65,13 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     slo = slo_from(ns)
     model = served_model(ns.url, ns.api_key, ns.model)
     bench = Bench(
-        ns.url, model, spec, api_key=ns.api_key, slo=slo, on_record=progress_printer(ns.quiet)
+        ns.url,
+        model,
+        spec,
+        api_key=ns.api_key,
+        slo=slo,
+        on_record=progress_printer(ns.quiet),
+        resume=ns.resume_streams,
     )
     stops = StopSignals(bench.cancel)
     result = bench.run()
@@ -251,6 +257,15 @@ def register(add: AddCommand) -> None:
     sp.add_argument("--json", metavar="FILE", help="also write the result here")
     sp.add_argument("--no-save", action="store_true", help="do not add it to the run history")
     sp.add_argument("--quiet", action="store_true")
+    sp.add_argument(
+        "--resume-streams",
+        type=int,
+        default=0,
+        metavar="N",
+        help="continue a request whose stream is cut (lost connection, a router's 5xx) up to N "
+        "times: sent again with what arrived appended to its prompt, as a fleet's client "
+        "would; counted as resumed (default 0: such a request fails, as in vllm bench serve)",
+    )
 
     sp = add("ab", cmd_ab, "one load against several launch configs in turn (A/B)")
     add_model_and_knobs(sp)

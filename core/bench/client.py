@@ -38,7 +38,7 @@ import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -89,11 +89,21 @@ class Bench:
         percentiles: Sequence[float] = DEFAULT_PERCENTILES,
         on_record: ProgressFn | None = None,
         stop_when: Callable[[list[RequestRecord]], str | None] | None = None,
+        resume: int = 0,
     ) -> None:
+        """``resume``: how many times one request whose stream is cut (the connection lost,
+        mid-stream or before its first token, or an HTTP 5xx from a router that ran out of
+        retries) is continued: sent again with what arrived appended to its prompt and the
+        tokens still owed as ``max_tokens``, as a client of a fleet would, so that the user
+        sees one answer. Its TTFT stays the first attempt's; the gap is one long ITL.
+        ``RequestRecord.resumed`` counts the continuations; 0 (the default) fails such a
+        request, as ``vllm bench serve`` does."""
         spec.check()
+        if resume < 0:
+            raise ConfigError("--resume-streams must be 0 or more")
         self.url, self.model, self.spec = url.rstrip("/"), model, spec
         self.api_key, self.slo, self.percentiles = api_key, dict(slo or {}), tuple(percentiles)
-        self.on_record, self.stop_when = on_record, stop_when
+        self.on_record, self.stop_when, self.resume = on_record, stop_when, resume
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._wake: Callable[[], None] | None = None  # wakes the running loop on cancel
@@ -386,20 +396,46 @@ class Bench:
         url = self.url + "/v1/completions"
         st = time.perf_counter()
         rec.start_time = st - t0
-        try:
-            await self._stream(client, url, body, rec, st)
-        except asyncio.CancelledError:
-            rec.error = "cancelled in flight"
-        except StreamError as e:
-            rec.error = str(e)
-        except json.JSONDecodeError as e:
-            rec.error = f"malformed stream message: not JSON ({e.msg})"
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            rec.error = f"{type(e).__name__}: {e}"
-        except Exception as e:  # whatever it was, it fails this request, not the run
-            rec.error = f"client error: {type(e).__name__}: {e}"
+        got = _Received(st)
+        while True:
+            cut = False
+            try:
+                await self._stream(client, url, body, rec, got)
+                cut = rec.error.startswith("HTTP 5")
+            except asyncio.CancelledError:
+                rec.error = "cancelled in flight"
+            except StreamError as e:
+                rec.error = str(e)
+            except json.JSONDecodeError as e:
+                rec.error = f"malformed stream message: not JSON ({e.msg})"
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+                rec.error, cut = f"{type(e).__name__}: {e}", True  # the connection was lost
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                rec.error = f"{type(e).__name__}: {e}"
+            except Exception as e:  # whatever it was, it fails this request, not the run
+                rec.error = f"client error: {type(e).__name__}: {e}"
+            rec.generated_text = "".join(got.pieces)
+            owed = req.output_len - got.tokens
+            if not (cut and rec.resumed < self.resume and isinstance(req.prompt, str)):
+                break
+            if self._cancel.is_set():
+                break
+            rec.resumed += 1
+            if owed <= 0:  # every token arrived; only the stream's end was lost
+                rec.error = ""
+                self._finish(rec, got)
+                break
+            rec.error = ""
+            body = {**body, "prompt": req.prompt + rec.generated_text, "max_tokens": owed}
         rec.error = rec.error[:200]
         return rec
+
+    @staticmethod
+    def _finish(rec: RequestRecord, got: _Received) -> None:
+        rec.success = True
+        rec.latency = got.last - got.sent
+        if not rec.output_tokens:
+            rec.output_tokens = got.tokens
 
     async def _stream(
         self,
@@ -407,43 +443,54 @@ class Bench:
         url: str,
         body: dict[str, Any],
         rec: RequestRecord,
-        st: float,
+        got: _Received,
     ) -> None:
-        """Send one request and read its stream into ``rec`` (success when it streamed a
-        token and no error); raises on what it cannot read."""
+        """Send one request and read its stream into ``rec`` and ``got`` (what arrived, kept
+        across a continuation: success when a token streamed and no error); raises on what it
+        cannot read."""
+        before = got.tokens  # tokens of earlier attempts (a continuation's usage counts its own)
         async with client.post(url, json=body) as resp:
             if resp.status != 200:
                 text = (await resp.content.read(ERROR_BODY_BYTES)).decode(errors="replace")
                 rec.error = f"HTTP {resp.status}: {text[:160]}"
                 return
-            pieces: list[str] = []
-            last = st
             async for now, message in _sse_messages(resp):
                 kind, data = sse_message(message)
                 if kind == "token":
-                    if not pieces:  # the first token
-                        rec.ttft = now - st
+                    if not got.pieces:  # the first token
+                        rec.ttft = now - got.sent
                     else:
-                        rec.itl.append(now - last)
-                    last = now
-                    pieces.append(data["choices"][0].get("text") or "")
+                        rec.itl.append(now - got.last)
+                    got.last = now
+                    got.tokens += 1
+                    got.pieces.append(data["choices"][0].get("text") or "")
                 elif kind == "usage":
                     usage = data["usage"]
-                    rec.output_tokens = usage.get("completion_tokens") or 0
-                    if usage.get("prompt_tokens") is not None:
+                    rec.output_tokens = before + (usage.get("completion_tokens") or 0)
+                    if usage.get("prompt_tokens") is not None and not before:
                         rec.prompt_len = usage["prompt_tokens"]
                 elif kind == "error":
                     rec.error = f"server error mid-stream: {_error_text(data)}"
-            rec.generated_text = "".join(pieces)
         if rec.error:
             return
-        if not pieces:
+        if not got.pieces:
             rec.error = "no token streamed"
             return
-        rec.success = True
-        rec.latency = last - st
-        if not rec.output_tokens:
-            rec.output_tokens = 1 + len(rec.itl)
+        self._finish(rec, got)
+
+
+@dataclass
+class _Received:
+    """What one request's stream brought so far, across its continuations: the text pieces,
+    how many token messages, when the first attempt was sent and the last token came."""
+
+    sent: float
+    last: float = 0.0
+    tokens: int = 0
+    pieces: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.last = self.sent
 
 
 async def _sse_messages(resp: Any) -> AsyncIterator[tuple[float, str]]:

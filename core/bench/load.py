@@ -123,6 +123,7 @@ class RequestRecord:
     latency: float = 0.0
     output_tokens: int = 0
     generated_text: str = ""
+    resumed: int = 0  # times its stream was cut and continued (Bench(resume=N))
 
     @property
     def tpot(self) -> float:

@@ -42,6 +42,8 @@ def compute_metrics(
         "duration": duration,
         "completed": len(ok),
         "failed": len(records) - len(ok),
+        # requests whose stream was cut and continued (Bench(resume=N)): completed or not
+        "resumed_requests": sum(1 for r in records if r.resumed),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": len(ok) / dur,
@@ -79,6 +81,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f"{'Successful requests:':<{w}}{result['completed']}",
         f"{'Failed requests:':<{w}}{result['failed']}",
     ]
+    if result.get("resumed_requests"):
+        lines.append(f"{'Resumed requests (cut, continued):':<{w}}{result['resumed_requests']}")
     if result.get("max_concurrency"):
         lines.append(f"{'Maximum request concurrency:':<{w}}{result['max_concurrency']}")
     lines += [

@@ -56,6 +56,7 @@ FAULTS: dict[str, tuple[list[bytes], str | None]] = {
 
 class FaultHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    asked: list[tuple[str, int]] = []  # (prompt, max_tokens) of every completion request
 
     def log_message(self, *args: object) -> None:  # quiet
         pass
@@ -86,7 +87,11 @@ class FaultHandler(BaseHTTPRequestHandler):
             self._json(404, {"error": "no such route"})
             return
         prompt = body["prompt"]
+        FaultHandler.asked.append((prompt, body["max_tokens"]))
         try:
+            if prompt.startswith(("cut-", "fail-once")):
+                self._continued(prompt, body["max_tokens"])
+                return
             self._answer(prompt)
         except OSError:  # the client gave up on a fault (as it should)
             pass
@@ -110,6 +115,30 @@ class FaultHandler(BaseHTTPRequestHandler):
             self._reset()
             return
         self.wfile.write(b"0\r\n\r\n")
+
+    def _continued(self, prompt: str, max_tokens: int) -> None:
+        """The faults a client may continue: "cut-then-ok" streams two "a" tokens and is reset;
+        its continuation (the prompt with "aa" appended) streams ``max_tokens`` "b" tokens.
+        "cut-always" is reset after two tokens every time. "fail-once" answers HTTP 502 (a
+        router out of retries) the first time its prompt comes, then streams normally."""
+        if prompt == "fail-once" and FaultHandler.asked.count((prompt, max_tokens)) == 1:
+            self._json(502, {"error": "error sending request"})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        done = prompt in ("cut-then-okaa", "fail-once")
+        text = b"b" if done else b"a"
+        token = b'data: {"choices":[{"index":0,"text":"%s"}]}\n\n' % text
+        usage = b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\n'
+        parts = [token] * max_tokens + [usage % max_tokens, DONE] if done else [token, token]
+        for part in parts:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+        if done:
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self._reset()
 
     def _reset(self) -> None:
         """Close with a TCP reset (SO_LINGER 0), as a dying server's kernel does."""
@@ -160,6 +189,37 @@ def test_every_bad_stream_fails_its_request_with_its_reason(fault_server, tmp_pa
             assert any(alt in rec["error"] for alt in reason.split("|")), (name, rec["error"])
             assert len(rec["error"]) <= 200
     assert by_prompt["http-500"]["error"].startswith("HTTP 500: EEE")
+
+
+def test_a_cut_stream_is_continued_where_it_broke(fault_server, tmp_path) -> None:
+    """With ``resume``, a stream reset after two tokens is sent again with those tokens' text
+    appended to its prompt and the tokens still owed as max_tokens; the record is one answer
+    (its text, all its tokens, the first attempt's TTFT) marked resumed. A stream cut every
+    time fails after the allowed continuations; an HTTP 502 before any token is sent again
+    as it was. Without ``resume`` the cut request fails (test above)."""
+    FaultHandler.asked.clear()
+    path = tmp_path / "prompts.jsonl"
+    rows = [("cut-then-ok", 6), ("cut-always", 6), ("fail-once", 3)]
+    path.write_text("".join(json.dumps({"prompt": p, "output_len": n}) + "\n" for p, n in rows))
+    spec = LoadSpec(num_prompts=3, prompts_file=str(path), concurrency=1, warmups=0)
+    result = Bench(fault_server, "m", spec, resume=2).run()
+    cut, always, once = result["requests"]
+    assert cut["success"] and cut["resumed"] == 1 and cut["error"] == ""
+    assert cut["generated_text"] == "aabbbb" and cut["output_tokens"] == 6
+    assert len(cut["itl"]) == 5 and 0 < cut["ttft"] <= cut["latency"]
+    assert not always["success"] and always["resumed"] == 2
+    assert any(e in always["error"] for e in ("ClientPayloadError", "ServerDisconnected"))
+    assert once["success"] and once["resumed"] == 1 and once["generated_text"] == "bbb"
+    assert result["resumed_requests"] == 3 and result["failed"] == 1
+    assert FaultHandler.asked == [
+        ("cut-then-ok", 6),
+        ("cut-then-okaa", 4),
+        ("cut-always", 6),
+        ("cut-alwaysaa", 4),
+        ("cut-alwaysaaaa", 2),
+        ("fail-once", 3),
+        ("fail-once", 3),
+    ]
 
 
 def test_a_failing_callback_is_logged_and_loses_no_request(fault_server, tmp_path, caplog):
