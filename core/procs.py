@@ -97,7 +97,7 @@ def core_path() -> Path:
         return root
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.parent / f".core.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.unlink(missing_ok=True)
+    tmp.unlink(missing_ok=True)  # ours: a name only this process and thread use, in our cache
     tmp.symlink_to(CORE_DIR, target_is_directory=True)
     os.replace(tmp, link)  # a link renamed over a link: readers see the old one or the new
     return root

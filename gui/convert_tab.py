@@ -33,7 +33,6 @@ from quantdeck.core.convert import METHODS, JobQueue, QuantSpec
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event
 from quantdeck.core.launch import DeviceFacts
-from quantdeck.core.procs import frozen
 from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
@@ -219,7 +218,7 @@ class ConvertTab(QWidget):
     # -- jobs --------------------------------------------------------------------------------
     def convert(self) -> Any:
         try:
-            job = self.jobs.submit(self.spec(), python=self._python())
+            job = self.jobs.submit(self.spec(), python=self.engine_box.python())
         except QuantdeckError as e:
             self.message.setText(str(e))
             return None
@@ -227,15 +226,6 @@ class ConvertTab(QWidget):
         self.table.selectRow(row)
         self.message.setText(f"job {job.id} queued: {job.spec.method} -> {job.spec.out}")
         return job
-
-    def _python(self) -> str | None:
-        """The chosen engine, or in a standalone bundle (no Python of its own) the default one."""
-        python = self.engine_box.python()
-        if python is None and frozen():
-            from quantdeck.core.runtime.engines import default_engine
-
-            python = default_engine()
-        return python
 
     def _row_of(self, job: Any) -> int:
         """The job's row (added on first sight: by convert(), or by an event that came first)."""

@@ -415,18 +415,17 @@ class Bench:
             except Exception as e:  # whatever it was, it fails this request, not the run
                 rec.error = f"client error: {type(e).__name__}: {e}"
             rec.generated_text = "".join(got.pieces)
-            owed = req.output_len - got.tokens
-            if not (cut and rec.resumed < self.resume and isinstance(req.prompt, str)):
+            prompt = req.prompt  # a prompt of token ids is not continued (no text to append)
+            if not (cut and rec.resumed < self.resume and isinstance(prompt, str)):
                 break
             if self._cancel.is_set():
                 break
-            rec.resumed += 1
+            rec.resumed, rec.error = rec.resumed + 1, ""
+            owed = req.output_len - got.tokens
             if owed <= 0:  # every token arrived; only the stream's end was lost
-                rec.error = ""
                 self._finish(rec, got)
                 break
-            rec.error = ""
-            body = {**body, "prompt": req.prompt + rec.generated_text, "max_tokens": owed}
+            body = {**body, "prompt": prompt + rec.generated_text, "max_tokens": owed}
         rec.error = rec.error[:200]
         return rec
 

@@ -33,6 +33,7 @@ from quantdeck.core.events import DoneEvent, Event, LogEvent, ProgressEvent, Pub
 from quantdeck.core.models import CONVERSION_METHODS, ConversionMethod, ModelInfo, inspect_model
 from quantdeck.core.paths import atomic_dir, check_output_dir, refuse_overlap
 from quantdeck.core.procs import run_child, spawn, subprocess_env, worker_command, worker_events
+from quantdeck.core.runtime.engines import default_engine
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ def _lacks(last: str, python: str) -> str:
 
 def _worker_command(spec: QuantSpec, src: ModelInfo, out: Path, python: str | None) -> list[str]:
     """The conversion worker's command line, writing into ``out``."""
-    cmd = worker_command("quantize", "--src", src.path, python=python) + [
+    cmd = worker_command("quantize", "--src", src.path, python=python or default_engine()) + [
         "--out",
         str(out),
         "--method",
@@ -227,7 +228,7 @@ class Job:
     error: str | None = None
     events: list[Event] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
-    python: str | None = None  # the engine that runs it (None: this interpreter)
+    python: str | None = None  # the engine that runs it (None: the default engine)
 
 
 class JobQueue:
@@ -253,8 +254,8 @@ class JobQueue:
         self._events.emit((job, ev))
 
     def submit(self, spec: QuantSpec, python: str | None = None) -> Job:
-        """Queue a conversion of ``spec``, run by the engine ``python`` (default: this
-        interpreter)."""
+        """Queue a conversion of ``spec``, run by the engine ``python`` (default: the default
+        engine, found in the queue's thread)."""
         spec.check()  # refuse at once, not when its turn comes
         job = Job(next(self._ids), spec, python=python)
         with self._cv:
@@ -335,9 +336,10 @@ def compare_quality(
 ) -> dict[str, Any]:
     """KL divergence, top-1 agreement and perplexities of a converted model against its source
     on held-out text, in a subprocess (``quantdeck.core.workers.quality``: it imports torch) of
-    ``python`` (default: this interpreter)."""
+    ``python`` (default: the default engine: this interpreter, a bundle's first engine)."""
     for p in (orig, quant):
         inspect_model(p)  # one-line errors before the heavy subprocess
+    python = python or default_engine()  # (a bundle's: its discovery runs in this thread)
     cmd = worker_command("quality", orig, quant, python=python) + ["--max-tokens", str(max_tokens)]
     if text:
         cmd += ["--text", text]

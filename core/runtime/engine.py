@@ -74,7 +74,7 @@ def _default_engine() -> str:
 class EngineEnv:
     """An interpreter with vLLM installed (default: the app's own; a bundle's first engine)."""
 
-    python: str = field(default_factory=lambda: _default_engine())
+    python: str = field(default_factory=_default_engine)
 
     def version(self) -> tuple[str, str]:
         """(distribution, version) without importing vLLM; ServerError if it has none."""
