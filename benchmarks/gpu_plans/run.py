@@ -532,7 +532,7 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, Callable[..., None]]]:
     ap.add_argument("--share", type=float, default=0.28, help="GPU memory share each (0.28)")
     ap.add_argument("--above-ms", type=float, default=150.0, help="fallback rule (150)")
     ap.add_argument("--burst", type=int, default=128, help="fallback burst concurrency (128)")
-    ap.add_argument("--pairs", type=int, default=4, help="direct/router pairs (4)")
+    ap.add_argument("--pairs", type=int, default=4, help="direct/router ABBA rounds (4)")
     ap.add_argument("--rate", type=float, default=8.0, help="failover load, req/s (8)")
     ap.add_argument("--prompts", type=int, default=320, help="per throughput run (320)")
     ap.add_argument("--tag", help="name of the output files")

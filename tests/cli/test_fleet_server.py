@@ -29,6 +29,7 @@ from conftest import alive_pids, read_json_lines
 from quantdeck.cli.main import main
 from quantdeck.core.events import InstanceEvent
 from quantdeck.core.monitor import read_recording
+from quantdeck.core.monitor.metrics import parse_metrics
 from quantdeck.core.runtime import free_port
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
@@ -222,6 +223,23 @@ def test_a_latency_breach_brings_the_backup_in_and_its_end_takes_it_out(
     assert gone["reason"] == "recovered" and c not in fleet.workers()
 
 
+def _long_answer_under_way(url: str, prompt_tokens: int, timeout: float) -> bool:
+    """Whether, within ``timeout``, ``url`` runs a request that has answered at least 16
+    tokens past a ``prompt_tokens`` prompt, read from its /metrics: the blocks in use beyond
+    one per other running request, times the block size."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = parse_metrics(httpx.get(url + "/metrics", timeout=5).text)
+        running = int(m.gauges.get("running", 0))
+        if running and m.num_gpu_blocks and m.block_size:
+            used = round(m.gauges.get("kv_usage", 0.0) * m.num_gpu_blocks)
+            longest = used - (running - 1)  # blocks of the one long request
+            if (longest - 1) * m.block_size >= prompt_tokens + 16:
+                return True
+        time.sleep(0.05)
+    return False
+
+
 def test_a_primary_killed_under_traffic_fails_no_request_and_rejoins(fleet: RunningFleet) -> None:
     """Besides two clients of short unstreamed requests, Quantdeck's bench streams long
     answers through the router: the router retries what has not begun to answer, and the
@@ -254,7 +272,9 @@ def test_a_primary_killed_under_traffic_fails_no_request_and_rejoins(fleet: Runn
     for t in clients:
         t.start()
     try:
-        time.sleep(3)
+        # the kill must cut a stream mid-answer, so it waits until a serves one: a request
+        # holding more than one KV block, past its prompt (short requests hold one block)
+        assert _long_answer_under_way(a, prompt_tokens=32, timeout=60), "no stream reached a"
         killed = time.time()
         os.kill(pid["value"], signal.SIGKILL)
         crashed = fleet.wait_for(
