@@ -113,6 +113,11 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     return 0
 
 
+# `fleet status` with no fleet: LSB's "program is not running", as `systemctl status` says it,
+# so that a script can ask `quantdeck fleet status || quantdeck fleet up FILE`
+NOT_RUNNING = 3
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     from quantdeck.core.fleet import probe, running_fleet
 
@@ -122,7 +127,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
             print_json({"running": False})
         else:
             print("no fleet running", file=sys.stderr)
-        return 0
+        return NOT_RUNNING
     rows = [{"name": "router", "url": state["router"], "role": "router"}, *state["instances"]]
     for row in rows:
         row["state"] = probe(str(row["url"]))
@@ -172,7 +177,9 @@ def register(add: AddCommand) -> None:
     p.add_argument(
         "--record", metavar="OUT", help="record every event (JSONL) for `fleet replay` / the GUI"
     )
-    p = sub.add_parser("status", help="the running fleet: router, instances and their health")
+    p = sub.add_parser(
+        "status", help="the running fleet: router, instances and their health (exit 3: none)"
+    )
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("down", help="stop the running fleet (all its processes)")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S")

@@ -63,8 +63,13 @@ def test_down_stops_the_fleet_process_and_status_shows_it(
         ]
         assert stop_running_fleet(timeout=10)
         assert running_fleet() is None  # its process ended (reaped by the wait)
-        assert main(["fleet", "down"]) == 0
+        assert main(["fleet", "down"]) == 0  # nothing to stop is no error
         assert "no fleet running" in capsys.readouterr().err
+        # a script can tell "none running" from a fleet that runs (0) and from bad input (2)
+        assert main(["fleet", "status"]) == 3
+        assert "no fleet running" in capsys.readouterr().err
+        assert main(["fleet", "status", "--json"]) == 3
+        assert json.loads(capsys.readouterr().out) == {"running": False}
     finally:
         proc.kill()
         proc.wait()
