@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -183,10 +184,7 @@ def router_cost(fleet: Fleet, model: str, prompts: int, rounds: int) -> dict[str
             print(f"round: router / direct {ratios[-1]}", flush=True)
     finally:
         fleet.router_api.add_worker(b)
-    ordered = sorted(ratios)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {"rounds": ratios, "median": round(median, 3)}
+    return {"rounds": ratios, "median": round(statistics.median(ratios), 3)}
 
 
 def failover(
