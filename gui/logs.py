@@ -1,9 +1,14 @@
-"""The Logs tab: the server's log live, with level filter, search, highlighted lifecycle facts
-and the crash tail kept."""
+"""The Logs tab: the server's log live, with level filter, search, highlighted lifecycle facts,
+a header per run, and a crashed run's tail pinned with a jump to its first error.
+
+The view follows the tail while it is scrolled to the bottom; once the operator scrolls up it
+stays where it is (as ``tail -f`` in a pager does) until they scroll back down.
+"""
 
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any
 
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
@@ -13,17 +18,19 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
-from quantdeck.core.events import Event
+from quantdeck.core.events import Event, FactEvent, InstanceEvent, LogEvent, StateEvent
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # What the tab keeps: the newest lines, each cut to a length (a server that prints a tensor
 # on one line must not fill memory, nor make the view lay out megabytes).
 MAX_LINES = 20000
 MAX_LINE_CHARS = 2000
+CRASH_TAIL_SHOWN = 40  # lines of a crashed run's tail pinned above the log
 
 
 class LogsPanel(QWidget):
@@ -31,6 +38,7 @@ class LogsPanel(QWidget):
         super().__init__(parent)
         self.lines: collections.deque[tuple[str, str]] = collections.deque(maxlen=MAX_LINES)
         self.crash_tail: list[str] = []
+        self.runs = 0  # server starts seen: each opens a header
         self.level = QComboBox()
         self.level.addItems(["all", "INFO+", "WARNING+", "ERROR+"])
         self.search = QLineEdit()
@@ -40,18 +48,40 @@ class LogsPanel(QWidget):
         self.view.setMaximumBlockCount(MAX_LINES)
         self.view.setLineWrapMode(QPlainTextEdit.NoWrap)
         self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setStyleSheet("color:#8a1c1c;")
+        self.summary.hide()
+        self.error_button = QPushButton("Jump to first error")
+        self.error_button.setToolTip("Scroll the log to the first error line of the crashed run")
+        self.error_button.clicked.connect(self.jump_to_first_error)
+        self.error_button.hide()
+        # the crashed run's last lines, pinned above the log (the log may be long past them)
+        self.tail_view = QPlainTextEdit()
+        self.tail_view.setReadOnly(True)
+        self.tail_view.setLineWrapMode(QPlainTextEdit.NoWrap)
+        self.tail_view.setMaximumHeight(160)
+        self.tail_view.setStyleSheet("background:#fdf3f2;")
+        self.tail_view.hide()
+        self.bottom_button = QPushButton("Follow tail")
+        self.bottom_button.setToolTip("Scroll to the newest line and keep following it")
+        self.bottom_button.clicked.connect(self.follow_tail)
         bar = QHBoxLayout()
-        for w in (QLabel("Level"), self.level, self.search):
+        for w in (QLabel("Level"), self.level, self.search, self.bottom_button):
             bar.addWidget(w)
+        crash = QHBoxLayout()
+        crash.addWidget(self.summary, 1)
+        crash.addWidget(self.error_button)
         lay = QVBoxLayout(self)
         lay.addLayout(bar)
-        lay.addWidget(self.summary)
+        lay.addLayout(crash)
+        lay.addWidget(self.tail_view)
         lay.addWidget(self.view, 1)
         self.level.currentIndexChanged.connect(self._on_filter_changed)
         self.search.textChanged.connect(self._on_filter_changed)
         self._fmt = {
             "fact": _fmt("#1b5e20", bold=True),
             "state": _fmt("#0d47a1", bold=True),
+            "run": _fmt("#37474f", bold=True),
             "WARNING": _fmt("#a65e00"),
             "ERROR": _fmt("#b71c1c"),
             "CRITICAL": _fmt("#b71c1c", bold=True),
@@ -66,38 +96,111 @@ class LogsPanel(QWidget):
         if kind in LEVELS and LEVELS.index(kind) < self._min_level():
             return False
         q = self.search.text().strip().lower()
-        return not q or q in text.lower()
+        return kind == "run" or not q or q in text.lower()
+
+    def at_bottom(self) -> bool:
+        """True while the view shows its newest line (then new lines keep it there)."""
+        bar = self.view.verticalScrollBar()
+        return bar.value() >= bar.maximum() - 2
+
+    def follow_tail(self) -> None:
+        bar = self.view.verticalScrollBar()
+        bar.setValue(bar.maximum())
 
     def _append(self, kind: str, text: str) -> None:
-        cur = self.view.textCursor()
+        bar = self.view.verticalScrollBar()
+        follow, value = self.at_bottom(), bar.value()
+        cur = QTextCursor(self.view.document())
         cur.movePosition(QTextCursor.End)
         cur.insertText(text + "\n", self._fmt.get(kind, self._fmt["INFO"]))
+        bar.setValue(bar.maximum() if follow else value)
 
     def add_event(self, ev: Event) -> None:
-        kind = ev.kind
-        if kind == "log":
-            entry = (ev.get("level", "INFO"), ev.get("line"))
-        elif kind == "state":
-            extra = ev.get("reason") or ev.get("url") or ""
-            entry = ("state", f"── {ev.get('state')} {extra}".rstrip())
-            if ev.get("state") == "crashed":
-                self.crash_tail = list(ev.get("log_tail") or [])
+        entry: tuple[str, str]
+        match ev:
+            case InstanceEvent(event=inner):
+                self.add_event(inner)
+                return
+            case LogEvent(line=line, level=level):
+                entry = (level or "INFO", line)
+            case StateEvent(state="starting"):
+                self.runs += 1
+                self._clear_crash()
+                self._add(("run", f"━━ run {self.runs} · {_clock(ev.t)} · starting ━━"))
+                return
+            case StateEvent(state="crashed", reason=reason, log_tail=tail):
+                self.crash_tail = list(tail or [])
+                why = reason or "no reason given"
                 self.summary.setText(
-                    f"crashed: {ev.get('reason', '')} — last "
-                    f"{len(self.crash_tail)} lines kept below"
+                    f"The server crashed at {_clock(ev.t)}: {why[:300]}. Its last "
+                    f"{min(len(self.crash_tail), CRASH_TAIL_SHOWN)} lines are pinned below; "
+                    "the whole run is in the log."
                 )
-            elif ev.get("state") == "starting":
-                self.summary.setText("")
-        elif kind == "fact":
-            entry = ("fact", f"★ {ev.get('name')} = {ev.get('value')}")
-        else:
-            return
+                self.summary.show()
+                self.tail_view.setPlainText("\n".join(self.crash_tail[-CRASH_TAIL_SHOWN:]))
+                self.tail_view.setVisible(bool(self.crash_tail))
+                self.tail_view.verticalScrollBar().setValue(
+                    self.tail_view.verticalScrollBar().maximum()
+                )
+                self.error_button.setVisible(self._first_error_line() is not None)
+                entry = ("state", f"── crashed {why}")
+            case StateEvent(state=state, reason=reason, url=url):
+                extra = reason or url or ""
+                entry = ("state", f"── {state} {extra}".rstrip())
+            case FactEvent(name=name, value=value):
+                entry = ("fact", f"★ {name} = {value}")
+            case _:
+                return
+        self._add(entry)
+
+    def _add(self, entry: tuple[str, str]) -> None:
         style, text = entry
         if len(text) > MAX_LINE_CHARS:
             entry = (style, text[:MAX_LINE_CHARS] + f"… ({len(text) - MAX_LINE_CHARS} more)")
         self.lines.append(entry)
         if self._visible(*entry):
             self._append(*entry)
+
+    def _clear_crash(self) -> None:
+        self.crash_tail = []
+        self.summary.clear()
+        self.summary.hide()
+        self.tail_view.hide()
+        self.error_button.hide()
+
+    def _first_error_line(self) -> str | None:
+        """The first ERROR or CRITICAL line of the last run (None: it has none)."""
+        last_run = next(
+            (i for i in range(len(self.lines) - 1, -1, -1) if self.lines[i][0] == "run"), -1
+        )
+        for i in range(last_run + 1, len(self.lines)):
+            kind, text = self.lines[i]
+            if kind in ("ERROR", "CRITICAL"):
+                return text
+        return None
+
+    def jump_to_first_error(self) -> bool:
+        """Show the last run's first error line in the view (filters cleared if they hide it);
+        False when the run has none."""
+        line = self._first_error_line()
+        if line is None:
+            return False
+        if self.search.text() or self.level.currentIndex() > 2:
+            self.search.clear()
+            self.level.setCurrentIndex(0)
+        doc = self.view.document()
+        start = doc.find(f"━━ run {self.runs} ·") if self.runs else QTextCursor(doc)
+        if start.isNull():  # the header scrolled out of the kept lines
+            start = QTextCursor(doc)
+        block = start.block()
+        while block.isValid() and block.text() != line:
+            block = block.next()
+        if not block.isValid():
+            return False
+        cur = QTextCursor(block)
+        self.view.setTextCursor(cur)
+        self.view.centerCursor()
+        return True
 
     def _on_filter_changed(self, *_: Any) -> None:
         self.view.clear()
@@ -107,6 +210,10 @@ class LogsPanel(QWidget):
 
     def text(self) -> str:
         return self.view.toPlainText()
+
+
+def _clock(t: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t if isinstance(t, int | float) else None))
 
 
 def _fmt(color: str | None, bold: bool = False) -> QTextCharFormat:

