@@ -229,6 +229,7 @@ class MainWindow(QMainWindow):
             )
         )
         self.workers: WorkerSet | None = None  # see background()
+        self.replays: list[Any] = []  # the recordings open, each in its window (gui/replay.py)
         self._probe = probe
         self._painted = False
         self._background_started = False
@@ -362,6 +363,8 @@ class MainWindow(QMainWindow):
             from quantdeck.gui.monitor import MonitorPanel
 
             self._monitor = MonitorPanel()
+            self._monitor.follow(self.controller)
+            self._monitor.set_source_state(self.controller.state)
             self.monitor_pages.addTab(self._monitor, "Plots")
             self._monitor.alert.connect(
                 lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
@@ -402,6 +405,7 @@ class MainWindow(QMainWindow):
                 lambda: (self.controller.url, self.controller.model_name, self.controller.api_key),
                 self.launch.config,
                 lambda: self.controller.state not in ("stopped", "crashed"),
+                apply_profile=self.launch.select_profile,
             )
             self._bench_box.layout().addWidget(self._bench)
             # a benchmark run is a marker on the Monitor's timeline
@@ -499,10 +503,10 @@ class MainWindow(QMainWindow):
     # -- server ------------------------------------------------------------------------------
     def _on_server_event(self, ev: Event) -> None:
         self.logs.add_event(ev)
+        if self._monitor is None:  # built now, it follows the controller from the next event
+            self.monitor._on_server_event(ev)
         kind = ev.kind
-        if kind == "marker":  # a start: the timeline marks it (launch, restart, knob change)
-            self.monitor.add_event(ev)
-        elif kind == "state":
+        if kind == "state":
             st = ev.get("state")
             colors = {
                 "ready": "#2e7d32",
@@ -535,7 +539,6 @@ class MainWindow(QMainWindow):
             self.launch.set_progress(ev.get("stage"), ev.get("pct"))
 
     def _on_metrics(self, ev: MetricsEvent) -> None:
-        self.monitor.add_event(ev)
         self.kv_view.add_metrics(ev)
         gpus = ev.get("gpus") or []
         if gpus:
@@ -594,8 +597,12 @@ class MainWindow(QMainWindow):
             self.open_recording(path)
 
     def open_recording(self, path: str) -> int:
-        """Replay a recording into the Monitor (and its facts into Logs); returns events."""
+        """Replay a recording in a window of its own, read-only: the live Monitor, its samples,
+        markers and alerts are untouched (a fleet's recording goes to the Fleet tab, as
+        before). Returns its number of events (0: it could not be read, and the Launch tab
+        says why)."""
         from quantdeck.core.monitor import read_recording
+        from quantdeck.gui.replay import ReplayWindow
 
         try:
             rec = read_recording(path)
@@ -607,28 +614,21 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.fleet)
             self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
             return len(rec.events)
-        from quantdeck.core.monitor import timeline_of
-
-        self.monitor.clear_history()
-        for marker in timeline_of([rec]).markers:  # its markers, or its launch from its header
-            self.monitor.timeline.add(marker)
-        kv = self.kv_view
-        kv.clear()
-        model = rec.header.info.get("model")
-        kv.set_model(model if isinstance(model, str) and Path(model).is_dir() else None)
-        for ev in rec.events:
-            if ev.kind == "metrics":
-                self.monitor.add_event(ev)
-                kv.add_metrics(ev)
-            elif ev.kind == "kv":
-                kv.add_event(ev)
-            elif ev.kind in ("state", "fact"):
-                self.logs.add_event(ev)
-        self.tabs.setCurrentWidget(self._monitor_box)
-        self.monitor.refresh(force=True)
-        kv.refresh()
-        self.status_label.setText(f"replay: {Path(path).name} ({rec.duration_s:.0f} s)")
+        title = rec.header.get("title") or rec.header.get("model") or Path(path).name
+        window = ReplayWindow(rec, Path(str(title)).name if title else Path(path).name, self)
+        window.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
+        window.setAttribute(Qt.WA_DeleteOnClose)
+        window.destroyed.connect(lambda *_: self._forget_replay(window))
+        self.replays.append(window)
+        window.resize(self.size())
+        if self.isVisible():
+            window.show()
+        window.refresh()
         return len(rec.events)
+
+    def _forget_replay(self, window: Any) -> None:
+        if window in self.replays:
+            self.replays.remove(window)
 
     def closeEvent(self, ev: Any) -> None:
         from quantdeck.core.launch import to_yaml
@@ -639,6 +639,8 @@ class MainWindow(QMainWindow):
             settings.setValue("last_config", to_yaml(self.launch.config()))
         except QuantdeckError:
             pass
+        for replay in list(self.replays):
+            replay.close()
         if self._monitor is not None:
             self._monitor.timer.stop()
         if self._kv_view is not None:

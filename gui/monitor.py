@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.errors import QuantdeckError
-from quantdeck.core.events import Event
+from quantdeck.core.events import Event, MarkerEvent, MetricsEvent, StateEvent
 from quantdeck.core.monitor import TimeSeriesStore
 from quantdeck.core.monitor.timeline import (
     Span,
@@ -114,6 +114,35 @@ INSTANCE_PLOTS = {
     "Generated tok/s by instance": "generation_tokens_per_s",
     "Running by instance": "running",
 }
+
+
+# Samples further apart than this (and than 3 times their usual spacing) are a gap: the curve
+# breaks there instead of drawing a line across time with no data (a stop, a stalled scrape).
+GAP_S = 5.0
+# A live source whose newest sample is older than this is shown as stale.
+STALE_S = 5.0
+
+
+def with_gaps(
+    t: np.ndarray, cols: dict[str, np.ndarray], gap_s: float = GAP_S
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``t`` and ``cols`` with a NaN row inserted wherever consecutive times are more than
+    ``gap_s`` apart (and more than 3 times the median spacing: a decimated long window's
+    bins are wider than a sample), so that a curve drawn with ``connect="finite"`` breaks."""
+    if len(t) < 2:
+        return t, cols
+    dt = np.diff(t)
+    positive = dt[dt > 0]
+    limit = max(gap_s, 3 * float(np.median(positive))) if len(positive) else gap_s
+    at = np.flatnonzero(dt > limit) + 1
+    if not len(at):
+        return t, cols
+    mids = (t[at - 1] + t[at]) / 2
+    return np.insert(t, at, mids), {k: np.insert(v, at, np.nan) for k, v in cols.items()}
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def _gpu_plots(n: int) -> dict[str, list[tuple[str, str, int, bool]]]:
@@ -294,8 +323,12 @@ class MonitorPanel(QWidget):
         parent: QWidget | None = None,
         *,
         fps: float = 10.0,
+        live: bool = True,
     ) -> None:
+        """``live``: a server's samples as they come (alerts, limits, Open recording…); a
+        replay's panel is not live: it raises no alert and offers neither."""
         super().__init__(parent)
+        self.live = live
         self.store = store if store is not None else TimeSeriesStore()  # an empty one is falsy
         # a fleet's instances, each its own store (fed by the Fleet tab), overlaid on a row of
         # INSTANCE_PLOTS while "Fleet instances" is ticked
@@ -350,16 +383,8 @@ class MonitorPanel(QWidget):
         self.open_button = QPushButton("Open recording…")
         self.png_button.clicked.connect(lambda: self._ask_export("png"))
         self.csv_button.clicked.connect(lambda: self._ask_export("csv"))
-        for w in (
-            QLabel("Window"),
-            self.window_box,
-            self.pause_box,
-            self.instances_box,
-            QLabel("Alert: p99 TTFT >"),
-            self.ttft_limit,
-            QLabel("KV >"),
-            self.kv_limit,
-        ):
+        limits = (QLabel("Alert: p99 TTFT >"), self.ttft_limit, QLabel("KV >"), self.kv_limit)
+        for w in (QLabel("Window"), self.window_box, self.pause_box, self.instances_box, *limits):
             bar.addWidget(w)
         bar.addStretch(1)
         # the tuning timeline: markers on the plots, two spans compared
@@ -380,6 +405,15 @@ class MonitorPanel(QWidget):
         self.compare_panel.hide()
         for w in (self.compare_button, self.open_button, self.png_button, self.csv_button):
             bar.addWidget(w)
+        if not live:  # a replay: no alerts, no other recording from here
+            for w in (*limits, self.open_button):
+                w.hide()
+        # whether the data still comes: a stopped, crashed, starting or stale source says so
+        # above the plots (the curves hold what came until then)
+        self.source_state = QLabel()
+        self.source_state.setStyleSheet("background:#eceff1; color:#37474f; padding:4px;")
+        self.source_state.hide()
+        self._source: tuple[str, float] | None = None  # (the server's state, since when)
         self.banner = QLabel()
         self.banner.setStyleSheet("background:#fde2e1; color:#8a1c1c; padding:4px;")
         self.banner.hide()
@@ -395,6 +429,7 @@ class MonitorPanel(QWidget):
         self.graphics.setViewportUpdateMode(QGraphicsView.FullViewportUpdate)
         lay = QVBoxLayout(self)
         lay.addLayout(bar)
+        lay.addWidget(self.source_state)
         lay.addWidget(self.banner)
         lay.addWidget(self.problem)
         lay.addWidget(self.graphics, 1)
@@ -546,11 +581,52 @@ class MonitorPanel(QWidget):
                 curve.setData([], [])
                 continue
             t, cols = store.window(self.window_s + (now - last), series, max_points=2 * width)
+            t, cols = with_gaps(t, cols)
             curve.setData(t + (last - now), cols.get(key, np.full(len(t), np.nan)))
+
+    # -- the source ---------------------------------------------------------------------------
+    def follow(self, controller: Any) -> None:
+        """Take a :class:`~quantdeck.gui.server_control.QtServerController`'s samples, markers
+        and states (the panel subscribes itself: the window does not relay)."""
+        controller.metrics.connect(self.add_event)
+        controller.event.connect(self._on_server_event)
+
+    def _on_server_event(self, ev: Event) -> None:
+        match ev:
+            case MarkerEvent():
+                self.add_event(ev)
+            case StateEvent(state=state):
+                self.set_source_state(state, ev.t)
+
+    def set_source_state(self, state: str, t: float | None = None) -> None:
+        """The live source moved to ``state`` (the server's: starting, ready, stopped...) at
+        ``t``: the cue above the plots follows."""
+        self._source = (state, time.time() if t is None else t)
+        self._update_source_cue()
+
+    def _update_source_cue(self) -> None:
+        text = ""
+        if self.live and self._source is not None:
+            state, since = self._source
+            now, last = time.time(), self.store.last_t
+            if state in ("stopped", "crashed"):
+                text = (
+                    f"■ {state} at {_clock(since)}: no new samples; the plots hold what came "
+                    "until then"
+                )
+            elif state == "starting":
+                text = f"… starting since {_clock(since)}: samples come once it is ready"
+            elif now - since > STALE_S and (last is None or now - last > STALE_S):
+                ago = "" if last is None else f" since {_clock(last)} ({now - last:.0f} s)"
+                text = f"⚠ no samples{ago}: the scrape is late or the server does not answer"
+        if text != self.source_state.text():
+            self.source_state.setText(text)
+            self.source_state.setVisible(bool(text))
 
     def refresh(self, force: bool = False) -> None:
         """Redraw from the store if it changed and the tab is shown (the QTimer's slot);
         ``force`` draws a hidden panel too (exports, tests)."""
+        self._update_source_cue()
         version = self._version()
         if self.paused or version == self._drawn_version:
             return
@@ -562,6 +638,7 @@ class MonitorPanel(QWidget):
         # two points per pixel of the plots' width (peak decimation keeps spikes)
         width = max([200] + [int(p.vb.width()) for p in self.plots.values()])
         t, cols = self.store.window(self.window_s, list(self.curves), max_points=2 * width)
+        t, cols = with_gaps(t, cols)
         for name, curve in self.curves.items():
             y = cols.get(name)
             if y is not None:
@@ -619,16 +696,15 @@ class MonitorPanel(QWidget):
     def add_event(self, ev: Event) -> None:
         """Feed one event (live or replayed); plots update on the next timer tick. Markers,
         and a fleet's fallback switches, go to the timeline."""
-        if ev.kind != "metrics":
+        if not isinstance(ev, MetricsEvent):
             self.timeline.observe(ev)
             return
         self.store.append(ev)
-        if ev.kind == "metrics":
-            error = ev.get("error")
-            text = f"monitoring: {str(error)[:300]}" if error else ""
-            if text != self.problem.text():
-                self.problem.setText(text)
-                self.problem.setVisible(bool(text))
+        error = ev.get("error")
+        text = f"monitoring: {str(error)[:300]}" if error else ""
+        if text != self.problem.text():
+            self.problem.setText(text)
+            self.problem.setVisible(bool(text))
 
     # -- the tuning timeline -----------------------------------------------------------------
     def clear_history(self) -> None:
@@ -750,6 +826,8 @@ class MonitorPanel(QWidget):
         self.slo_changed.emit({"ttft": self.ttft_limit.value()})
 
     def _check_alerts(self) -> None:
+        if not self.live:  # a recording's thresholds are history, not alerts of now
+            return
         checks = (
             ("ttft", "ttft_p99_ms", self.ttft_limit.value(), "p99 TTFT {v:.0f} ms > {lim:.0f} ms"),
             ("kv", "kv_usage_pct", self.kv_limit.value(), "KV-cache usage {v:.1f}% > {lim:.0f}%"),

@@ -1,4 +1,5 @@
-"""``quantdeck replay FILE``: a recording in the Monitor, as a window or saved as a PNG.
+"""A recording in a window of its own (``quantdeck replay FILE``, and Open recording… in the
+panel), or saved as a PNG.
 
 With ``--png OUT`` it renders off screen (no display needed), saves the plots and exits; the
 GPU validation's screenshots in docs/ are made this way from the H200 recordings.
@@ -7,11 +8,18 @@ GPU validation's screenshots in docs/ are made this way from the H200 recordings
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from quantdeck.core.events import MetricsEvent
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
+
+from quantdeck.core.events import FactEvent, KvEvent, LogEvent, MetricsEvent, StateEvent
 from quantdeck.core.monitor import Recording, read_recording, timeline_of
+from quantdeck.gui.labels import plain_label
+from quantdeck.gui.logs import LogsPanel
+from quantdeck.gui.monitor import MonitorPanel
 
 
 def _window_for(rec: Recording) -> str:
@@ -25,33 +33,78 @@ def _window_for(rec: Recording) -> str:
     return list(WINDOWS)[-1]
 
 
+def _clock(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "?"
+
+
 def replay_view(rec: Recording, title: str) -> tuple[Any, Any]:
     """The window: a heading (plain text: a recording's title is data, never markup) over a
     Monitor panel fed the recording's metrics. Returns (window, panel)."""
-    from PySide6.QtWidgets import QVBoxLayout, QWidget
+    window = ReplayWindow(rec, title)
+    return window, window.panel
 
-    from quantdeck.gui.labels import plain_label
-    from quantdeck.gui.monitor import MonitorPanel
 
-    box = QWidget()
-    note = rec.header.get("note")
-    label = plain_label(
-        f"{title} · {rec.duration_s:.0f} s recorded · {len(rec.of(MetricsEvent))} samples"
-        + (f" · {note}" if note else "")
-    )
-    font = label.font()
-    font.setBold(True)
-    label.setFont(font)
-    panel = MonitorPanel(parent=box)
-    lay = QVBoxLayout(box)
-    lay.addWidget(label)
-    lay.addWidget(panel, 1)
-    for ev in rec.of(MetricsEvent):
-        panel.add_event(ev)
-    for marker in timeline_of([rec]).markers:  # its markers, or its launch from its header
-        panel.timeline.add(marker)
-    panel.window_box.setCurrentText(_window_for(rec))
-    return box, panel
+class ReplayWindow(QWidget):
+    """A recording, read-only and apart from the live Monitor: its own store, layout (its own
+    GPUs or none), markers and clock; no alerts; the plots, the KV cache (when the recording
+    has KV events) and its lifecycle events, each a page."""
+
+    def __init__(self, rec: Recording, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.Window)
+        self.recording = rec
+        metrics = rec.of(MetricsEvent)
+        ts = [e.t for e in metrics]
+        note = rec.header.get("note")
+        self.heading = plain_label(
+            f"{title} · replay (read-only) · {rec.duration_s:.0f} s recorded"
+            + (f", {_clock(min(ts))} to {_clock(max(ts))}" if ts else "")
+            + f" · {len(metrics)} samples"
+            + (f" · {note}" if note else "")
+        )
+        font = self.heading.font()
+        font.setBold(True)
+        self.heading.setFont(font)
+        self.pages = QTabWidget()
+        self.pages.setDocumentMode(True)
+        self.panel = MonitorPanel(live=False)
+        self.pages.addTab(self.panel, "Plots")
+        for ev in metrics:
+            self.panel.add_event(ev)
+        for marker in timeline_of([rec]).markers:  # its markers, or its launch from its header
+            self.panel.timeline.add(marker)
+        self.panel.window_box.setCurrentText(_window_for(rec))
+        self.kv: Any = None
+        if rec.of(KvEvent):
+            from quantdeck.gui.kv_view import KvView
+
+            self.kv = KvView()
+            model = rec.header.get("model")
+            self.kv.set_model(model if isinstance(model, str) and Path(model).is_dir() else None)
+            for ev in rec.events:
+                if isinstance(ev, MetricsEvent):
+                    self.kv.add_metrics(ev)
+                elif isinstance(ev, KvEvent):
+                    self.kv.add_event(ev)
+            self.pages.addTab(self.kv, "KV cache")
+        self.events = LogsPanel()
+        for ev in rec.events:
+            if isinstance(ev, StateEvent | FactEvent | LogEvent):
+                self.events.add_event(ev)
+        self.pages.addTab(self.events, "Events")
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.heading)
+        lay.addWidget(self.pages, 1)
+
+    def refresh(self) -> None:
+        self.panel.refresh(force=True)
+        if self.kv is not None:
+            self.kv.refresh()
+
+    def closeEvent(self, ev: Any) -> None:
+        self.panel.timer.stop()
+        if self.kv is not None:
+            self.kv.shutdown()
+        super().closeEvent(ev)
 
 
 def main(
@@ -70,7 +123,7 @@ def main(
     if png:
         box.show()
         app.processEvents()
-        panel.refresh(force=True)
+        box.refresh()
         app.processEvents()
         box.grab().save(png)
         box.close()

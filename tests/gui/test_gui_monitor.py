@@ -149,3 +149,56 @@ def test_y_range_follows_the_data(qtbot) -> None:
     assert plot.vb.viewRange()[1][1] >= 500.0
     m.window_box.setCurrentText("10 min")
     assert plot.vb.viewRange()[0] == [-600.0, 0.0]
+
+
+def test_a_gap_in_the_samples_breaks_the_curves_and_a_stop_is_shown(qtbot) -> None:
+    """Before: a minute without samples (a stopped server) was drawn as a straight line
+    across it, and the stopped plots froze with no cue."""
+    import time
+
+    from conftest import metrics_event
+
+    from quantdeck.core.events import StateEvent
+    from quantdeck.gui.monitor import STALE_S, MonitorPanel
+
+    panel = MonitorPanel()
+    qtbot.addWidget(panel)
+    now = time.time()
+    t0 = now - 60
+    for i in range(10):  # 0.5 s apart, then the server stops for half a minute
+        panel.add_event(metrics_event(t0 + i / 2, kv_usage_pct=10.0 + i))
+    panel.set_source_state("stopped", t0 + 5)
+    panel.refresh(force=True)
+    assert panel.source_state.isVisibleTo(panel)
+    assert "stopped at" in panel.source_state.text()
+    panel.set_source_state("starting", t0 + 30)
+    assert "starting since" in panel.source_state.text()
+    for i in range(10):
+        panel.add_event(metrics_event(t0 + 35 + i / 2, kv_usage_pct=30.0 + i))
+    panel.set_source_state("ready", t0 + 35)
+    panel.refresh(force=True)
+    y = panel.data_of("kv_usage_pct")
+    assert len(y) == 21 and np.isnan(y[10])  # one break between the runs
+    assert np.isfinite(np.delete(y, 10)).all()
+    x, _ = panel.curves["kv_usage_pct"].getData()
+    path = panel.curves["kv_usage_pct"].path()
+    # the drawn path is two pieces: no segment spans the stop
+    starts = [i for i in range(path.elementCount()) if path.elementAt(i).isMoveTo()]
+    assert len(starts) == 2 and x[10] > x[9]
+    # the newest sample is 20 s old while the server is "ready": the source is stale
+    assert "no samples since" in panel.source_state.text()
+    panel.add_event(metrics_event(time.time(), kv_usage_pct=40.0))
+    panel.refresh(force=True)
+    assert not panel.source_state.isVisibleTo(panel)
+    assert STALE_S <= 10
+
+
+def test_gaps_follow_the_spacing_of_decimated_windows() -> None:
+    from quantdeck.gui.monitor import with_gaps
+
+    t = np.arange(0.0, 100.0, 10.0)  # wide bins: 10 s apart is no gap
+    t2, cols = with_gaps(t, {"a": np.ones(len(t))})
+    assert len(t2) == len(t)
+    t = np.array([0.0, 0.5, 1.0, 1.5, 9.0, 9.5])
+    t2, cols = with_gaps(t, {"a": np.arange(6.0)})
+    assert len(t2) == 7 and np.isnan(cols["a"][4]) and t2[3] < t2[4] < t2[5]

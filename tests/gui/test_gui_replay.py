@@ -57,3 +57,51 @@ def test_a_bad_folder_does_not_break_the_folder_scan(qtbot, tmp_path: Path) -> N
     rows = {Path(m.path).name: m for m in win.library_model.rows}
     assert rows["a-good"].info is not None and rows["b-bad"].info is None
     assert "'head_dim' must be an integer" in win.library_info.text()
+
+
+def test_a_recording_opens_apart_from_the_live_monitor(qtbot, tmp_path: Path) -> None:
+    """Before: opening a recording wiped the live history, its days-old samples fell outside
+    every window, the live view kept its GPU layout, and its samples raised alerts."""
+    from conftest import metrics_event
+
+    from quantdeck.core.launch import cpu_device
+    from quantdeck.core.monitor import Recorder
+
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    mon = win.monitor
+    mon.kv_limit.setValue(50)
+    alerts: list[str] = []
+    mon.alert.connect(alerts.append)
+    now = 1_800_000_000.0
+    for i in range(5):  # the live server: a CPU host, KV well under the limit
+        mon.add_event(metrics_event(now + i, kv_usage_pct=10.0, host_cpu_pct=30.0))
+    mon.refresh(force=True)
+    before = (len(mon.store), mon.store.last_t, mon.store.num_gpus, list(mon.timeline.markers))
+    path = tmp_path / "h200.jsonl"
+    rec = Recorder(path, {"source": "serve", "model": "/models/llama-8b"})
+    gpu = {"index": 0, "name": "H200", "utilization_pct": 90.0, "memory_used_bytes": 2**37}
+    for i in range(30):  # days old, on a GPU, KV over every limit
+        rec.write(metrics_event(now - 3 * 86400 + i, kv_usage_pct=99.5, gpus=[gpu]))
+    rec.close()
+    assert win.open_recording(str(path)) == 30
+    mon.refresh(force=True)
+    assert (len(mon.store), mon.store.last_t, mon.store.num_gpus, list(mon.timeline.markers)) == (
+        before
+    )
+    assert "GPU utilisation %" not in mon.plots and "Host CPU %" in mon.plots
+    assert alerts == [] and not mon.banner.isVisibleTo(mon)
+    # the replay: its own store, layout and clock, shown in its own window, no alerts
+    replay = win.replays[-1]
+    assert replay.isWindow() and replay.panel is not mon
+    assert len(replay.panel.store) == 30 and "GPU utilisation %" in replay.panel.plots
+    assert len(replay.panel.data_of("kv_usage_pct")) == 30
+    assert not replay.panel.banner.isVisibleTo(replay) and not replay.panel.live
+    assert "replay (read-only)" in replay.heading.text() and "llama-8b" in replay.heading.text()
+    # live samples go on reaching the live Monitor only
+    mon.add_event(metrics_event(now + 5, kv_usage_pct=60.0))
+    assert len(mon.store) == before[0] + 1 and len(replay.panel.store) == 30
+    mon.refresh(force=True)
+    assert len(alerts) == 1 and "KV-cache usage 60.0%" in alerts[0]
+    replay.close()
+    qtbot.waitUntil(lambda: win.replays == [], timeout=2000)

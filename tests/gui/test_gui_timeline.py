@@ -116,7 +116,8 @@ def test_the_window_marks_launches_fleet_switches_bench_runs_and_replays(
     assert tl.markers[-1].what == "fleet" and tl.markers[-1].label == "fallback on: b take traffic"
     win.bench.finished.emit({"label": "chat", "output_throughput": 12.5, "duration": 2.0})
     assert any(m.label == "bench chat: 12.5 tok/s" for m in tl.markers)  # at its start
-    # a recording with markers, replayed: the window's markers are replaced by its own
+    # a recording with markers, replayed in its own window: its markers there, the live
+    # Monitor's left as they were
     path = tmp_path / "r.jsonl"
     rec = Recorder(path, {"source": "serve", "config": {"model": "/m"}})
     rec.write(MarkerEvent("launch", "launch", config={"model": "/m"}, t=100.0))
@@ -124,11 +125,13 @@ def test_the_window_marks_launches_fleet_switches_bench_runs_and_replays(
     rec.write(MarkerEvent("launch", "launch", config={"model": "/m", "dtype": "half"}, t=102.0))
     rec.write(MetricsEvent(103.0, {"generation_tokens_per_s": 2.0}))
     rec.close()
+    live_markers = list(tl.markers)
     assert win.open_recording(str(path)) == 4
-    assert [(m.what, m.diff) for m in win.monitor.timeline.markers] == [
+    assert [(m.what, m.diff) for m in win.replays[-1].panel.timeline.markers] == [
         ("launch", {}),
         ("knobs", {"dtype": [None, "half"]}),
     ]
+    assert tl.markers == live_markers  # the live timeline is not the recording's
     # quantdeck replay shows them too; a recording made before markers gets its launch
     box, panel = replay_view(read_recording(RECS[0]), "bf16")
     qtbot.addWidget(box)
