@@ -46,6 +46,8 @@ from quantdeck.core.events import (
     LogEvent,
     MetricsEvent,
     RestartEvent,
+    RouteEvent,
+    StateEvent,
 )
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.server_control import SERVER_NICE
@@ -110,6 +112,7 @@ class FleetView(QWidget):
     instance_event = Signal(object)  # the chosen instance's own events (its log, its states)
     instances_changed = Signal(object)  # {name: TimeSeriesStore}: the instances to overlay
     _fleet_event = Signal(object)  # the fleet's events, from its threads
+    phase_changed = Signal(str)  # no fleet, stopped, starting, serving, stopping, replay
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -120,6 +123,7 @@ class FleetView(QWidget):
         self.fleet: Fleet | None = None
         self.job: CallWorker | None = None
         self.phase = "no fleet"  # stopped, starting, serving, stopping
+        self._phase_shown = self.phase  # the last phase_changed said
         self.chosen: str | None = None  # the instance Monitor, Logs and Playground follow
         self._unwatch: Any = None
         self.series: dict[str, TimeSeriesStore] = {}  # each instance's metrics
@@ -376,21 +380,22 @@ class FleetView(QWidget):
                 self._update_buttons()  # a remote instance answers, or no longer
             return
         if self.replayed:
-            t = ev.get("t")
+            t = getattr(ev, "t", None)
             stamp = time.localtime(t) if isinstance(t, int | float) else None
             line = event_line(event)
             if line is not None:
                 self.events.appendPlainText(f"{time.strftime('%H:%M:%S', stamp)}  {line}")
             return
-        if self.rows.row(name).is_router and ev.kind == "state":
-            if ev.get("state") == "ready":
+        if self.rows.row(name).is_router and isinstance(ev, StateEvent):
+            if ev.state == "ready":
                 self.phase = "serving"
-            elif ev.get("state") in ("stopping", "stopped", "crashed"):
+            elif ev.state in ("stopping", "stopped", "crashed"):
                 self.phase = "stopping" if self.job is not None else "stopped"
         line = event_line(event)
         if line is not None:
             self.events.appendPlainText(f"{time.strftime('%H:%M:%S')}  {line}")
-            if isinstance(ev, FallbackEvent | RestartEvent) or ev.get("ok") is False:
+            failed_route = isinstance(ev, RouteEvent) and not ev.ok
+            if isinstance(ev, FallbackEvent | RestartEvent) or failed_route:
                 self.message.setText(line)  # what an operator must not miss
         if name == self.chosen:
             self.instance_event.emit(ev)
@@ -437,6 +442,9 @@ class FleetView(QWidget):
         self.start_button.setEnabled(idle and self.spec is not None)
         self.stop_button.setEnabled(not idle and self.phase != "stopping")
         self.phase_label.setText(f"fleet: {self.phase}")
+        if self.phase != self._phase_shown:
+            self._phase_shown = self.phase
+            self.phase_changed.emit(self.phase)
         row = self.selected()
         acts = (
             self.fleet is not None

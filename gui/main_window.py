@@ -173,6 +173,7 @@ class MainWindow(QMainWindow):
         # a fleet's fallback switches are markers on the Monitor's timeline (a bound method:
         # queued onto the UI thread, as the Fleet tab's own slot is)
         self.fleet._fleet_event.connect(self._on_fleet_event)
+        self.fleet.phase_changed.connect(self._on_fleet_phase)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         side = QWidget()
         sl = QVBoxLayout(side)
@@ -190,7 +191,8 @@ class MainWindow(QMainWindow):
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(240)
         self.progress.hide()
-        self.state_label = QLabel("● stopped")
+        self._server_state = "● stopped"
+        self.state_label = QLabel(self._server_state)
         self.url_label = QLabel("")
         self.status_label = plain_label(self.device.label)
         for w in (self.state_label, self.url_label):
@@ -514,9 +516,8 @@ class MainWindow(QMainWindow):
                 "stopped": "#777",
                 "attached": "#2e7d32",
             }
-            self.state_label.setText(
-                f"<span style='color:{colors.get(st, '#ef6c00')}'>●</span> {st}"
-            )
+            self._server_state = f"<span style='color:{colors.get(st, '#ef6c00')}'>●</span> {st}"
+            self._show_serving()
             if st in ("ready", "attached"):
                 self.url_label.setText(self.controller.url or "")
                 if st == "attached":
@@ -573,6 +574,30 @@ class MainWindow(QMainWindow):
     def _on_fleet_event(self, ev: Event) -> None:
         if isinstance(ev, InstanceEvent) and ev.event.kind in ("fallback", "route"):
             self.monitor.add_event(ev)
+
+    def _show_serving(self) -> None:
+        """The status bar says what serves: the Launch tab's server (or the attached one) and
+        a fleet while one runs."""
+        fleet = self.fleet.phase
+        text = self._server_state
+        if fleet in ("starting", "serving", "stopping"):
+            color = "#2e7d32" if fleet == "serving" else "#ef6c00"
+            text += f" · <span style='color:{color}'>●</span> fleet {fleet}"
+        self.state_label.setText(text)
+
+    def _on_fleet_phase(self, phase: str) -> None:
+        """A fleet that stopped takes the views attached to one of its instances with it
+        (Monitor, Logs and Playground would otherwise show a dead instance as attached)."""
+        att = self.controller.attached
+        rows = self.fleet.rows
+        if (
+            phase in ("stopped", "no fleet")
+            and att is not None
+            and rows is not None
+            and rows.by_url(att.url) is not None
+        ):
+            self.controller.stop()
+        self._show_serving()
 
     def _on_fleet_instance_chosen(self, url: str, api_key: str) -> None:
         """Monitor, Logs and Playground follow a fleet's instance: the attach path, as the

@@ -163,13 +163,15 @@ def _shoot_offline(app: QApplication, win: Any, out: Path) -> None:
                 rec.write(ev)
             rec.close()
             win.open_recording(str(path))
-        win.monitor_pages.setCurrentWidget(win.monitor)
-        win.monitor.window_box.setCurrentText("1 h")
-        win.monitor.compare_button.click()
+        replay = win.replays[-1]  # the recording's own window
+        replay.resize(win.size())
+        replay.show()
+        replay.panel.window_box.setCurrentText("1 h")
+        replay.panel.compare_button.click()
         _wait(app, lambda: False, 1.0)
-        win.monitor.refresh(force=True)
-        win.grab().save(str(out / "timeline.png"))
-        win.monitor.compare_button.click()
+        replay.panel.refresh(force=True)
+        replay.grab().save(str(out / "timeline.png"))
+        replay.close()
     if TRACE.is_file():
         view = win.profile_view
         win.tabs.setCurrentWidget(win._monitor_box)

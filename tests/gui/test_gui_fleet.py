@@ -295,7 +295,7 @@ def test_a_recording_that_is_not_a_fleets_is_one_line(
     from quantdeck.core.monitor import Recorder
 
     rec = Recorder(tmp_path / "serve.jsonl", {"source": "serve"})
-    rec.write(MetricsEvent(1.0, {"running": 1}))
+    rec.write(MetricsEvent.from_values(1.0, {"running": 1}))
     rec.close()
     view.replay(str(tmp_path / "serve.jsonl"))
     qtbot.waitUntil(lambda: view.message.text() != "", timeout=10_000)
@@ -330,8 +330,43 @@ def test_the_overlay_waits_for_the_first_point(qtbot, view: FleetView) -> None:
     monitor.refresh(force=True)
     assert set(monitor.instances) == {"a", "b"}
     assert "Running by instance" not in monitor.plots
-    view.series["b"].append(MetricsEvent(1.0, {"running": 3}))
+    view.series["b"].append(MetricsEvent.from_values(1.0, {"running": 3}))
     monitor.refresh(force=True)
     assert "Running by instance" in monitor.plots
     running = {c.label: c.getData()[1] for c in monitor._plot_curves["Running by instance"]}
     assert list(running["b"]) == [3.0] and len(running["a"]) == 0
+
+
+@pytest.mark.server
+def test_stop_fleet_detaches_the_views_and_the_status_bar_says_what_serves(
+    qtbot, window: MainWindow, demo_server, tmp_path: Path
+) -> None:
+    """Before: after Stop fleet the Monitor stayed green "attached" to a dead instance, and
+    the status bar said "stopped" while a fleet served."""
+    from quantdeck.core.runtime import free_port
+
+    path = tmp_path / "remote.yaml"
+    doc = {"router": {"port": free_port()}, "instances": [{"name": "r", "url": demo_server.url}]}
+    path.write_text(yaml.safe_dump(doc))
+    view = window.fleet
+    view.load(str(path))
+    qtbot.waitUntil(lambda: view.model.rowCount() == 2, timeout=10_000)
+    fleet = Fleet(view.spec)
+    view.watch(fleet)
+    fleet._events.emit(InstanceEvent("r", StateEvent("ready")))
+    fleet._events.emit(InstanceEvent("router", StateEvent("ready")))
+    qtbot.waitUntil(lambda: view.phase == "serving", timeout=5_000)
+    assert "fleet serving" in window.state_label.text()
+    assert "stopped" in window.state_label.text()  # the Launch tab's own server: none
+    view.select("r")
+    qtbot.mouseClick(view.open_monitor, Qt.LeftButton)
+    qtbot.waitUntil(lambda: window.controller.attached is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: "attached" in window.state_label.text(), timeout=5_000)
+    # the fleet stops: the views attached to its instance are detached
+    view.phase = "stopped"
+    view._update_buttons()
+    qtbot.waitUntil(lambda: window.controller.attached is None, timeout=10_000)
+    qtbot.waitUntil(lambda: "stopped" in window.state_label.text(), timeout=5_000)
+    assert "fleet" not in window.state_label.text()
+    assert "stopped at" in window.monitor.source_state.text()
+    assert demo_server.state == "ready"  # detached from, not stopped: it is not ours
