@@ -20,7 +20,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from quantdeck.core.desktop import APP_ID, ICON_SIZES, ICONS
-from quantdeck.core.events import Event
+from quantdeck.core.events import Event, ProgressEvent
 from quantdeck.core.models import default_demo_dir, ensure_demo_model, is_complete
 from quantdeck.core.procs import STOP_SIGNALS
 from quantdeck.gui.main_window import MainWindow
@@ -82,10 +82,10 @@ def _build_demo(win: MainWindow, demo: Path) -> None:
 
     def on_events(events: list[Event]) -> None:
         for ev in events:
-            if ev.kind == "progress":
+            if isinstance(ev, ProgressEvent):
                 win.progress.setRange(0, 100)
-                win.progress.setValue(int(ev.get("pct", 0)))
-                win.progress.setFormat(f"{ev.get('stage', '')} %p%")
+                win.progress.setValue(int(ev.pct))
+                win.progress.setFormat(f"{ev.stage} %p%")
 
     def done(path: Path) -> None:
         win.status_label.setText(win.device.label)

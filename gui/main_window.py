@@ -21,7 +21,15 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.errors import QuantdeckError
-from quantdeck.core.events import Event, InstanceEvent, MetricsEvent, StateEvent
+from quantdeck.core.events import (
+    Event,
+    FallbackEvent,
+    InstanceEvent,
+    MetricsEvent,
+    ProgressEvent,
+    RouteEvent,
+    StateEvent,
+)
 from quantdeck.core.launch import DeviceFacts, detect_device
 from quantdeck.core.models import AdapterInfo, ModelInfo, inspect_model, read_adapter
 from quantdeck.core.models.adapters import is_adapter_dir
@@ -507,37 +515,36 @@ class MainWindow(QMainWindow):
         self.logs.add_event(ev)
         if self._monitor is None:  # built now, it follows the controller from the next event
             self.monitor._on_server_event(ev)
-        kind = ev.kind
-        if kind == "state":
-            st = ev.get("state")
-            colors = {
-                "ready": "#2e7d32",
-                "crashed": "#c62828",
-                "stopped": "#777",
-                "attached": "#2e7d32",
-            }
-            self._server_state = f"<span style='color:{colors.get(st, '#ef6c00')}'>●</span> {st}"
-            self._show_serving()
-            if st in ("ready", "attached"):
-                self.url_label.setText(self.controller.url or "")
-                if st == "attached":
-                    self.monitor.clear_history()
-                    self.kv_view.clear()
-            elif st == "starting":  # the plots go on: the timeline's marker shows the restart
+        if isinstance(ev, ProgressEvent):
+            self.launch.set_progress(ev.stage, ev.pct)
+        if not isinstance(ev, StateEvent):
+            return
+        st = ev.state
+        colors = {
+            "ready": "#2e7d32",
+            "crashed": "#c62828",
+            "stopped": "#777",
+            "attached": "#2e7d32",
+        }
+        self._server_state = f"<span style='color:{colors.get(st, '#ef6c00')}'>●</span> {st}"
+        self._show_serving()
+        if st in ("ready", "attached"):
+            self.url_label.setText(self.controller.url or "")
+            if st == "attached":
+                self.monitor.clear_history()
                 self.kv_view.clear()
-                server = self.controller.server
-                self.kv_view.set_model(server.cfg.model.model if server is not None else None)
-            elif st in ("stopped", "crashed"):
-                self.url_label.setText("")
-            detail = ev.get("reason", "") if st == "crashed" else ""
-            self.launch.set_server_state(st, detail)
-            if st == "crashed":
-                self.launch.message.setText(
-                    f"The server crashed: {ev.get('reason', '')}. "
-                    "Its last log lines are in the Logs tab."
-                )
-        elif kind == "progress":
-            self.launch.set_progress(ev.get("stage"), ev.get("pct"))
+        elif st == "starting":  # the plots go on: the timeline's marker shows the restart
+            self.kv_view.clear()
+            server = self.controller.server
+            self.kv_view.set_model(server.cfg.model.model if server is not None else None)
+        elif st in ("stopped", "crashed"):
+            self.url_label.setText("")
+        reason = ev.reason or ""
+        self.launch.set_server_state(st, reason if st == "crashed" else "")
+        if st == "crashed":
+            self.launch.message.setText(
+                f"The server crashed: {reason}. Its last log lines are in the Logs tab."
+            )
 
     def _on_metrics(self, ev: MetricsEvent) -> None:
         self.kv_view.add_metrics(ev)
@@ -572,7 +579,7 @@ class MainWindow(QMainWindow):
         self.logs.add_event(StateEvent("error", reason=msg))
 
     def _on_fleet_event(self, ev: Event) -> None:
-        if isinstance(ev, InstanceEvent) and ev.event.kind in ("fallback", "route"):
+        if isinstance(ev, InstanceEvent) and isinstance(ev.event, FallbackEvent | RouteEvent):
             self.monitor.add_event(ev)
 
     def _show_serving(self) -> None:

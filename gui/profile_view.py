@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.events import Event
+from quantdeck.core.events import Event, FactEvent, StateEvent
 from quantdeck.core.monitor.profile import OpRow, TraceSummary
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
@@ -112,7 +112,7 @@ class ProfilePanel(QWidget):
 
     # -- the server --------------------------------------------------------------------------
     def _on_server_event(self, ev: Event) -> None:
-        if ev.kind in ("state", "fact"):
+        if isinstance(ev, StateEvent | FactEvent):
             self._update_button()
 
     def _update_button(self) -> None:

@@ -159,7 +159,7 @@ def _shoot_offline(app: QApplication, win: Any, out: Path) -> None:
             path = Path(tmp) / "two-launches.jsonl"
             rec = Recorder(path, dict(read[0].header.info))
             events = [*timeline_of(read).markers, *(e for r in read for e in r.events)]
-            for ev in sorted(events, key=lambda e: e.get("t") or 0.0):
+            for ev in sorted(events, key=lambda e: getattr(e, "t", None) or 0.0):
                 rec.write(ev)
             rec.close()
             win.open_recording(str(path))

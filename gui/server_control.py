@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from quantdeck.core.events import Event, StateEvent
+from quantdeck.core.events import Event, FactEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig
 
 if TYPE_CHECKING:
@@ -83,14 +83,15 @@ class QtServerController(QObject):
             self.idle.emit()
 
     def _on_core_event(self, ev: Event) -> None:
-        if ev.kind == "fact" and ev.get("name") == "profiler_dir":
-            self.profiler_dir = str(ev.get("value"))
-        if ev.kind == "state":
-            self.state = ev.get("state")
-            if ev.get("state") == "ready":
-                self._start_sampler()
-            elif ev.get("state") in ("crashed", "stopped"):
-                self._stop_sampler()
+        match ev:
+            case FactEvent(name="profiler_dir", value=folder):
+                self.profiler_dir = str(folder)
+            case StateEvent(state=state):
+                self.state = state
+                if state == "ready":
+                    self._start_sampler()
+                elif state in ("crashed", "stopped"):
+                    self._stop_sampler()
         self._feed_kv(ev)
         self.event.emit(ev)
 
@@ -99,7 +100,7 @@ class QtServerController(QObject):
         on the ``kv_events`` fact, before vLLM is spawned; stopped with a stopped or crashed
         server. Its ``kv`` events reach the ``kv`` signal while the server is ready."""
         if self._kv is None:
-            if ev.kind != "fact" or ev.get("name") != "kv_events":
+            if not (isinstance(ev, FactEvent) and ev.name == "kv_events"):
                 return
             from quantdeck.core.monitor.kv_events import KvFeed
 
