@@ -151,6 +151,7 @@ class MainWindow(QMainWindow):
         self._monitor: Any = None
         self._kv_view: Any = None  # the KV view (gui/kv_view.py), a page beside the plots
         self._profile_view: Any = None  # the Profile page (gui/profile_view.py)
+        self.alerts_view: Any = None  # the Alerts page (gui/alerts_view.py), with the plots
         self._monitor_box = QWidget()
         QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
         self.monitor_pages = QTabWidget()  # inside the Monitor tab: plots, KV cache
@@ -203,7 +204,10 @@ class MainWindow(QMainWindow):
         self.state_label = QLabel(self._server_state)
         self.url_label = QLabel("")
         self.status_label = plain_label(self.device.label)
-        for w in (self.state_label, self.url_label):
+        self.alert_label = QLabel("")  # the alerts not yet acknowledged (a badge)
+        self.alert_label.setStyleSheet("color:#8a1c1c; font-weight:bold;")
+        self.alert_label.hide()
+        for w in (self.state_label, self.url_label, self.alert_label):
             self.statusBar().addWidget(w)
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.progress)
@@ -379,6 +383,11 @@ class MainWindow(QMainWindow):
             self._monitor.alert.connect(
                 lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
             )
+            from quantdeck.gui.alerts_view import AlertsView
+
+            self.alerts_view = AlertsView(self._monitor)
+            self.monitor_pages.addTab(self.alerts_view, "Alerts")
+            self._monitor.alerts_changed.connect(self._on_alerts_changed)
             self._monitor.open_button.clicked.connect(self._on_open_recording)
             self._monitor.slo_changed.connect(self.controller.set_slo)
         return self._monitor
@@ -560,6 +569,23 @@ class MainWindow(QMainWindow):
                 f"{self.device.label} · CPU {ev.get('host_cpu_pct', 0):.0f}% · RAM "
                 f"{ev.get('host_ram_used_bytes', 0) / 2**30:.1f} GiB"
             )
+
+    def _on_alerts_changed(self) -> None:
+        """The badges: the alerts not yet acknowledged, on the Monitor tab, its Alerts page and
+        the status bar (whatever tab is shown)."""
+        log = self.monitor.alerts
+        unseen, active = log.unacknowledged, len(log.active)
+        index = self.tabs.indexOf(self._monitor_box)
+        self.tabs.setTabText(index, f"Monitor ⚠ {unseen}" if unseen else "Monitor")
+        page = self.monitor_pages.indexOf(self.alerts_view)
+        self.monitor_pages.setTabText(page, f"Alerts ({unseen})" if unseen else "Alerts")
+        text = ""
+        if unseen or active:
+            text = f"⚠ {active} alert{'s' * (active != 1)} active" + (
+                f", {unseen} not acknowledged" if unseen else ""
+            )
+        self.alert_label.setText(text)
+        self.alert_label.setVisible(bool(text))
 
     def _on_kv(self, ev: Event) -> None:
         self.kv_view.add_event(ev)

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -38,6 +39,7 @@ from PySide6.QtWidgets import (
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, MarkerEvent, MetricsEvent, StateEvent
 from quantdeck.core.monitor import TimeSeriesStore
+from quantdeck.core.monitor.alerts import AlertLog
 from quantdeck.core.monitor.timeline import (
     Span,
     SpanComparison,
@@ -314,7 +316,8 @@ def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
 class MonitorPanel(QWidget):
     """Plots, window choice, pause, alerts, PNG/CSV export, replay of a recording."""
 
-    alert = Signal(str)  # a threshold was crossed: the message
+    alert = Signal(str)  # an alert was raised or cleared: its line (time, reading)
+    alerts_changed = Signal()  # the alert log changed (raised, cleared, acknowledged)
     slo_changed = Signal(object)  # {"ttft": ms}: the p99 TTFT limit is also the TTFT SLO
 
     def __init__(
@@ -342,7 +345,7 @@ class MonitorPanel(QWidget):
         self.curves: dict[str, _Curve] = {}
         self.plots: dict[str, pg.PlotItem] = {}
         self._alert_lines: dict[str, pg.InfiniteLine] = {}
-        self._alert_active: dict[str, bool] = {}
+        self.alerts = AlertLog()  # raised, cleared, acknowledged (the Alerts page lists them)
         self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
         self._plot_curves: dict[str, list[_Curve]] = {}
         self._grids: dict[str, _Grid] = {}
@@ -432,9 +435,17 @@ class MonitorPanel(QWidget):
         lay.addWidget(self.source_state)
         lay.addWidget(self.banner)
         lay.addWidget(self.problem)
-        lay.addWidget(self.graphics, 1)
-        lay.addWidget(self.compare_panel)
-        self.compare_panel.setMaximumHeight(300)
+        # the plots and the span comparison share the height in a splitter (the operator
+        # moves the line; the plots keep at least a readable height)
+        self.splitter = QSplitter(Qt.Vertical)
+        self.splitter.addWidget(self.graphics)
+        self.splitter.addWidget(self.compare_panel)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 1)
+        self.graphics.setMinimumHeight(240)
+        self.compare_panel.setMinimumHeight(120)
+        lay.addWidget(self.splitter, 1)
         self._build_plots(0)
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / fps))
@@ -597,6 +608,7 @@ class MonitorPanel(QWidget):
                 self.add_event(ev)
             case StateEvent(state=state):
                 self.set_source_state(state, ev.t)
+                self.timeline.observe(ev)  # a launch that crashed before ready: failed start
 
     def set_source_state(self, state: str, t: float | None = None) -> None:
         """The live source moved to ``state`` (the server's: starting, ready, stopped...) at
@@ -821,7 +833,6 @@ class MonitorPanel(QWidget):
             if line is not None:
                 line.setValue(limit.value())
                 line.setVisible(limit.value() > 0)
-        self._alert_active.clear()
         self._check_alerts()
         self.slo_changed.emit({"ttft": self.ttft_limit.value()})
 
@@ -844,6 +855,8 @@ class MonitorPanel(QWidget):
             for k in ("ttft", "itl", "e2e")
         ]
         messages = []
+        t = self.store.last_t or time.time()  # the sample's time: the reading's own
+        version = self.alerts.version
         for key, series, lim, fmt in (*checks, *slo):
             v = self.store.latest(series)
             if key.startswith("slo_"):
@@ -852,14 +865,23 @@ class MonitorPanel(QWidget):
                 over = v is not None and v > 0
             else:
                 over = lim > 0 and v is not None and (v >= lim if key == "kv_full" else v > lim)
-            if over and not self._alert_active.get(key):
-                msg = time.strftime("%H:%M:%S ") + fmt.format(v=v, lim=lim)
-                self.alert.emit(msg)
-            self._alert_active[key] = over
+            text = fmt.format(v=v, lim=lim) if over else ""
+            changed = self.alerts.update(key, over, text, t)
+            if changed is not None:  # raised or cleared: the Logs tab has it too
+                self.alert.emit(changed.text())
             if over:
-                messages.append(fmt.format(v=v, lim=lim))
+                messages.append(text)
         self.banner.setVisible(bool(messages))
         self.banner.setText("⚠ " + " · ".join(messages))
+        if self.alerts.version != version:
+            self.alerts_changed.emit()
+
+    def acknowledge_alerts(self) -> int:
+        """The operator has seen them: the badge goes (active alerts stay listed)."""
+        n = self.alerts.acknowledge_all()
+        if n:
+            self.alerts_changed.emit()
+        return n
 
     # -- export ------------------------------------------------------------------------------
     def export_png(self, path: str | Path) -> None:

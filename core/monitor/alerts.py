@@ -1,0 +1,106 @@
+"""The Monitor's alerts as an operator works through them: each raised with its time and
+reading, cleared when the condition ends, acknowledged by the operator (Grafana's and
+Alertmanager's states: firing, resolved; silenced here is "acknowledged").
+
+:class:`AlertLog` takes one verdict per condition and sample (:meth:`AlertLog.update`) and
+keeps the alerts in the order they were raised, bounded; ``version`` moves on every change, so
+that views redraw only then.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+
+MAX_ALERTS = 500  # the oldest cleared alerts go first past this
+
+
+@dataclass
+class Alert:
+    """One alert: ``key`` names the condition (``kv_full``, ``ttft``...), ``message`` its
+    reading when it was raised."""
+
+    key: str
+    message: str
+    raised_t: float  # unix seconds
+    cleared_t: float | None = None  # None: still active
+    acknowledged: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.cleared_t is None
+
+    @property
+    def state(self) -> str:
+        if self.active:
+            return "active, acknowledged" if self.acknowledged else "active"
+        return "cleared" + (", acknowledged" if self.acknowledged else "")
+
+    def text(self) -> str:
+        """One line: ``08:12:31 KV cache 99.1% full (cleared 08:13:02)``."""
+        raised = _clock(self.raised_t)
+        end = "" if self.cleared_t is None else f" (cleared {_clock(self.cleared_t)})"
+        return f"{raised} {self.message}{end}"
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+class AlertLog:
+    """The alerts of one live source: raised, cleared, acknowledged. Used on one thread."""
+
+    def __init__(self, limit: int = MAX_ALERTS) -> None:
+        self.alerts: collections.deque[Alert] = collections.deque()
+        self.limit = limit
+        self._open: dict[str, Alert] = {}
+        self.version = 0
+
+    def update(self, key: str, over: bool, message: str, t: float) -> Alert | None:
+        """The condition ``key`` is ``over`` its limit (or not) at ``t``: the alert it raises
+        or clears, else None."""
+        alert = self._open.get(key)
+        if over and alert is None:
+            alert = Alert(key, message, t)
+            self._open[key] = alert
+            self.alerts.append(alert)
+            self._trim()
+            self.version += 1
+            return alert
+        if not over and alert is not None:
+            alert.cleared_t = t
+            del self._open[key]
+            self.version += 1
+            return alert
+        return None
+
+    def _trim(self) -> None:
+        while len(self.alerts) > self.limit:
+            oldest = next((a for a in self.alerts if not a.active), self.alerts[0])
+            self.alerts.remove(oldest)
+            if self._open.get(oldest.key) is oldest:
+                del self._open[oldest.key]
+
+    def acknowledge_all(self) -> int:
+        """Mark every alert acknowledged; how many were not."""
+        n = 0
+        for a in self.alerts:
+            if not a.acknowledged:
+                a.acknowledged = True
+                n += 1
+        if n:
+            self.version += 1
+        return n
+
+    @property
+    def active(self) -> list[Alert]:
+        return [a for a in self.alerts if a.active]
+
+    @property
+    def unacknowledged(self) -> int:
+        """The badge's number: alerts the operator has not acknowledged, active or cleared."""
+        return sum(not a.acknowledged for a in self.alerts)
+
+    def __len__(self) -> int:
+        return len(self.alerts)

@@ -1,0 +1,59 @@
+"""The alert list: raised and cleared with their times, acknowledged by the operator, and
+badges on the Monitor tab and the status bar while any is not acknowledged."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import metrics_event
+from PySide6.QtCore import Qt
+
+from quantdeck.core.launch import cpu_device
+from quantdeck.core.monitor.alerts import AlertLog
+from quantdeck.gui.main_window import MainWindow
+
+
+def test_an_alert_is_raised_cleared_and_acknowledged(qtbot) -> None:
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    mon, view = win.monitor, win.alerts_view
+    assert "No alert yet" in view.summary.text() and not win.alert_label.isVisibleTo(win)
+    t0 = time.time() - 30
+    for i in range(4):  # the KV cache fills, stays full for a second, then drains
+        mon.add_event(metrics_event(t0 + i / 2, kv_usage_pct=99.2))
+        mon.refresh(force=True)
+    monitor_tab = win.tabs.indexOf(win._monitor_box)
+    assert win.tabs.tabText(monitor_tab) == "Monitor ⚠ 1"
+    assert "1 alert active" in win.alert_label.text()
+    model = view.model
+    assert len(model.rows) == 1 and model.text(0, "cleared") == "active"
+    assert model.text(0, "alert") == "KV cache 99.2% full (≥ 98%)"
+    assert model.text(0, "raised") == time.strftime("%H:%M:%S", time.localtime(t0))
+    mon.add_event(metrics_event(t0 + 5, kv_usage_pct=40.0))
+    mon.refresh(force=True)
+    assert model.text(0, "cleared") == time.strftime("%H:%M:%S", time.localtime(t0 + 5))
+    assert model.text(0, "state") == "cleared"
+    assert win.tabs.tabText(monitor_tab) == "Monitor ⚠ 1"  # cleared, not yet seen
+    assert "0 alerts active, 1 not acknowledged" in win.alert_label.text()
+    # the Logs tab has both lines, stamped with the sample's time
+    logs = win.logs.text()
+    assert "KV cache 99.2% full" in logs and "(cleared " in logs
+    qtbot.mouseClick(view.ack_button, Qt.LeftButton)
+    assert win.tabs.tabText(monitor_tab) == "Monitor" and not win.alert_label.isVisibleTo(win)
+    assert model.text(0, "state") == "cleared, acknowledged" and not view.ack_button.isEnabled()
+    # the same condition again is a new alert
+    mon.add_event(metrics_event(t0 + 6, kv_usage_pct=99.9))
+    mon.refresh(force=True)
+    assert len(model.rows) == 2 and model.text(0, "cleared") == "active"
+    win.close()
+
+
+def test_the_log_is_bounded_and_keeps_active_alerts() -> None:
+    log = AlertLog(limit=3)
+    assert log.update("a", True, "a over", 1.0) is not None
+    assert log.update("a", True, "a still over", 2.0) is None  # one alert per episode
+    for i, key in enumerate(("b", "c", "d")):
+        log.update(key, True, f"{key} over", 3.0 + i)
+        log.update(key, False, "", 3.5 + i)
+    assert len(log) == 3 and [a.key for a in log.active] == ["a"]  # cleared ones went first
+    assert log.unacknowledged == 3 and log.acknowledge_all() == 3 and log.unacknowledged == 0
