@@ -92,6 +92,7 @@ class ModelFolder:
     path: str
     info: ModelInfo | None
     adapter: AdapterInfo | None = None
+    error: str | None = None  # why the inspector could not read it (info None)
 
     @property
     def title(self) -> str:
@@ -150,7 +151,7 @@ class MainWindow(QMainWindow):
         # window's first paint (or on first use), inside this container
         self._monitor: Any = None
         self._kv_view: Any = None  # the KV view (gui/kv_view.py), a page beside the plots
-        self._profile_view: Any = None  # the Profile page (gui/profile_view.py)
+        self._profile_view: Any = None  # the Trace page (gui/profile_view.py)
         self.alerts_view: Any = None  # the Alerts page (gui/alerts_view.py), with the plots
         self._monitor_box = QWidget()
         QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
@@ -287,7 +288,7 @@ class MainWindow(QMainWindow):
         else:
             workers.start(_warm_imports)
         if self.isVisible():
-            # the plots, then the KV view and the Profile page
+            # the plots, then the KV view and the Trace page
             QTimer.singleShot(0, self, lambda: (self.kv_view, self.profile_view))
 
     def _on_system_check(self) -> None:
@@ -405,13 +406,14 @@ class MainWindow(QMainWindow):
 
     @property
     def profile_view(self) -> Any:
-        """The Profile page of the Monitor tab (built on first use, after the KV view)."""
+        """The Trace page of the Monitor tab (vLLM's profiler; built on first use, after the KV
+        view): "profile" names a saved launch config on the Launch tab."""
         if self._profile_view is None:
             self.kv_view  # noqa: B018 (the pages in order)
             from quantdeck.gui.profile_view import ProfilePanel
 
             self._profile_view = ProfilePanel(self.controller)
-            self.monitor_pages.addTab(self._profile_view, "Profile")
+            self.monitor_pages.addTab(self._profile_view, "Trace")
         return self._profile_view
 
     @property
@@ -440,7 +442,7 @@ class MainWindow(QMainWindow):
         """Add a model folder to the library (``info``: already inspected, e.g. by a scan)."""
         i = self.library_model.find(lambda m: m.path == str(path))
         if i < 0:
-            adapter = None
+            adapter, error = None, None
             if info is None:
                 try:
                     if is_adapter_dir(path):
@@ -448,8 +450,9 @@ class MainWindow(QMainWindow):
                     else:
                         info = inspect_model(path)
                 except QuantdeckError as e:
-                    self.library_info.setText(str(e))
-            i = self.library_model.append(ModelFolder(str(path), info, adapter))
+                    error = str(e)
+                    self.library_info.setText(error)
+            i = self.library_model.append(ModelFolder(str(path), info, adapter, error))
         if select:
             self.library.setCurrentIndex(self.library_model.index(i, 0))
 
@@ -462,10 +465,17 @@ class MainWindow(QMainWindow):
         from quantdeck.core.models import scan_folders
 
         try:
-            for e in scan_folders([folder]):
-                self.add_model(Path(e.path), info=e.info)  # an adapter is read by add_model
+            found = scan_folders([folder])
         except QuantdeckError as e:
             self.library_info.setText(str(e))
+            return
+        for e in found:
+            self.add_model(Path(e.path), info=e.info)  # an adapter is read by add_model
+        if not found:  # said, not added in silence
+            self.library_info.setText(
+                f"No model found in {folder}: a model is a folder with a config.json (or a "
+                "LoRA adapter's adapter_config.json), there or up to three folders down"
+            )
 
     def _on_add_folder_clicked(self) -> None:
         from PySide6.QtWidgets import QFileDialog
@@ -493,6 +503,9 @@ class MainWindow(QMainWindow):
                 "load it into a server started with LoRA (quantdeck lora load)"
             )
             return
+        if info is None:  # unreadable: why, where the operator looks (not a tooltip)
+            why = selected.error or "the inspector could not read it"
+            self.library_info.setText(f"{Path(path).name} cannot be launched: {why}")
         if info is not None:
             q = info.quantization
             self.library_info.setText(

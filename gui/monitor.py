@@ -348,6 +348,7 @@ class MonitorPanel(QWidget):
         self.alerts = AlertLog()  # raised, cleared, acknowledged (the Alerts page lists them)
         self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
         self._plot_curves: dict[str, list[_Curve]] = {}
+        self._legends: dict[str, QGraphicsPixmapItem] = {}
         self._grids: dict[str, _Grid] = {}
         self._axes: list[_AxisPixmap] = []
         self._axes_timer = QTimer(self)  # a child: it goes with the panel
@@ -359,6 +360,10 @@ class MonitorPanel(QWidget):
         self.window_box = QComboBox()
         self.window_box.addItems(list(WINDOWS))
         self.window_box.currentTextChanged.connect(self._on_window_changed)
+        # the legends: kept above the curves (the y range leaves them their rows), or hidden
+        self.legend_box = QCheckBox("Legends")
+        self.legend_box.setChecked(True)
+        self.legend_box.toggled.connect(self._on_legends_toggled)
         self.pause_box = QCheckBox("Pause")
         self.pause_box.toggled.connect(self._on_pause_changed)
         self.instances_box = QCheckBox("Fleet instances")
@@ -387,7 +392,14 @@ class MonitorPanel(QWidget):
         self.png_button.clicked.connect(lambda: self._ask_export("png"))
         self.csv_button.clicked.connect(lambda: self._ask_export("csv"))
         limits = (QLabel("Alert: p99 TTFT >"), self.ttft_limit, QLabel("KV >"), self.kv_limit)
-        for w in (QLabel("Window"), self.window_box, self.pause_box, self.instances_box, *limits):
+        for w in (
+            QLabel("Window"),
+            self.window_box,
+            self.pause_box,
+            self.legend_box,
+            self.instances_box,
+            *limits,
+        ):
             bar.addWidget(w)
         bar.addStretch(1)
         # the tuning timeline: markers on the plots, two spans compared
@@ -458,6 +470,7 @@ class MonitorPanel(QWidget):
         self.curves.clear()
         self.plots.clear()
         self._plot_curves.clear()
+        self._legends.clear()
         self._grids.clear()
         self._axes.clear()
         self._manual_y.clear()
@@ -538,6 +551,8 @@ class MonitorPanel(QWidget):
         legend = _legend(curves, self.graphics.devicePixelRatioF())
         legend.setParentItem(p.vb)
         legend.setPos(13, 12)  # where pyqtgraph's legend at offset (5, 5) draws
+        legend.setVisible(self.legend_box.isChecked())
+        self._legends[title] = legend
         # text is slow to draw in the raster engine: axes and titles are kept as pixmaps,
         # redrawn only when they change, not on every frame of the curves (a parent's
         # cache does not cover its children: each item is set)
@@ -689,21 +704,40 @@ class MonitorPanel(QWidget):
         if not self._axes_timer.isActive():
             self._axes_timer.start()
 
-    def _fit_y(self, title: str, p: pg.PlotItem) -> None:
-        """Y range from the curves' data, with headroom: it changes (and the axis redraws its
-        ticks) only when the data leaves it or fills less than half of it."""
+    def _fit_y(self, title: str, p: pg.PlotItem, force: bool = False) -> None:
+        """Y range from the curves' data: a percent plot shows 0-100, a plot of figures that
+        are never negative (counts, rates, memory, latency) starts at 0, with headroom above
+        the data and the legend's rows above that (a legend never hides a curve). It changes
+        (and the axis redraws its ticks) only when the data leaves it or fills less than half
+        of it."""
         bounds = [c.bounds for c in self._plot_curves[title] if c.isVisible() and c.bounds]
         if not bounds:
             return
         lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
-        if hi > lo:
+        if "%" in title and lo >= 0 and hi <= 100:
+            lo, hi = 0.0, 100.0
+        elif lo >= 0:
+            lo, hi = 0.0, (hi * 1.05 if hi > 0 else 1.0)
+        elif hi > lo:
             lo, hi = lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo)
-        else:  # a constant: centred, as pyqtgraph shows one
-            half = 0.5 if lo == 0 else abs(lo) * 0.05
-            lo, hi = lo - half, hi + half
+        else:  # a negative constant: centred, as pyqtgraph shows one
+            lo, hi = lo - abs(lo) * 0.05, hi + abs(lo) * 0.05
+        legend = self._legends.get(title)
+        height = p.vb.height()
+        if legend is not None and legend.isVisible() and height > 0:
+            # the legend's rows are a share of the plot's height: the range grows by it
+            share = min(0.6, (legend.boundingRect().height() + 14) / height)
+            hi = lo + (hi - lo) / (1 - share)
         y0, y1 = p.vb.viewRange()[1]
-        if lo < y0 or hi > y1 or (y1 - y0) > 2 * (hi - lo):
+        if force or lo != y0 or hi > y1 or (y1 - y0) > 2 * (hi - lo):
             p.setYRange(lo, hi, padding=0)
+
+    def _on_legends_toggled(self, on: bool) -> None:
+        for legend in self._legends.values():
+            legend.setVisible(on)
+        for title, p in self.plots.items():  # the legends' rows given or taken back
+            if title in self._plot_curves and title not in self._manual_y:
+                self._fit_y(title, p, force=True)
 
     def add_event(self, ev: Event) -> None:
         """Feed one event (live or replayed); plots update on the next timer tick. Markers,

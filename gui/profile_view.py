@@ -1,4 +1,4 @@
-"""The Monitor tab's Profile page: capture N engine steps of the running server with vLLM's
+"""The Monitor tab's Trace page: capture N engine steps of the running server with vLLM's
 torch profiler, or open a trace file, and read its summary.
 
 The capture is :func:`quantdeck.core.monitor.trace_capture.profile_server`, the one
@@ -36,7 +36,7 @@ NO_PROFILER = (
     "This server runs without vLLM's profiler: turn on the Profiler knob on Launch "
     "(server.profiler) and start it again"
 )
-NO_SERVER = "Start a server with the Profiler knob on Launch (server.profiler) to profile it"
+NO_SERVER = "Start a server with the Profiler knob on Launch (server.profiler) to trace it"
 PERFETTO_HINT = "open a .pt.trace.json.gz in https://ui.perfetto.dev or chrome://tracing"
 
 OP_COLUMNS: tuple[Column[OpRow], ...] = (
@@ -53,7 +53,7 @@ def _ms(us: float) -> str:
 
 
 class ProfilePanel(QWidget):
-    """Steps, Profile…, Open trace…; the figures and the two rankings; the trace's folder."""
+    """Steps, Trace…, Open trace…; the figures and the two rankings; the trace's folder."""
 
     def __init__(self, controller: Any, parent: QWidget | None = None) -> None:
         """``controller``: the window's :class:`~quantdeck.gui.server_control.
@@ -68,7 +68,7 @@ class ProfilePanel(QWidget):
         self.steps.setValue(4)
         self.steps.setPrefix("steps: ")
         self.steps.setToolTip("Engine steps to record (vLLM stops recording after them)")
-        self.profile_button = QPushButton("Profile…")
+        self.profile_button = QPushButton("Trace…")
         self.open_button = QPushButton("Open trace…")
         self.open_button.setToolTip("Sum up a .pt.trace.json(.gz) file vLLM's profiler wrote")
         self.folder_button = QPushButton("Open trace folder")
@@ -93,10 +93,13 @@ class ProfilePanel(QWidget):
             view.setObjectName(title)
             lay.addWidget(view, 1)
             tables.addWidget(box)
+        self.reason = plain_label("")
+        self.reason.setWordWrap(True)
+        self.reason.setStyleSheet("color:#8a4b00;")
         bar = QHBoxLayout()
         for w in (self.steps, self.profile_button, self.open_button, self.folder_button):
             bar.addWidget(w)
-        bar.addStretch(1)
+        bar.addWidget(self.reason, 1)
         lay = QVBoxLayout(self)
         lay.addLayout(bar)
         lay.addWidget(self.status)
@@ -122,7 +125,7 @@ class ProfilePanel(QWidget):
         ok = ready and folder is not None and not self._busy
         self.profile_button.setEnabled(ok)
         if self._busy:
-            tip = "Profiling…"
+            tip = "Tracing…"
         elif folder is None:
             tip = NO_PROFILER if c.state in ("ready", "attached") else NO_SERVER
         elif not ready:
@@ -130,6 +133,8 @@ class ProfilePanel(QWidget):
         else:
             tip = f"Record {self.steps.value()} engine steps with vLLM's torch profiler"
         self.profile_button.setToolTip(tip)
+        # why it cannot trace, said beside the button (not only in its tooltip)
+        self.reason.setText("" if ok or self._busy else tip)
 
     def _workers_set(self) -> Any:
         if self._workers is None:
@@ -150,7 +155,7 @@ class ProfilePanel(QWidget):
         steps = self.steps.value()
         self._busy = True
         self._update_button()
-        self.status.setText(f"Profiling {steps} engine steps…")
+        self.status.setText(f"Tracing {steps} engine steps…")
         self._workers_set().start(
             profile_server,
             c.url,

@@ -146,7 +146,7 @@ def offline(out: Path) -> int:
 def _shoot_offline(app: QApplication, win: Any, out: Path) -> None:
     """timeline.png: two H200 launches of one model (bf16 with CUDA graphs, then bitsandbytes
     eager) replayed as one recording, with the spans either side of the knob change compared;
-    profile.png: the Profile page over a trace vLLM's profiler wrote (4 steps of the demo
+    profile.png: the Trace page over a trace vLLM's profiler wrote (4 steps of the demo
     model). Skipped where the source tree's recordings or trace are not there (a wheel)."""
     import tempfile
 

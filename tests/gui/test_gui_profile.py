@@ -32,6 +32,7 @@ def test_the_button_says_how_to_enable_it_and_the_capture_reports_its_error(
     panel = ProfilePanel(c)
     qtbot.addWidget(panel)
     assert not panel.profile_button.isEnabled() and panel.profile_button.toolTip() == NO_SERVER
+    assert panel.reason.text() == NO_SERVER  # said beside the button, not only on hover
     # a server that runs without the profiler (here: one attached; no profiler_dir fact)
     url = f"http://127.0.0.1:{_free_port()}"
     c.attached = AttachedServer(url)
@@ -46,6 +47,7 @@ def test_the_button_says_how_to_enable_it_and_the_capture_reports_its_error(
     c.event.emit(StateEvent("ready"))
     assert panel.profile_button.isEnabled()
     assert "4 engine steps" in panel.profile_button.toolTip()
+    assert panel.reason.text() == ""  # it can trace: nothing to explain
     # nothing listens there: the worker's error is the status line, the button comes back
     qtbot.mouseClick(panel.profile_button, Qt.LeftButton)
     assert not panel.profile_button.isEnabled()

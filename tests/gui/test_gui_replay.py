@@ -105,3 +105,22 @@ def test_a_recording_opens_apart_from_the_live_monitor(qtbot, tmp_path: Path) ->
     assert len(alerts) == 1 and "KV-cache usage 60.0%" in alerts[0]
     replay.close()
     qtbot.waitUntil(lambda: win.replays == [], timeout=2000)
+
+
+def test_an_empty_folder_and_an_unreadable_model_say_why(qtbot, tmp_path: Path) -> None:
+    """Before: an empty folder was added in silence, and choosing an unreadable model left
+    only "choose a model in the library" on the Launch tab."""
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    win = MainWindow(device=H200, probe=False)
+    qtbot.addWidget(win)
+    win.add_folder(str(tmp_path / "empty"))
+    assert win.library_info.text().startswith(f"No model found in {tmp_path / 'empty'}")
+    bad = write_checkpoint(tmp_path / "lib" / "bad", LLAMA3_8B)
+    (bad / "config.json").write_text(json.dumps(dict(LLAMA3_8B, head_dim="x")))
+    win.add_model(bad)
+    win.library_info.clear()
+    win.library.setCurrentIndex(
+        win.library_model.index(win.library_model.find(lambda m: m.path == str(bad)), 0)
+    )
+    text = win.library_info.text()
+    assert text.startswith("bad cannot be launched:") and "'head_dim' must be an integer" in text
