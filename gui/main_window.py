@@ -430,7 +430,7 @@ class MainWindow(QMainWindow):
             )
             self._bench_box.layout().addWidget(self._bench)
             # a benchmark run is a marker on the Monitor's timeline
-            self._bench.finished.connect(lambda result: self.monitor.timeline.bench(result))
+            self._bench.finished.connect(lambda result: self.monitor.mark_bench(result))
         return self._bench
 
     def _on_tab_changed(self, index: int) -> None:
@@ -552,8 +552,7 @@ class MainWindow(QMainWindow):
         self._show_serving()
         if st in ("ready", "attached"):
             self.url_label.setText(self.controller.url or "")
-            if st == "attached":
-                self.monitor.clear_history()
+            if st == "attached":  # the Monitor follows it as a source of its own
                 self.kv_view.clear()
         elif st == "starting":  # the plots go on: the timeline's marker shows the restart
             self.kv_view.clear()

@@ -12,6 +12,7 @@ recordings feed the same store, so a recording from a GPU host looks exactly as 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +314,22 @@ def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
     return item
 
 
+@dataclass
+class MonitorSource:
+    """Where the plotted data comes from: the Launch tab's server (across its restarts), an
+    attached URL (a fleet's instance is one). Each keeps its own samples, markers and state,
+    so that following another never mixes or wipes them."""
+
+    key: str
+    label: str
+    store: TimeSeriesStore
+    timeline: Timeline = field(default_factory=Timeline)
+    state: tuple[str, float] | None = None  # (the server's state, since when)
+
+
+SERVER_SOURCE = "server"  # the key of the Launch tab's server
+
+
 class MonitorPanel(QWidget):
     """Plots, window choice, pause, alerts, PNG/CSV export, replay of a recording."""
 
@@ -332,7 +349,13 @@ class MonitorPanel(QWidget):
         replay's panel is not live: it raises no alert and offers neither."""
         super().__init__(parent)
         self.live = live
-        self.store = store if store is not None else TimeSeriesStore()  # an empty one is falsy
+        first = MonitorSource(
+            SERVER_SOURCE,
+            "this panel's server",
+            store if store is not None else TimeSeriesStore(),  # an empty one is falsy
+        )
+        self.sources: dict[str, MonitorSource] = {first.key: first}
+        self._live = self._shown = first  # the source fed, and the one shown
         # a fleet's instances, each its own store (fed by the Fleet tab), overlaid on a row of
         # INSTANCE_PLOTS while "Fleet instances" is ticked
         self.instances: dict[str, TimeSeriesStore] = {}
@@ -356,6 +379,11 @@ class MonitorPanel(QWidget):
         self._axes_timer.setInterval(0)
         self._axes_timer.timeout.connect(self._sync_axes)
 
+        # which source the plots show (shown once there are two: a server, an attached URL)
+        self.source_box = QComboBox()
+        self.source_box.addItem(first.label, first.key)
+        self.source_box.setVisible(False)
+        self.source_box.currentIndexChanged.connect(self._on_source_chosen)
         bar = QHBoxLayout()
         self.window_box = QComboBox()
         self.window_box.addItems(list(WINDOWS))
@@ -393,6 +421,7 @@ class MonitorPanel(QWidget):
         self.csv_button.clicked.connect(lambda: self._ask_export("csv"))
         limits = (QLabel("Alert: p99 TTFT >"), self.ttft_limit, QLabel("KV >"), self.kv_limit)
         for w in (
+            self.source_box,
             QLabel("Window"),
             self.window_box,
             self.pause_box,
@@ -403,7 +432,6 @@ class MonitorPanel(QWidget):
             bar.addWidget(w)
         bar.addStretch(1)
         # the tuning timeline: markers on the plots, two spans compared
-        self.timeline = Timeline()
         self.marker_lines = MarkerLines()
         self.spans: tuple[Span, Span] | None = None
         self._regions: list[tuple[pg.PlotItem, pg.LinearRegionItem, pg.LinearRegionItem]] = []
@@ -428,7 +456,6 @@ class MonitorPanel(QWidget):
         self.source_state = QLabel()
         self.source_state.setStyleSheet("background:#eceff1; color:#37474f; padding:4px;")
         self.source_state.hide()
-        self._source: tuple[str, float] | None = None  # (the server's state, since when)
         self.banner = QLabel()
         self.banner.setStyleSheet("background:#fde2e1; color:#8a1c1c; padding:4px;")
         self.banner.hide()
@@ -589,6 +616,7 @@ class MonitorPanel(QWidget):
     def _version(self) -> Any:
         """What the plots show changes only when one of these does."""
         return (
+            self._shown.key,
             self.store.version,
             self.timeline.version,
             self.spans,
@@ -619,24 +647,68 @@ class MonitorPanel(QWidget):
 
     def _on_server_event(self, ev: Event) -> None:
         match ev:
+            case MarkerEvent(what="launch"):  # a start from the Launch tab: its server's
+                self.follow_source(SERVER_SOURCE, "this panel's server")
+                self.add_event(ev)
             case MarkerEvent():
                 self.add_event(ev)
+            case StateEvent(state="attached", url=url):
+                self.follow_source(f"url {url}", f"attached {url}")
+                self.set_source_state("attached", ev.t)
             case StateEvent(state=state):
                 self.set_source_state(state, ev.t)
-                self.timeline.observe(ev)  # a launch that crashed before ready: failed start
+                self._live.timeline.observe(ev)  # a launch that crashed before ready
+
+    @property
+    def store(self) -> TimeSeriesStore:
+        """The samples the plots show (the shown source's)."""
+        return self._shown.store
+
+    @property
+    def timeline(self) -> Timeline:
+        """The markers the plots show (the shown source's)."""
+        return self._shown.timeline
+
+    def follow_source(self, key: str, label: str) -> MonitorSource:
+        """Feed (and show) the source ``key`` from now on, made on first use; the others keep
+        their samples and markers, and stay in the source list."""
+        src = self.sources.get(key)
+        if src is None:
+            src = MonitorSource(key, label, TimeSeriesStore(self._live.store.capacity))
+            self.sources[key] = src
+            self.source_box.addItem(label, key)
+        self._live = src
+        self.source_box.setVisible(len(self.sources) > 1)
+        self.source_box.setCurrentIndex(self.source_box.findData(key))  # shows it
+        return src
+
+    def _on_source_chosen(self, index: int) -> None:
+        src = self.sources.get(self.source_box.itemData(index))
+        if src is None or src is self._shown:
+            return
+        self.compare_button.setChecked(False)  # spans belong to a source's samples
+        self._shown = src
+        self._manual_y.clear()
+        self._redraw()
 
     def set_source_state(self, state: str, t: float | None = None) -> None:
         """The live source moved to ``state`` (the server's: starting, ready, stopped...) at
         ``t``: the cue above the plots follows."""
-        self._source = (state, time.time() if t is None else t)
+        self._live.state = (state, time.time() if t is None else t)
         self._update_source_cue()
 
     def _update_source_cue(self) -> None:
         text = ""
-        if self.live and self._source is not None:
-            state, since = self._source
-            now, last = time.time(), self.store.last_t
-            if state in ("stopped", "crashed"):
+        src = self._shown
+        if self.live and src.state is not None:
+            state, since = src.state
+            now, last = time.time(), src.store.last_t
+            if src is not self._live:
+                text = (
+                    f"■ {src.label}: not followed since {_clock(since)} ({state}); the plots "
+                    "hold what came until then"
+                )
+            elif state in ("stopped", "crashed"):
                 text = (
                     f"■ {state} at {_clock(since)}: no new samples; the plots hold what came "
                     "until then"
@@ -743,9 +815,9 @@ class MonitorPanel(QWidget):
         """Feed one event (live or replayed); plots update on the next timer tick. Markers,
         and a fleet's fallback switches, go to the timeline."""
         if not isinstance(ev, MetricsEvent):
-            self.timeline.observe(ev)
+            self._live.timeline.observe(ev)
             return
-        self.store.append(ev)
+        self._live.store.append(ev)
         error = ev.get("error")
         text = f"monitoring: {str(error)[:300]}" if error else ""
         if text != self.problem.text():
@@ -753,8 +825,12 @@ class MonitorPanel(QWidget):
             self.problem.setVisible(bool(text))
 
     # -- the tuning timeline -----------------------------------------------------------------
+    def mark_bench(self, result: Any) -> None:
+        """A benchmark run ended (its saved figures): a marker on the live source's timeline."""
+        self._live.timeline.bench(result)
+
     def clear_history(self) -> None:
-        """Forget the samples and the markers (another server, a recording)."""
+        """Forget the shown source's samples and markers."""
         self.compare_button.setChecked(False)
         self.store.clear()
         self.timeline.clear()
@@ -889,10 +965,11 @@ class MonitorPanel(QWidget):
             for k in ("ttft", "itl", "e2e")
         ]
         messages = []
-        t = self.store.last_t or time.time()  # the sample's time: the reading's own
+        live = self._live.store  # alerts are of now: the live source's, whatever is shown
+        t = live.last_t or time.time()  # the sample's time: the reading's own
         version = self.alerts.version
         for key, series, lim, fmt in (*checks, *slo):
-            v = self.store.latest(series)
+            v = live.latest(series)
             if key.startswith("slo_"):
                 over = v is not None and v < lim
             elif key == "preempt":

@@ -218,3 +218,46 @@ def test_gaps_follow_the_spacing_of_decimated_windows() -> None:
     t = np.array([0.0, 0.5, 1.0, 1.5, 9.0, 9.5])
     t2, cols = with_gaps(t, {"a": np.arange(6.0)})
     assert len(t2) == 7 and np.isnan(cols["a"][4]) and t2[3] < t2[4] < t2[5]
+
+
+def test_each_source_keeps_its_own_samples_and_markers(qtbot) -> None:
+    """Before: attaching to another server (a fleet's instance) wiped the Launch tab
+    server's history; now each is a source of its own, listed and shown on choice."""
+    import time
+
+    from conftest import metrics_event
+
+    from quantdeck.core.events import MarkerEvent, StateEvent
+    from quantdeck.gui.monitor import MonitorPanel
+
+    panel = MonitorPanel()
+    qtbot.addWidget(panel)
+    now = time.time()
+    panel._on_server_event(MarkerEvent("launch", "launch", config={"model": "/m"}, t=now - 30))
+    panel._on_server_event(StateEvent("ready", t=now - 29))
+    for i in range(6):
+        panel.add_event(metrics_event(now - 28 + i, running=2))
+    panel._on_server_event(StateEvent("stopped", t=now - 20))
+    server = panel.sources["server"]
+    before = (len(server.store), [m.what for m in server.timeline.markers])
+    assert before == (6, ["launch"]) and panel.source_box.isHidden()
+    # the operator attaches to a fleet's instance: a source of its own, shown
+    url = "http://127.0.0.1:18001"
+    panel._on_server_event(StateEvent("attached", url=url, t=now - 10))
+    for i in range(4):
+        panel.add_event(metrics_event(now - 9 + i, running=7))
+    assert (len(server.store), [m.what for m in server.timeline.markers]) == before
+    assert len(panel.store) == 4 and panel.source_box.isVisibleTo(panel)
+    assert panel.source_box.currentText() == f"attached {url}"
+    panel.refresh(force=True)
+    assert list(panel.data_of("running")) == [7.0] * 4
+    # the operator looks back at the server's run: its samples, and a cue that it is not live
+    panel.source_box.setCurrentIndex(panel.source_box.findData("server"))
+    panel.refresh(force=True)
+    assert list(panel.data_of("running")) == [2.0] * 6
+    assert "not followed since" in panel.source_state.text()
+    # a start on the Launch tab follows the server's source again, and its markers
+    panel._on_server_event(MarkerEvent("launch", "launch", config={"model": "/m"}, t=now))
+    assert panel.source_box.currentData() == "server"
+    assert [m.what for m in panel.timeline.markers] == ["launch", "restart"]
+    assert len(panel.sources[f"url {url}"].store) == 4
