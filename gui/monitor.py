@@ -369,6 +369,7 @@ class MonitorPanel(QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         self._alert_lines: dict[str, pg.InfiniteLine] = {}
         self.alerts = AlertLog()  # raised, cleared, acknowledged (the Alerts page lists them)
+        self._alerts_seen: Any = None  # the live store's version the alerts were judged at
         self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
         self._plot_curves: dict[str, list[_Curve]] = {}
         self._legends: dict[str, QGraphicsPixmapItem] = {}
@@ -726,6 +727,11 @@ class MonitorPanel(QWidget):
         """Redraw from the store if it changed and the tab is shown (the QTimer's slot);
         ``force`` draws a hidden panel too (exports, tests)."""
         self._update_source_cue()
+        # alerts are judged on every new live sample, whatever tab is shown (the badges on
+        # the Monitor tab and the status bar are for when the plots are not in view)
+        if self._live.store.version != self._alerts_seen:
+            self._alerts_seen = self._live.store.version
+            self._check_alerts()
         version = self._version()
         if self.paused or version == self._drawn_version:
             return
@@ -750,7 +756,6 @@ class MonitorPanel(QWidget):
             if title not in self._manual_y:
                 self._fit_y(title, p)
         self._sync_axes(force)
-        self._check_alerts()
 
     def _sync_axes(self, force: bool = False) -> None:
         """Draw the axes that changed, one per turn of the event loop (a few ms each, the

@@ -19,6 +19,7 @@ from PySide6.QtCore import (
     QSize,
     Qt,
 )
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -44,6 +45,7 @@ class Column(Generic[T]):
     tooltip: Callable[[T], str] | None = None
     value: Callable[[T], Any] | None = None
     align_right: bool = False
+    color: Callable[[T], str | None] | None = None  # the text's colour (None: the default)
 
 
 class ObjectTableModel(QAbstractTableModel, Generic[T]):
@@ -73,6 +75,9 @@ class ObjectTableModel(QAbstractTableModel, Generic[T]):
             return col.value(row)
         if role == Qt.TextAlignmentRole and col.align_right:
             return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.ForegroundRole and col.color is not None:
+            color = col.color(row)
+            return QColor(color) if color else None
         return None
 
     def headerData(

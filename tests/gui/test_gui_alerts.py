@@ -57,3 +57,16 @@ def test_the_log_is_bounded_and_keeps_active_alerts() -> None:
         log.update(key, False, "", 3.5 + i)
     assert len(log) == 3 and [a.key for a in log.active] == ["a"]  # cleared ones went first
     assert log.unacknowledged == 3 and log.acknowledge_all() == 3 and log.unacknowledged == 0
+
+
+def test_alerts_are_judged_while_another_tab_is_shown(qtbot) -> None:
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    win.show()
+    win.tabs.setCurrentWidget(win.logs)  # the plots are not in view
+    mon = win.monitor
+    assert not mon.isVisible()
+    mon.add_event(metrics_event(time.time(), kv_usage_pct=99.0))
+    qtbot.waitUntil(lambda: "1 alert active" in win.alert_label.text(), timeout=2_000)
+    assert "Monitor ⚠ 1" in win.tabs.tabText(win.tabs.indexOf(win._monitor_box))
+    win.close()

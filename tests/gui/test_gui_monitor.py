@@ -174,7 +174,6 @@ def test_a_gap_in_the_samples_breaks_the_curves_and_a_stop_is_shown(qtbot) -> No
 
     from conftest import metrics_event
 
-    from quantdeck.core.events import StateEvent
     from quantdeck.gui.monitor import STALE_S, MonitorPanel
 
     panel = MonitorPanel()
