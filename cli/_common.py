@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.errors import ConfigError, QuantdeckError
-from quantdeck.core.events import ArmServerEvent, Event, LogEvent, StateEvent
+from quantdeck.core.events import (
+    ArmEvent,
+    ArmServerEvent,
+    Event,
+    LogEvent,
+    PointEvent,
+    StateEvent,
+)
 from quantdeck.core.launch import (
     DeviceFacts,
     LaunchConfig,
@@ -310,41 +317,8 @@ class EventPrinter:
 
 
 def human_event(event: Event) -> str:
-    """One short line for a person (the JSON line's keys, laid out)."""
-    kind, ev = event.kind, event.to_json()
-    if kind == "state":
-        extra = ev.get("reason") or ev.get("url") or ""
-        return f"[{kind}] {ev['state']} {extra}".rstrip()
-    if kind == "fact":
-        return f"[fact] {ev['name']} = {ev['value']}"
-    if kind == "progress":
-        return f"[progress] {ev['stage']} {ev['pct']:.0f}%"
-    if kind == "advice":
-        return f"[{ev['level']}] {ev['message']}"
-    if kind in ("restart", "route", "fallback"):
-        from quantdeck.core.fleet.rows import fleet_news
-
-        return f"[{kind}] {fleet_news(event)}"
-    if kind == "metrics":
-
-        def f(v: Any, fmt: str = ".1f") -> str:
-            return "-" if v is None else format(v, fmt)
-
-        return (
-            f"[metrics] kv {f(ev.get('kv_usage_pct'))}% ({ev.get('kv_blocks_used')}/"
-            f"{ev.get('kv_blocks_total')} blocks) run {ev.get('running')} wait "
-            f"{ev.get('waiting')} gen {f(ev.get('generation_tokens_per_s'))} tok/s "
-            f"ttft p99 {f(ev.get('ttft_p99_ms'))} ms cpu {f(ev.get('host_cpu_pct'))}%"
-        )
-    if kind == "kv":
-        rate = ev.get("prefix_hit_rate")
-        lost = f" lost {ev['batches_lost']} batches" if ev.get("batches_lost") else ""
-        return (
-            f"[kv] resident {ev['blocks_resident']} blocks, stored {ev['blocks_stored_total']}"
-            f" removed {ev['blocks_removed_total']} evicted {ev.get('evicted_total', 0)}, "
-            f"prefix hits {'-' if rate is None else format(rate * 100, '.1f') + '%'}{lost}"
-        )
-    return json.dumps(ev, default=str)
+    """One short line for a person: the event's own :meth:`~Event.describe`."""
+    return event.describe()
 
 
 class Stopped(KeyboardInterrupt):
@@ -448,37 +422,11 @@ class Progress:
         self.json_events = json_events
 
     def __call__(self, event: Event) -> None:
-        ev = event.to_json()
         if self.json_events:
-            print(json.dumps(ev, default=str), flush=True)
+            print(json.dumps(event.to_json(), default=str), flush=True)
             return
-        kind = event.kind
-        if kind == "arm":
-            print(
-                f"[{ev['index'] + 1}/{ev['total']}] {ev['label']}: {ev['stage']}"
-                + (f" ({ev['error']})" if ev.get("error") else ""),
-                file=sys.stderr,
-                flush=True,
-            )
-        elif kind == "point":
-            vals = " ".join(f"{k}={v}" for k, v in ev["values"].items())
-            if ev["stage"] == "done":
-                good = "-" if ev.get("goodput") is None else f"{ev['goodput']:.2f} req/s"
-                note = (
-                    ev.get("dropped")
-                    or ev.get("error")
-                    or ("meets" if ev.get("meets") else "misses targets")
-                )
-                print(
-                    f"point {ev['index']}: {vals}: goodput {good} ({note})",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            else:
-                print(f"point {ev['index']}: {vals}: starting", file=sys.stderr, flush=True)
-        elif (
-            isinstance(event, ArmServerEvent)
-            and isinstance(event.server, StateEvent)
-            and event.server.state == "crashed"
-        ):
-            print(f"  server crashed: {event.server.get('reason')}", file=sys.stderr, flush=True)
+        match event:
+            case ArmEvent() | PointEvent():
+                print(event.describe(), file=sys.stderr, flush=True)
+            case ArmServerEvent(server=StateEvent(state="crashed", reason=reason)):
+                print(f"  server crashed: {reason or None}", file=sys.stderr, flush=True)

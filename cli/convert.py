@@ -38,9 +38,10 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
         if ns.json_events:
             print(json.dumps(ev.to_json(), default=str), flush=True)
         elif isinstance(ev, ProgressEvent):
-            layer = f" layer {ev.get('layer')}/{ev.get('layers')}" if ev.get("layer") else ""
+            at = ev.extra.get("layer")  # the quantizer's extras: layer of layers
+            layer = f" layer {at}/{ev.extra.get('layers')}" if at else ""
             print(
-                f"\r{ev.get('stage', ''):>10}{layer} {ev.get('pct', 0):5.1f}%   ",
+                f"\r{ev.stage:>10}{layer} {ev.pct:5.1f}%   ",
                 end="",
                 file=sys.stderr,
                 flush=True,

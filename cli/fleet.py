@@ -7,16 +7,16 @@ import json
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from quantdeck.cli._common import (
     AddCommand,
-    human_event,
     positive_seconds,
     print_json,
     until_signal,
 )
-from quantdeck.core.errors import ServerError
+from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, LogEvent, MetricsEvent
 
 if TYPE_CHECKING:
@@ -48,12 +48,12 @@ class FleetPrinter:
             return
         if isinstance(inner, MetricsEvent) and not self.json_events:
             return  # a person reads the news; the figures are in the JSON and the recording
-        name = event.get("instance") or "fleet"
-        text = (
-            json.dumps(event.to_json(), default=str)
-            if self.json_events
-            else f"{name}: {inner.line if isinstance(inner, LogEvent) else human_event(inner)}"
-        )
+        if self.json_events:
+            text = json.dumps(event.to_json(), default=str)
+        elif isinstance(event, InstanceEvent):
+            text = event.describe()  # NAME: line
+        else:
+            text = f"fleet: {event.describe()}"
         with self._lock:
             print(text, flush=True)
 
@@ -90,7 +90,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         rows.apply(ev)
         line = event_line(ev) if isinstance(ev, InstanceEvent) else None
         if line is not None:
-            news.append({"t": ev.get("t"), "line": line})
+            news.append({"t": ev.when, "line": line})
     table = [{**r.describe(), "state": r.state_text(), "router": r.route_text()} for r in rows.rows]
     for d, r in zip(table, rows.rows, strict=True):
         d.update(kv_pct=r.kv_pct, running=r.running, waiting=r.waiting, tok_s=r.tok_s)
@@ -118,10 +118,32 @@ def cmd_replay(ns: argparse.Namespace) -> int:
 NOT_RUNNING = 3
 
 
-def cmd_status(ns: argparse.Namespace) -> int:
-    from quantdeck.core.fleet import probe, running_fleet
+def _running(ns: argparse.Namespace) -> dict[str, Any] | None:
+    """The running fleet's state (None: none runs). ``ns.file``, when given, names the fleet
+    meant: one that is not the running fleet's file (as its ``fleet up`` named it) is refused,
+    so that a script never stops or reports another fleet than it started."""
+    from quantdeck.core.fleet import running_fleet
 
     state = running_fleet()
+    if state is None or ns.file is None:
+        return state
+    running = state.get("file")
+    if not isinstance(running, str) or not _same_file(ns.file, running):
+        raise ConfigError(f"{ns.file}: not the running fleet's file (that is {running})")
+    return state
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError):  # a loop of links, a name too long
+        return False
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    from quantdeck.core.fleet import probe
+
+    state = _running(ns)
     if state is None:
         if ns.json:
             print_json({"running": False})
@@ -141,9 +163,9 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 
 def cmd_down(ns: argparse.Namespace) -> int:
-    from quantdeck.core.fleet import running_fleet, stop_running_fleet
+    from quantdeck.core.fleet import stop_running_fleet
 
-    if running_fleet() is None:
+    if _running(ns) is None:
         print("no fleet running", file=sys.stderr)
         return 0
     if not stop_running_fleet(ns.timeout):
@@ -165,6 +187,12 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
     return ACTIONS[ns.action](ns)
 
 
+_FILE_HELP = (
+    "the fleet file it was brought up from: refused (exit 2) when the running fleet is "
+    "another's (default: whichever runs)"
+)
+
+
 def register(add: AddCommand) -> None:
     sp = add("fleet", cmd_fleet, "several vLLM instances behind vLLM's router")
     sub = sp.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -180,8 +208,10 @@ def register(add: AddCommand) -> None:
     p = sub.add_parser(
         "status", help="the running fleet: router, instances and their health (exit 3: none)"
     )
+    p.add_argument("file", nargs="?", help=_FILE_HELP)
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("down", help="stop the running fleet (all its processes)")
+    p.add_argument("file", nargs="?", help=_FILE_HELP)
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S")
     p = sub.add_parser("replay", help="a fleet recording: its news, then its rows as they ended")
     p.add_argument("file", help="a recording of `fleet up --record`")

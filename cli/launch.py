@@ -37,6 +37,12 @@ def _plan_and_advise(
     return cfg, info, kv, advise(cfg, info, dev, kv), dev.ray
 
 
+# `plan`'s exit status when the launch does not fit (the plan is printed all the same), so
+# that a script can ask `quantdeck plan MODEL [knobs] --json && quantdeck serve ...`; a user's
+# error stays 2
+DOES_NOT_FIT = 1
+
+
 def cmd_plan(ns: argparse.Namespace) -> int:
     cfg, info, kv, findings, ray = _plan_and_advise(ns)
     out = kv.to_json()
@@ -46,9 +52,10 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     out["errors"] = [f.message for f in findings if f.level == "error"]
     out["warnings"] = [f.message for f in findings if f.level == "warning"]
     out["fits"] = kv.fits and not out["errors"]
+    code = 0 if out["fits"] else DOES_NOT_FIT
     if ns.json:
         print_json(out)
-        return 0
+        return code
     print(f"device        {kv.device}")
     print(f"model         {info.path} ({info.badge})")
     for label, key in (
@@ -84,7 +91,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         print(f"error: {m}")
     for m in out["warnings"]:
         print(f"warning: {m}")
-    return 0
+    return code
 
 
 def cmd_command(ns: argparse.Namespace) -> int:
@@ -117,6 +124,10 @@ def cmd_profile(ns: argparse.Namespace) -> int:
 
 def register(add: AddCommand) -> None:
     sp = add("plan", cmd_plan, "predict memory split and KV cache of a launch, with advice")
+    sp.epilog = (
+        f"exit status: 0 when the launch fits, {DOES_NOT_FIT} when it does not (or the advice "
+        "has an error; the plan is printed all the same), 2 for a bad model, option or file"
+    )
     add_model_and_knobs(sp)
     add_device(sp)
     sp.add_argument("--json", action="store_true")

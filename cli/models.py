@@ -21,7 +21,7 @@ def cmd_demo_model(ns: argparse.Namespace) -> int:
             print(json.dumps(ev.to_json()), flush=True)
         elif isinstance(ev, ProgressEvent):
             print(
-                f"\r{ev.get('stage', ''):>10} {ev.get('pct', 0):5.1f}%",
+                f"\r{ev.stage:>10} {ev.pct:5.1f}%",
                 end="",
                 file=sys.stderr,
                 flush=True,

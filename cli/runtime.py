@@ -19,7 +19,7 @@ from quantdeck.cli._common import (
     print_json,
     until_signal,
 )
-from quantdeck.core.events import Event, StateEvent
+from quantdeck.core.events import Event, FactEvent, StateEvent
 from quantdeck.core.launch import knobs
 
 
@@ -44,7 +44,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         recorder.write(Timeline().launch(knobs.to_dict(cfg)))  # the timeline's launch marker
     out = EventPrinter(ns.json_events, recorder, ns.logs)
     server.subscribe(out)
-    server.subscribe(lambda ev: stop.set() if ev.get("state") == "crashed" else None)
+    server.subscribe(
+        lambda ev: stop.set() if isinstance(ev, StateEvent) and ev.state == "crashed" else None
+    )
     kv = KvEvents(server, out, capture=ns.kv_capture)
     server.subscribe(kv.on_server_event)
     sampler = None
@@ -90,7 +92,7 @@ class KvEvents:
 
     def on_server_event(self, ev: Event) -> None:
         if self.feed is None:
-            if ev.kind != "fact" or ev.get("name") != "kv_events":
+            if not (isinstance(ev, FactEvent) and ev.name == "kv_events"):
                 return
             from quantdeck.core.monitor.kv_events import KvFeed
 

@@ -13,12 +13,16 @@ the others or the emitter, and its error is logged once, with its traceback: nev
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
+
+from quantdeck.core.snapshots import GpuSnapshot, MetricsSnapshot, TelemetrySnapshot, field_names
 
 log = logging.getLogger("quantdeck.events")
 
@@ -36,7 +40,7 @@ class _Absent:
     def __repr__(self) -> str:
         return "ABSENT"
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> Literal[False]:  # mypy then reads `ev.reason or ""` as str
         return False
 
     def __reduce__(self) -> str:
@@ -91,6 +95,16 @@ class Event:
                     return getattr(self, f.name)[name]
             return default
         return value
+
+    def describe(self) -> str:
+        """One line for a person: what the CLI prints (and the GUI's Logs tab shows) for it."""
+        return json.dumps(self.to_json(), default=str)
+
+    @property
+    def when(self) -> float | None:
+        """The event's time (unix seconds); None where it carries none."""
+        t = getattr(self, "t", None)
+        return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
 
     @classmethod
     def _names(cls) -> frozenset[str]:
@@ -153,6 +167,10 @@ class StateEvent(Event):
     error: str | None | _Absent = ABSENT  # jobs: why a job failed
     t: float = field(default_factory=now)
 
+    def describe(self) -> str:
+        extra = self.reason or self.url or ""
+        return f"[state] {self.state} {extra}".rstrip()
+
 
 @dataclass(frozen=True)
 class FactEvent(Event):
@@ -162,6 +180,9 @@ class FactEvent(Event):
     name: str
     value: Any
     t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        return f"[fact] {self.name} = {self.value}"
 
 
 @dataclass(frozen=True)
@@ -174,6 +195,9 @@ class ProgressEvent(Event):
     extra: Mapping[str, Any] = flat()  # what a worker adds (loss, layer, peak_rss_bytes...)
     t: float | _Absent = field(default_factory=now)
 
+    def describe(self) -> str:
+        return f"[progress] {self.stage} {self.pct:.0f}%"
+
 
 @dataclass(frozen=True)
 class LogEvent(Event):
@@ -184,6 +208,9 @@ class LogEvent(Event):
     level: str | _Absent = ABSENT
     t: float | _Absent = field(default_factory=now)
 
+    def describe(self) -> str:
+        return self.line
+
 
 @dataclass(frozen=True)
 class PlanEvent(Event):
@@ -192,6 +219,16 @@ class PlanEvent(Event):
     kind: ClassVar[str] = "plan"
     plan: Mapping[str, Any] = flat()
     t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        p = self.plan
+        if "kv_cache_tokens" not in p:
+            return "[plan] none"
+        fits = "fits" if p.get("fits") else "does not fit: " + "; ".join(p.get("reasons") or [])
+        return (
+            f"[plan] KV cache {p.get('kv_cache_tokens')} tokens in {p.get('num_blocks')} "
+            f"blocks, max length {p.get('max_model_len')}: {fits}"
+        )
 
 
 @dataclass(frozen=True)
@@ -202,25 +239,123 @@ class AdviceEvent(Event):
     finding: Mapping[str, Any] = flat()
     t: float = field(default_factory=now)
 
+    def describe(self) -> str:
+        return f"[{self.finding.get('level')}] {self.finding.get('message')}"
+
 
 # -- monitoring (quantdeck.core.monitor) ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class MetricsEvent(Event):
-    """One monitoring tick: derived /metrics figures and telemetry, flat (``kv_usage_pct``,
-    ``ttft_p99_ms``, ``gpus``...), as ``serve/monitor --json-events`` print them."""
+    """One monitoring tick: the scrape of the server's ``/metrics`` (``metrics``), the GPUs and
+    the host (``telemetry``), and why either is missing this tick (``error``).
+
+    In JSON it is flat, as ``serve/monitor --json-events`` print it and recordings hold it:
+    ``{"event": "metrics", "t": ..., ...the metrics' keys, ...the telemetry's, "error": ...}``
+    (the snapshots' own ``t`` is the event's). Read back, ``extra`` keeps the keys that are
+    neither (a newer version's), and ``layout``/``gpu_layout`` the keys as they were written
+    where the snapshots would write others (an older version's recording lacks figures, which
+    read None): every line writes back unchanged."""
 
     kind: ClassVar[str] = "metrics"
     t: float
-    values: Mapping[str, Any] = flat()
+    metrics: MetricsSnapshot | None = None
+    telemetry: TelemetrySnapshot | None = None
+    error: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    layout: tuple[str, ...] | None = None  # the flat keys as written (None: the snapshots')
+    gpu_layout: tuple[str, ...] | None = None  # each GPU's keys as written (None: the same)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.kind, "t": self.t, **self.values}
+
+    @functools.cached_property
+    def values(self) -> Mapping[str, Any]:
+        """The flat figures, as :meth:`to_json` writes them after ``t`` (for readers by key)."""
+        flat: dict[str, Any] = {}
+        if self.metrics is not None:
+            flat.update(self.metrics.to_json())
+        if self.telemetry is not None:
+            tel = self.telemetry.to_json()
+            if self.gpu_layout is not None:
+                tel["gpus"] = [{k: g[k] for k in self.gpu_layout} for g in tel["gpus"]]
+            flat.update(tel)
+        flat.pop("t", None)
+        if self.error is not None:
+            flat["error"] = self.error
+        flat.update(self.extra)
+        if self.layout is not None:
+            flat = {k: flat[k] for k in self.layout if k in flat}
+        return flat
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.t if name == "t" else self.values.get(name, default)
+
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any]) -> Event:
+        if "t" not in data:
+            raise ValueError("'metrics' event: no 't'")
+        rest = {k: v for k, v in data.items() if k not in ("event", "t")}
+        return cls.from_values(data["t"], rest)
+
+    @classmethod
+    def from_values(cls, t: float, values: Mapping[str, Any]) -> MetricsEvent:
+        """The event whose flat figures (:attr:`values`) are ``values``: a snapshot is read
+        from its keys where ``values`` has any (those it lacks read None), ``error`` where it
+        is text; the rest goes to ``extra``."""
+        metrics = telemetry = error = None
+        gpu_layout = None
+        taken: set[str] = set()
+        if any(k in values for k in _METRICS_KEYS):
+            metrics = MetricsSnapshot.from_json({**values, "t": t})
+            taken.update(_METRICS_KEYS)
+        # the GPUs: objects of GpuSnapshot's keys, the same keys each (else kept as written)
+        gpus = values.get("gpus", [])
+        ok = isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus)
+        gpu_keys = {tuple(g) for g in gpus} if ok else set()
+        ok = ok and len(gpu_keys) <= 1 and all(set(keys) <= _GPU_KEY_SET for keys in gpu_keys)
+        if ok and any(k in values for k in _TELEMETRY_KEYS):
+            telemetry = TelemetrySnapshot.from_json({**values, "t": t})
+            taken.update(_TELEMETRY_KEYS)
+            keys = next(iter(gpu_keys), _GPU_KEYS)
+            gpu_layout = None if keys == _GPU_KEYS else keys
+        if isinstance(values.get("error"), str):
+            error = values["error"]
+            taken.add("error")
+        extra = {k: v for k, v in values.items() if k not in taken}
+        ev = cls(t, metrics, telemetry, error, extra, gpu_layout=gpu_layout)
+        if list(ev.values) != list(values):
+            ev = dataclasses.replace(ev, layout=tuple(values))
+        return ev
+
+    def describe(self) -> str:
+        m, tel = self.metrics, self.telemetry
+
+        def f(v: Any) -> str:
+            return "-" if v is None else format(v, ".1f")
+
+        line = (
+            f"[metrics] kv {f(m and m.kv_usage_pct)}% ({m and m.kv_blocks_used}/"
+            f"{m and m.kv_blocks_total} blocks) run {m and m.running} wait {m and m.waiting} "
+            f"gen {f(m and m.generation_tokens_per_s)} tok/s ttft p99 {f(m and m.ttft_p99_ms)} "
+            f"ms cpu {f(tel and tel.host_cpu_pct)}%"
+        )
+        return line + (f" ({self.error})" if self.error else "")
+
+
+_METRICS_KEYS = field_names(MetricsSnapshot)[1:]  # t is the event's
+_TELEMETRY_KEYS = field_names(TelemetrySnapshot)[1:]
+_GPU_KEYS = field_names(GpuSnapshot)
+_GPU_KEY_SET = frozenset(_GPU_KEYS)
 
 
 @dataclass(frozen=True)
 class KvEvent(Event):
     """One tick of vLLM's KV-cache events as the block index saw them (``serve --kv-events``;
     core/monitor/kv_events.py). Totals count since the subscriber started, in blocks; rates are
-    since the previous ``kv`` event; ages and lifetimes in seconds. ``groups``: the same per
+    since the previous ``kv`` event; ages and lifetimes in seconds. ``vllm_prefix_*``: vLLM's
+    own prefix-cache counters (tokens) beside the index's figures. ``groups``: the same per
     KV-cache group (``group``, ``kind``, ``resident``, ``stored``, ``reused``...; ``cells``: the
     block map's runs ``[age bucket, reuse bucket, count]``).
     ``top_prefixes``: the most reused shared prefixes (``id``, ``group``, ``blocks``, ``hits``);
@@ -233,6 +368,13 @@ class KvEvent(Event):
     blocks_resident: int
     prefix_hit_rate: float | None
     blocks_reused_total: int = 0
+    # vLLM's own prefix-cache counters of the same server, read from its /metrics for this
+    # event (tokens, since the server started, as the index's totals are; absent: not read):
+    # hit tokens / queried tokens, the rate to tune by. The index's ``prefix_hit_rate`` counts
+    # only what the events show, and a hit that ends in a partial block shows nothing.
+    vllm_prefix_hit_rate: float | None | _Absent = ABSENT
+    vllm_prefix_hit_tokens_total: int | _Absent = ABSENT
+    vllm_prefix_query_tokens_total: int | _Absent = ABSENT
     stored_per_s: float = 0.0
     removed_per_s: float = 0.0
     evicted_total: int = 0
@@ -248,6 +390,15 @@ class KvEvent(Event):
     top_prefixes: list[dict[str, Any]] = field(default_factory=list)
     prefix_tokens: dict[str, list[int]] = field(default_factory=dict)
     t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        rate = self.prefix_hit_rate
+        lost = f" lost {self.batches_lost} batches" if self.batches_lost else ""
+        return (
+            f"[kv] resident {self.blocks_resident} blocks, stored {self.blocks_stored_total}"
+            f" removed {self.blocks_removed_total} evicted {self.evicted_total}, "
+            f"prefix hits {'-' if rate is None else format(rate * 100, '.1f') + '%'}{lost}"
+        )
 
 
 @dataclass(frozen=True)
@@ -265,6 +416,10 @@ class MarkerEvent(Event):
     config: dict[str, Any] | _Absent = ABSENT
     t: float = field(default_factory=now)
 
+    def describe(self) -> str:
+        changed = f" ({len(self.diff)} changed)" if self.diff else ""
+        return f"[marker] {self.what}: {self.label}{changed}"
+
 
 @dataclass(frozen=True)
 class RecordingHeader(Event):
@@ -274,6 +429,10 @@ class RecordingHeader(Event):
     version: int
     t: float | _Absent = field(default_factory=now)
     info: Mapping[str, Any] = flat()  # source, config, model, url...
+
+    def describe(self) -> str:
+        source = self.info.get("source")
+        return f"[recording] version {self.version}" + (f" of {source}" if source else "")
 
 
 # -- benchmarks (quantdeck.core.bench) --------------------------------------------------------
@@ -292,6 +451,10 @@ class BenchProgress(Event):
     point: int | _Absent = ABSENT
     t: float = field(default_factory=now)
 
+    def describe(self) -> str:
+        ttft = f" (ttft {self.ttft_ms:.0f} ms)" if isinstance(self.ttft_ms, int | float) else ""
+        return f"[progress] {self.done}/{self.total} requests{ttft}"
+
 
 @dataclass(frozen=True)
 class ArmEvent(Event):
@@ -306,6 +469,10 @@ class ArmEvent(Event):
     error: str | None | _Absent = ABSENT  # when done: why the arm has no result
     point: int | _Absent = ABSENT
     t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        why = f" ({self.error})" if self.error else ""
+        return f"[{self.index + 1}/{self.total}] {self.label}: {self.stage}{why}"
 
 
 @dataclass(frozen=True)
@@ -331,6 +498,9 @@ class ArmServerEvent(Event):
         kw["server"] = from_json(kw["server"])
         return cls(**kw)
 
+    def describe(self) -> str:
+        return f"[arm {self.index + 1}] {self.server.describe()}"
+
 
 @dataclass(frozen=True)
 class PointEvent(Event):
@@ -344,6 +514,16 @@ class PointEvent(Event):
     result: Mapping[str, Any] = flat()  # goodput, meets, error, dropped, seconds...
     t: float = field(default_factory=now)
 
+    def describe(self) -> str:
+        vals = " ".join(f"{k}={v}" for k, v in self.values.items())
+        if self.stage != "done":
+            return f"point {self.index}: {vals}: {self.stage}"
+        r = self.result
+        good = "-" if r.get("goodput") is None else f"{r['goodput']:.2f} req/s"
+        note = r.get("dropped") or r.get("error")
+        note = note or ("meets" if r.get("meets") else "misses targets")
+        return f"point {self.index}: {vals}: goodput {good} ({note})"
+
 
 # -- workers and jobs (quantdeck.core.workers, quantdeck.core.convert) ------------------------
 
@@ -355,6 +535,9 @@ class DoneEvent(Event):
     kind: ClassVar[str] = "done"
     result: Mapping[str, Any] = flat()
     t: float | _Absent = ABSENT
+
+    def describe(self) -> str:
+        return "[done] " + " ".join(f"{k}={v}" for k, v in self.result.items())
 
 
 # -- fleets (quantdeck.core.fleet) ------------------------------------------------------------
@@ -375,6 +558,13 @@ class InstanceEvent(Event):
     def get(self, name: str, default: Any = None) -> Any:
         return self.instance if name == "instance" else self.event.get(name, default)
 
+    def describe(self) -> str:
+        return f"{self.instance}: {self.event.describe()}"
+
+    @property
+    def when(self) -> float | None:
+        return self.event.when
+
 
 @dataclass(frozen=True)
 class RestartEvent(Event):
@@ -386,6 +576,11 @@ class RestartEvent(Event):
     delay_s: float
     gave_up: bool = False
     t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        if self.gave_up:
+            return f"[restart] restart given up after {self.attempt - 1} in a row"
+        return f"[restart] restart {self.attempt} in {self.delay_s:g} s"
 
 
 @dataclass(frozen=True)
@@ -400,6 +595,10 @@ class RouteEvent(Event):
     ok: bool = True  # False: the router refused or did not answer (``error`` says what)
     error: str | _Absent = ABSENT
     t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        failed = "" if self.ok else f" failed: {self.error}"
+        return f"[route] {self.action} {self.worker} ({self.reason}){failed}"
 
 
 @dataclass(frozen=True)
@@ -416,6 +615,19 @@ class FallbackEvent(Event):
     held_s: float
     backups: list[str] = field(default_factory=list)
     t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        value = "no data" if self.value_ms is None else f"{self.value_ms:g} ms"
+        if self.active:
+            return (
+                f"[fallback] fallback on: the primaries' {self.metric} {value} > "
+                f"{self.above_ms:g} ms for {self.held_s:g} s; {', '.join(self.backups)} take "
+                "traffic"
+            )
+        return (
+            f"[fallback] fallback off: {self.metric} {value}, under {self.above_ms:g} ms for "
+            f"{self.held_s:g} s"
+        )
 
 
 def from_json(data: Mapping[str, Any]) -> Event:

@@ -66,6 +66,10 @@ LOG_REPLAY = 500  # the chosen instance's last log lines, shown in Logs when it 
 MAX_EVENT_LINES = 2000
 
 
+# the state column's colours: a crashed row reads red, with its reason beside the state
+STATE_COLORS = {"crashed": "#c62828", "ready": "#2e7d32", "starting": "#ef6c00"}
+
+
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
     return "" if value is None else fmt.format(value)
 
@@ -75,7 +79,7 @@ FLEET_COLUMNS: tuple[Column[FleetRow], ...] = (
     Column("model", lambda r: r.model),
     Column("format", lambda r: r.format),
     Column("GPUs/CPUs", lambda r: r.placement),
-    Column("state", lambda r: r.state_text()),
+    Column("state", lambda r: r.state_text(), color=lambda r: STATE_COLORS.get(r.state)),
     Column("KV %", lambda r: _num(r.kv_pct), value=lambda r: r.kv_pct),
     Column(
         "run/wait",
@@ -397,6 +401,8 @@ class FleetView(QWidget):
             failed_route = isinstance(ev, RouteEvent) and not ev.ok
             if isinstance(ev, FallbackEvent | RestartEvent) or failed_route:
                 self.message.setText(line)  # what an operator must not miss
+        if isinstance(ev, StateEvent) and ev.state == "crashed":
+            self.message.setText(f"{name} crashed: {ev.reason or 'no reason given'}")
         if name == self.chosen:
             self.instance_event.emit(ev)
         self._update_buttons()

@@ -9,8 +9,11 @@ events (the capacity, vLLM's own hit rate and block lifetimes). It shows:
   block ids, so the cells are ordered by group, then the oldest first (the event's ``cells``
   runs), not by place in vLLM's block pool. One ImageItem over a lookup table: a redraw is a
   few numpy operations (benchmarks/kv_map.py);
+- first, vLLM's own prefix hit rate (its counters, carried by each ``kv`` event), then what
+  the block map can see of it (blocks reused: a hit that ends in a partial block stores
+  nothing new, so the events never show it);
 - resident blocks against the capacity, per group;
-- the prefix hit rate (the events' and vLLM's) and the stored / removed block rates;
+- the prefix hit rates (vLLM's and the events') and the stored / removed block rates;
 - block lifetimes: evicted lifetime and resident age from the events, vLLM's lifetime
   percentiles when it runs with ``--kv-cache-metrics``;
 - the most reused shared prefixes as text, through the model's ``tokenizer.json`` (the
@@ -36,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.events import Event
+from quantdeck.core.events import ABSENT, Event, KvEvent, MetricsEvent
 from quantdeck.core.monitor.kv_buckets import AGE_EDGES_S, REUSE_EDGES  # no pyzmq here
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.monitor import COLORS
@@ -169,6 +172,40 @@ def _opt(v: float | None, fmt: str) -> str:
     return "–" if v is None else format(v, fmt)
 
 
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else 100.0 * fraction
+
+
+def _present(v: Any) -> Any:
+    """A field's value, None where the event does not carry it (:data:`ABSENT`)."""
+    return None if v is ABSENT else v
+
+
+def hit_rates_text(ev: KvEvent) -> str:
+    """vLLM's prefix hit rate first (its counters, tokens), then what the block map sees of
+    it (blocks reused, from the events), and why the two differ."""
+    hits, queries = ev.vllm_prefix_hit_tokens_total, ev.vllm_prefix_query_tokens_total
+    rate = _present(ev.vllm_prefix_hit_rate)
+    if isinstance(hits, int) and isinstance(queries, int):
+        if rate is None:
+            lead = "vLLM: no prompt tokens yet"
+        else:
+            lead = (
+                f"vLLM: {100 * rate:.0f} % of prompt tokens hit the prefix cache"
+                f" ({hits:,} of {queries:,} since the server started)"
+            )
+    else:
+        lead = "vLLM's prefix-cache counters: not in these events"
+    blocks = "block" if ev.blocks_reused_total == 1 else "blocks"
+    seen = (
+        ""
+        if ev.prefix_hit_rate is None
+        else f", {100 * ev.prefix_hit_rate:.0f} % of the blocks it saw"
+    )
+    reused = f"block map: {ev.blocks_reused_total:,} {blocks} reused{seen}"
+    return f"{lead} · {reused} ({BLOCK_MAP_NOTE})"
+
+
 GROUP_COLUMNS: tuple[Column[GroupRow], ...] = (
     Column("group", lambda r: str(r.group)),
     Column("kind", lambda r: r.kind),
@@ -216,7 +253,16 @@ def _load_tokenizer(path: str) -> Any:
     return Tokenizer.from_file(path)
 
 
-KV_SERIES = ("hit_pct", "stored_per_s", "removed_per_s", "evicted_life_s", "age_mean_s")
+KV_SERIES = (
+    "hit_pct",
+    "vllm_total_hit_pct",
+    "stored_per_s",
+    "removed_per_s",
+    "evicted_life_s",
+    "age_mean_s",
+)
+# what the block map cannot see of vLLM's hits (docs/kv.md, "Two hit rates")
+BLOCK_MAP_NOTE = "hits ending in a partial block store nothing new, so the map cannot see them"
 METRIC_SERIES = ("vllm_hit_pct", "life_p50_s", "life_p99_s", "idle_p50_s")
 
 
@@ -225,7 +271,7 @@ class KvView(QWidget):
 
     def __init__(self, parent: QWidget | None = None, *, fps: float = 2.0) -> None:
         super().__init__(parent)
-        self.last: Event | None = None  # the latest kv event
+        self.last: KvEvent | None = None  # the latest kv event
         self.capacity: int | None = None  # kv_blocks_total of the latest metrics event
         self.lifetimes: dict[str, float | None] = {}  # vLLM's, from the latest metrics event
         self.color_by = "age"
@@ -270,7 +316,14 @@ class KvView(QWidget):
         self.plots.setBackground("w")
         self.curves: dict[str, pg.PlotDataItem] = {}
         for title, series in (
-            ("Prefix hits (%)", [("hit_pct", "events", 4), ("vllm_hit_pct", "vLLM", 0)]),
+            (
+                "Prefix hits (%)",
+                [
+                    ("vllm_total_hit_pct", "vLLM, since start", 0),
+                    ("vllm_hit_pct", "vLLM, last minute", 3),
+                    ("hit_pct", "block map", 4),
+                ],
+            ),
             ("Blocks / s", [("stored_per_s", "stored", 0), ("removed_per_s", "removed", 2)]),
             (
                 "Block lifetime (s)",
@@ -320,52 +373,49 @@ class KvView(QWidget):
     # -- input -------------------------------------------------------------------------------
     def add_event(self, ev: Event) -> None:
         """Take a ``kv`` event (others are ignored); drawn at the next tick."""
-        if ev.kind != "kv":
+        if not isinstance(ev, KvEvent):
             return
         self.last = ev
-        self.prefix_tokens.update(ev.get("prefix_tokens") or {})
-        hit = ev.get("prefix_hit_rate")
+        self.prefix_tokens.update(ev.prefix_tokens)
         self.kv_ring.append(
-            ev.get("t"),
+            ev.t,
             {
-                "hit_pct": None if hit is None else 100.0 * hit,
-                "stored_per_s": ev.get("stored_per_s"),
-                "removed_per_s": ev.get("removed_per_s"),
-                "evicted_life_s": ev.get("evicted_lifetime_mean_s"),
-                "age_mean_s": ev.get("resident_age_mean_s"),
+                "hit_pct": _pct(ev.prefix_hit_rate),
+                "vllm_total_hit_pct": _pct(_present(ev.vllm_prefix_hit_rate)),
+                "stored_per_s": ev.stored_per_s,
+                "removed_per_s": ev.removed_per_s,
+                "evicted_life_s": ev.evicted_lifetime_mean_s,
+                "age_mean_s": ev.resident_age_mean_s,
             },
         )
         self._dirty = True
 
     def add_metrics(self, ev: Event) -> None:
         """Take a ``metrics`` event: the capacity, vLLM's hit rate and block lifetimes."""
-        if ev.kind != "metrics":
+        if not isinstance(ev, MetricsEvent):
             return
-        total = ev.get("kv_blocks_total")
-        if isinstance(total, int) and total > 0:
-            self.capacity = total
+        m = ev.metrics  # the scrape's figures (None: the server did not answer)
+        if m is None:
+            return
+        if isinstance(m.kv_blocks_total, int) and m.kv_blocks_total > 0:
+            self.capacity = m.kv_blocks_total
 
-        def sec(key: str) -> float | None:
-            v = ev.get(key)
-            return None if v is None else v / 1000.0
+        def sec(ms: float | None) -> float | None:
+            return None if ms is None else ms / 1000.0
 
         self.lifetimes = {
-            k: sec(f"kv_block_{k}_ms")
-            for k in (
-                "lifetime_p50",
-                "lifetime_p90",
-                "lifetime_p99",
-                "idle_p50",
-                "idle_p99",
-                "reuse_gap_p50",
-                "reuse_gap_p99",
-            )
+            "lifetime_p50": sec(m.kv_block_lifetime_p50_ms),
+            "lifetime_p90": sec(m.kv_block_lifetime_p90_ms),
+            "lifetime_p99": sec(m.kv_block_lifetime_p99_ms),
+            "idle_p50": sec(m.kv_block_idle_p50_ms),
+            "idle_p99": sec(m.kv_block_idle_p99_ms),
+            "reuse_gap_p50": sec(m.kv_block_reuse_gap_p50_ms),
+            "reuse_gap_p99": sec(m.kv_block_reuse_gap_p99_ms),
         }
-        hit = ev.get("prefix_cache_hit_rate")
         self.metric_ring.append(
-            ev.get("t"),
+            ev.t,
             {
-                "vllm_hit_pct": None if hit is None else 100.0 * hit,
+                "vllm_hit_pct": _pct(m.prefix_cache_hit_rate),
                 "life_p50_s": self.lifetimes["lifetime_p50"],
                 "life_p99_s": self.lifetimes["lifetime_p99"],
                 "idle_p50_s": self.lifetimes["idle_p50"],
@@ -437,8 +487,8 @@ class KvView(QWidget):
 
     def draw_map(self) -> None:
         """The block map from the latest kv event and capacity."""
-        groups = self.last.get("groups") if self.last is not None else []
-        self.codes = map_codes(groups or [], self.capacity, self.color_by)
+        groups = self.last.groups if self.last is not None else []
+        self.codes = map_codes(groups, self.capacity, self.color_by)
         if not len(self.codes):
             self.image.clear()
             return
@@ -462,7 +512,7 @@ class KvView(QWidget):
         )
 
     def _update_groups(self) -> None:
-        groups = self.last.get("groups") if self.last is not None else []
+        groups = self.last.groups if self.last is not None else []
         self.groups_model.set_rows(
             GroupRow(
                 group=g.get("group", 0),
@@ -475,7 +525,7 @@ class KvView(QWidget):
                 evicted=g.get("evicted", 0),
                 hit_rate=g.get("prefix_hit_rate"),
             )
-            for g in groups or []
+            for g in groups
         )
 
     def _update_curves(self) -> None:
@@ -500,10 +550,10 @@ class KvView(QWidget):
         return text if len(text) <= PREFIX_CHARS else text[:PREFIX_CHARS] + "…"
 
     def _update_prefixes(self) -> None:
-        top = self.last.get("top_prefixes") if self.last is not None else []
+        top = self.last.top_prefixes if self.last is not None else []
         self.prefix_model.set_rows(
             PrefixRow(p["id"], p.get("group", 0), p["blocks"], p["hits"], self.prefix_text(p["id"]))
-            for p in top or []
+            for p in top
         )
 
     def _update_figures(self) -> None:
@@ -511,23 +561,20 @@ class KvView(QWidget):
         if ev is None:
             self.summary.setText("No KV events: start a server with “KV events” ticked")
         else:
-            resident = ev.get("blocks_resident")
             cap = f" of {self.capacity:,}" if self.capacity else ""
-            hit = ev.get("prefix_hit_rate")
-            lost = ev.get("batches_lost")
+            lost = ev.batches_lost
             self.summary.setText(
-                f"resident {resident:,} blocks{cap} · stored {ev.get('blocks_stored_total'):,}"
-                f" · removed {ev.get('blocks_removed_total'):,}"
-                f" · evicted {ev.get('evicted_total'):,}"
-                f" · prefix hits {_opt(None if hit is None else 100 * hit, '.1f')} %"
+                hit_rates_text(ev) + f"\nresident {ev.blocks_resident:,} blocks{cap}"
+                f" · stored {ev.blocks_stored_total:,} · removed {ev.blocks_removed_total:,}"
+                f" · evicted {ev.evicted_total:,}"
                 + (f" · {lost} batches lost: the index may be off" if lost else "")
             )
         parts = []
         if ev is not None:
             parts.append(
-                f"evicted lifetime mean {_opt(ev.get('evicted_lifetime_mean_s'), '.1f')} s · "
-                f"resident age mean {_opt(ev.get('resident_age_mean_s'), '.1f')} s, "
-                f"max {_opt(ev.get('resident_age_max_s'), '.1f')} s"
+                f"evicted lifetime mean {_opt(ev.evicted_lifetime_mean_s, '.1f')} s · "
+                f"resident age mean {_opt(ev.resident_age_mean_s, '.1f')} s, "
+                f"max {_opt(ev.resident_age_max_s, '.1f')} s"
             )
         lt = self.lifetimes
         if any(v is not None for v in lt.values()):

@@ -77,6 +77,11 @@ def _probe_engine(python: str = "") -> Any:
         return str(e)
 
 
+def _reading(v: Any, spec: str) -> str:
+    """A telemetry reading, or "?" where the driver gave none."""
+    return format(v, spec) if isinstance(v, int | float) else "?"
+
+
 def _scan_hf_cache() -> list[tuple[str, ModelInfo]]:
     """The readable models of the Hugging Face cache (inspected here, not on the UI thread)."""
     from quantdeck.core.models import scan_hf_cache
@@ -569,17 +574,20 @@ class MainWindow(QMainWindow):
 
     def _on_metrics(self, ev: MetricsEvent) -> None:
         self.kv_view.add_metrics(ev)
-        gpus = ev.get("gpus") or []
-        if gpus:
-            g = gpus[0]
+        tel = ev.telemetry
+        if tel is None:  # telemetry could not be read this tick: the problem line says why
+            return
+        if tel.gpus:
+            g = tel.gpus[0]
+            used = g.memory_used_bytes if isinstance(g.memory_used_bytes, int) else 0
             self.status_label.setText(
-                f"{self.device.label} · util {g.get('utilization_pct')}% · "
-                f"{(g.get('memory_used_bytes') or 0) / 2**30:.1f} GiB · {g.get('power_w')} W"
+                f"{self.device.label} · util {_reading(g.utilization_pct, '.0f')}% · "
+                f"{used / 2**30:.1f} GiB · {_reading(g.power_w, '.0f')} W"
             )
         else:
             self.status_label.setText(
-                f"{self.device.label} · CPU {ev.get('host_cpu_pct', 0):.0f}% · RAM "
-                f"{ev.get('host_ram_used_bytes', 0) / 2**30:.1f} GiB"
+                f"{self.device.label} · CPU {tel.host_cpu_pct:.0f}% · RAM "
+                f"{tel.host_ram_used_bytes / 2**30:.1f} GiB"
             )
 
     def _on_alerts_changed(self) -> None:

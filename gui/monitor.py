@@ -823,8 +823,7 @@ class MonitorPanel(QWidget):
             self._live.timeline.observe(ev)
             return
         self._live.store.append(ev)
-        error = ev.get("error")
-        text = f"monitoring: {str(error)[:300]}" if error else ""
+        text = f"monitoring: {ev.error[:300]}" if ev.error else ""
         if text != self.problem.text():
             self.problem.setText(text)
             self.problem.setVisible(bool(text))

@@ -16,13 +16,14 @@ import gc
 import html
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from quantdeck.core.events import MarkerEvent
-from quantdeck.core.monitor.timeline import SpanComparison, diff_text
+from quantdeck.core.monitor.timeline import SpanComparison, diff_text, plain_number
 from quantdeck.core.paths import atomic_dir
 from quantdeck.gui.monitor import COLORS
 
@@ -243,23 +244,25 @@ def comparison_html(cmp: SpanComparison, markers: list[MarkerEvent]) -> list[str
         parts.append("<table><tr><th>at</th><th>marker</th><th>what changed</th></tr>")
         for m in markers:
             parts.append(
-                f"<tr><td>{m.t - cmp.origin:.0f} s</td><td>{html.escape(m.label)}</td>"
+                f"<tr><td>{time.strftime('%H:%M:%S', time.localtime(m.t))}</td>"
+                f"<td>{html.escape(m.label)}</td>"
                 f"<td>{html.escape(diff_text(m.diff))}</td></tr>"
             )
         parts.append("</table>")
     parts.append(
-        f"<h3>Before {html.escape(cmp.before.text(cmp.origin))} · after "
-        f"{html.escape(cmp.after.text(cmp.origin))}</h3>"
+        f"<h3>Before {html.escape(cmp.before.text())} · after "
+        f"{html.escape(cmp.after.text())}</h3>"
         f"<p>Separated by: {html.escape(cmp.separated_by())}</p>"
-        "<table><tr><th>metric</th><th>before</th><th>after</th><th>change</th></tr>"
+        + (f"<p><b>Note:</b> {html.escape(cmp.load_note())}</p>" if cmp.load_note() else "")
+        + "<table><tr><th>metric</th><th>before</th><th>after</th><th>change</th></tr>"
         f"<tr><td>samples</td><td>{cmp.samples[0]}</td><td>{cmp.samples[1]}</td><td></td></tr>"
     )
     for r in cmp.rows:
         color = VERDICT_COLORS.get(r.verdict)
         style = f" style='color:{color}'" if color else ""
         parts.append(
-            f"<tr><td>{html.escape(r.name)}</td><td>{cell(r.before, '.4g')}</td>"
-            f"<td>{cell(r.after, '.4g')}</td>"
+            f"<tr><td>{html.escape(r.name)}</td><td>{plain_number(r.before)}</td>"
+            f"<td>{plain_number(r.after)}</td>"
             f"<td{style}>{html.escape(r.change_text())} {html.escape(r.verdict)}</td></tr>"
         )
     parts.append("</table>")

@@ -20,22 +20,30 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout
 
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import MarkerEvent
-from quantdeck.core.monitor.timeline import MetricRow, SpanComparison, Timeline, describe
+from quantdeck.core.monitor.timeline import (
+    MetricRow,
+    SpanComparison,
+    Timeline,
+    describe,
+    plain_number,
+)
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 MARKER_COLORS = {
     "launch": "#2e7d32",
     "restart": "#757575",
+    "failed": "#c62828",
     "knobs": "#6a1b9a",
     "fleet": "#ef6c00",
     "bench": "#1565c0",
 }
 LABEL_CHARS = 24  # a marker's label on the plot; the tooltip has it whole
+LABEL_ROWS = 4  # heights the labels of consecutive markers take in turn
 
 
 def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
+    return plain_number(v)
 
 
 COMPARE_COLUMNS: tuple[Column[MetricRow], ...] = (
@@ -83,9 +91,10 @@ class MarkerLines:
                         pen=pg.mkPen(color, width=1, style=Qt.DashLine),
                         label=label if n < labelled else None,
                         # left of the line (the newest markers sit at the plots' right edge),
-                        # at two heights in turn (neighbours do not overwrite each other)
+                        # stacked at four heights in turn (neighbours do not overwrite each
+                        # other); the tooltip has the whole label and the diff
                         labelOpts={
-                            "position": 0.95 - 0.4 * (i % 2),
+                            "position": 0.95 - 0.2 * (i % LABEL_ROWS),
                             "color": color,
                             "anchors": [(1, 0), (1, 0)],
                         },
@@ -111,6 +120,11 @@ class ComparePanel(QWidget):
         self.separated = plain_label("")
         self.separated.setWordWrap(True)
         self.separated.setStyleSheet("color:#6a1b9a;")
+        # why the spans may not be comparable (one idle, load apart): said, not hidden
+        self.load_note = plain_label("")
+        self.load_note.setWordWrap(True)
+        self.load_note.setStyleSheet("color:#8a4b00;")
+        self.load_note.hide()
         self.model: ObjectTableModel[MetricRow] = ObjectTableModel(COMPARE_COLUMNS, self)
         self.table = row_table(self.model)
         self.table.setObjectName("span comparison")
@@ -124,15 +138,19 @@ class ComparePanel(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(top)
         lay.addWidget(self.separated)
+        lay.addWidget(self.load_note)
         lay.addWidget(self.table, 1)
 
     def show_comparison(self, cmp: SpanComparison, markers: list[MarkerEvent]) -> None:
         self.comparison, self.markers = cmp, list(markers)
         self.heading.setText(
-            f"Before {cmp.before.text(cmp.origin)} ({cmp.samples[0]} samples) · after "
-            f"{cmp.after.text(cmp.origin)} ({cmp.samples[1]} samples) · drag the shaded spans"
+            f"Before {cmp.before.text()}, {cmp.samples[0]} samples · after "
+            f"{cmp.after.text()}, {cmp.samples[1]} samples · drag the shaded spans"
         )
         self.separated.setText(f"Separated by: {cmp.separated_by()}")
+        note = cmp.load_note()
+        self.load_note.setText(f"⚠ {note}" if note else "")
+        self.load_note.setVisible(bool(note))
         self.model.set_rows(cmp.rows)
 
     def export(self, folder: str | Path) -> Path | None:

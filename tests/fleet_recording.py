@@ -39,9 +39,9 @@ def write_fleet_recording(path: Path, spec: FleetSpec) -> Path:
     w("router", FactEvent("workers", [spec.instances[0].url], t=T0 + 2))
     for i in range(SECONDS):
         a = {"running": 2, "waiting": i % 3, "kv_usage_pct": 10.0 + i, "ttft_p99_ms": 100.0 + i}
-        w("a", MetricsEvent(T0 + 3 + i, {**a, "generation_tokens_per_s": 50.0}))
+        w("a", MetricsEvent.from_values(T0 + 3 + i, {**a, "generation_tokens_per_s": 50.0}))
         b = {"running": 1, "waiting": 0, "kv_usage_pct": 5.0, "ttft_p99_ms": 80.0}
-        w("b", MetricsEvent(T0 + 3.5 + i, {**b, "generation_tokens_per_s": 20.0}))
+        w("b", MetricsEvent.from_values(T0 + 3.5 + i, {**b, "generation_tokens_per_s": 20.0}))
     w("router", FallbackEvent(True, "ttft_p99_ms", 812.0, 500.0, 2.0, ["b"], t=T0 + 34))
     w("router", RouteEvent("add", spec.instances[1].url, "fallback", t=T0 + 34))
     w("a", StateEvent("crashed", reason="exit code -9", t=T0 + 40))

@@ -11,7 +11,7 @@ instances (the Monitor's own scraper, over the rule's window) and says when the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -21,10 +21,19 @@ from quantdeck.core.errors import ServerError
 from quantdeck.core.events import FallbackEvent, MetricsEvent
 from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec
 from quantdeck.core.http import auth_headers
+from quantdeck.core.snapshots import MetricsSnapshot
 
 # vllm_router_cb_state's values, as the router's circuit breaker numbers its states
 CIRCUIT_STATES = {0: "closed", 1: "open", 2: "half-open"}
 MAX_BYTES = 4 * 2**20  # a router's exposition is a few KB per worker
+# the figures a fallback rule may watch (spec.FALLBACK_METRICS), read from an instance's scrape
+RULE_METRICS: dict[str, Callable[[MetricsSnapshot], float | None]] = {
+    "ttft_p99_ms": lambda m: m.ttft_p99_ms,
+    "ttft_p90_ms": lambda m: m.ttft_p90_ms,
+    "itl_p99_ms": lambda m: m.itl_p99_ms,
+    "e2e_p99_ms": lambda m: m.e2e_p99_ms,
+    "queue_p99_ms": lambda m: m.queue_p99_ms,
+}
 
 
 class RouterClient:
@@ -137,10 +146,11 @@ class FallbackJudge:
     ) -> float | None:
         """The highest value of the rule's metric among the primaries' samples (None: no
         request in any window, or none answered: the router's health checks see those)."""
+        read = RULE_METRICS[self.rule.metric]
         values = []
         for inst in primaries:
             ev = samples.get(inst.name)
-            v = None if ev is None else ev.values.get(self.rule.metric)
+            v = None if ev is None or ev.metrics is None else read(ev.metrics)
             if isinstance(v, int | float) and not isinstance(v, bool):
                 values.append(float(v))
         return max(values, default=None)

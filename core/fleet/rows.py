@@ -46,6 +46,7 @@ class FleetRow:
     placement: str = ""  # "GPU 0,1", "CPU 0-3", "remote"
     state: str = "stopped"
     note: str = ""  # what the state leaves out: a restart planned, a refused route
+    reason: str = ""  # why it crashed (its crashed event's reason), until its next state
     kv_pct: float | None = None
     running: int | None = None
     waiting: int | None = None
@@ -78,7 +79,8 @@ class FleetRow:
         return self.state == "ready"
 
     def state_text(self) -> str:
-        return f"{self.state} ({self.note})" if self.note else self.state
+        state = f"{self.state}: {self.reason}" if self.reason else self.state
+        return f"{state} ({self.note})" if self.note else state
 
     def route_text(self) -> str:
         """The router's view: its counts on the router's row; on an instance's, whether the
@@ -194,6 +196,7 @@ class FleetRows:
         changed = [self.index(row.name)]
         if isinstance(ev, StateEvent):
             row.state, row.note = ev.state, ""
+            row.reason = (ev.reason or "") if ev.state == "crashed" else ""
             if row.is_router and isinstance(ev.url, str):
                 row.url = ev.url
             if ev.state in DOWN:
@@ -265,23 +268,21 @@ class FleetRows:
         """One scrape of an instance (with ``error``: it did not answer); returns its row's
         index. A remote instance's state is whether it answers."""
         row = self.row(name)
-        values = ev.values
-        answered = "error" not in values
+        answered = ev.error is None
         if not row.local:
             row.state = "ready" if answered else "down"
         if not answered:
             row.clear_metrics()
             return self.index(name)
-
-        def number(key: str) -> float | None:
-            v = values.get(key)
-            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-        row.kv_pct, row.tok_s = number("kv_usage_pct"), number("generation_tokens_per_s")
-        running, waiting = number("running"), number("waiting")
+        m = ev.metrics
+        if m is None:  # it answered, with no figures
+            row.clear_metrics()
+            return self.index(name)
+        row.kv_pct, row.tok_s = _number(m.kv_usage_pct), _number(m.generation_tokens_per_s)
+        running, waiting = _number(m.running), _number(m.waiting)
         row.running = None if running is None else int(running)
         row.waiting = None if waiting is None else int(waiting)
-        row.ttft_p99_ms = number("ttft_p99_ms")
+        row.ttft_p99_ms = _number(m.ttft_p99_ms)
         return self.index(name)
 
     def targets(self) -> list[tuple[str, str, str | None]]:
@@ -321,23 +322,16 @@ def event_line(event: InstanceEvent) -> str | None:
 
 def fleet_news(ev: Event) -> str | None:
     """A restart, a route or a fallback switch, in words (``fleet up``'s lines and the
-    Fleet tab's); None for any other event."""
-    if isinstance(ev, RestartEvent):
-        if ev.gave_up:
-            return f"restart given up after {ev.attempt - 1} in a row"
-        return f"restart {ev.attempt} in {ev.delay_s:g} s"
-    if isinstance(ev, RouteEvent):
-        failed = "" if ev.ok else f" failed: {ev.error}"
-        return f"{ev.action} {ev.worker} ({ev.reason}){failed}"
-    if isinstance(ev, FallbackEvent):
-        value = "no data" if ev.value_ms is None else f"{ev.value_ms:g} ms"
-        if ev.active:
-            return (
-                f"fallback on: the primaries' {ev.metric} {value} > {ev.above_ms:g} ms "
-                f"for {ev.held_s:g} s; {', '.join(ev.backups)} take traffic"
-            )
-        return f"fallback off: {ev.metric} {value}, under {ev.above_ms:g} ms for {ev.held_s:g} s"
+    Fleet tab's): the event's :meth:`~Event.describe` without its ``[kind]``; None for any
+    other event."""
+    if isinstance(ev, RestartEvent | RouteEvent | FallbackEvent):
+        return ev.describe().removeprefix(f"[{ev.kind}] ")
     return None
+
+
+def _number(v: object) -> float | None:
+    """A recorded figure as a float; None for anything else (a bool, text, no figure)."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 class InstanceSampler:
@@ -361,10 +355,9 @@ class InstanceSampler:
             try:
                 snap = scraper.scrape()
             except ServerError as e:
-                out[name] = MetricsEvent(time.time(), {"error": str(e)})
+                out[name] = MetricsEvent(time.time(), error=str(e))
                 continue
-            values = snap.to_json()
-            out[name] = MetricsEvent(values.pop("t", time.time()), values)
+            out[name] = MetricsEvent(snap.t, metrics=snap)
         return out
 
     def forget(self, urls: set[str]) -> None:

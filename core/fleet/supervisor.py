@@ -484,7 +484,7 @@ class Fleet:
         state = {
             "pid": me.pid,
             "create_time": me.create_time(),
-            "file": str(self.spec.path),
+            "file": str(self.spec.path.expanduser().absolute()),  # `fleet status FILE` checks
             "router": self.spec.router.url,
             "instances": [
                 {"name": i.name, "url": i.url, "role": i.role} for i in self.spec.instances

@@ -4,9 +4,15 @@ and msgspec load only where needed)."""
 
 from typing import TYPE_CHECKING, Any
 
-from quantdeck.core.monitor.metrics import MetricsScraper
+from quantdeck.core.monitor.metrics import MetricsScraper, MetricsSnapshot
 from quantdeck.core.monitor.recording import Recorder, Recording, RecordingError, read_recording
-from quantdeck.core.monitor.telemetry import ProcessWatch, Sampler, driver_version
+from quantdeck.core.monitor.telemetry import (
+    GpuSnapshot,
+    ProcessWatch,
+    Sampler,
+    TelemetrySnapshot,
+    driver_version,
+)
 from quantdeck.core.monitor.timeline import (
     Span,
     SpanComparison,
@@ -45,9 +51,11 @@ __all__ = [
     "compare_spans",
     "default_spans",
     "driver_version",
+    "GpuSnapshot",
     "KvEventSubscriber",
     "KvFeed",
     "MetricsScraper",
+    "MetricsSnapshot",
     "ProcessWatch",
     "profile_server",
     "read_capture",
@@ -60,6 +68,7 @@ __all__ = [
     "Span",
     "SpanComparison",
     "store_of",
+    "TelemetrySnapshot",
     "Timeline",
     "timeline_of",
     "TimeSeriesStore",

@@ -15,7 +15,9 @@ default left out. Fields added by a later vLLM are ignored when decoding.
 :class:`BlockIndex` keeps the resident blocks per KV-cache group and the figures; its
 definitions are in docs/kv.md. :class:`KvEventSubscriber` feeds it from a background thread,
 checks the sequence numbers, asks the replay endpoint for what a gap lost, reports what it could
-not get back, and emits a :class:`~quantdeck.core.events.KvEvent` once per second.
+not get back, and emits a :class:`~quantdeck.core.events.KvEvent` once per second, with vLLM's
+own prefix-cache counters of the same server beside the index's figures
+(:class:`PrefixCacheCounters`; docs/kv.md, "Two hit rates").
 """
 
 from __future__ import annotations
@@ -31,13 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import msgspec
 import numpy as np
 import zmq
 
 from quantdeck.core.errors import QuantdeckError, ServerError
-from quantdeck.core.events import Event, KvEvent, Publisher
+from quantdeck.core.events import ABSENT, Event, FactEvent, KvEvent, Publisher, StateEvent
+from quantdeck.core.http import auth_headers, tls_verify
 from quantdeck.core.monitor.kv_buckets import AGE_EDGES_S, REUSE_EDGES
+from quantdeck.core.monitor.metrics import COUNTERS, parse_metrics
 
 log = logging.getLogger("quantdeck.kv_events")
 
@@ -404,6 +409,78 @@ def read_capture(path: str | Path) -> Iterator[tuple[int, bytes]]:
             yield seq, payload
 
 
+# -- vLLM's own counters -----------------------------------------------------------------------
+
+_PREFIX_COUNTERS = ("prefix_cache_hits", "prefix_cache_queries")  # metrics.COUNTERS' keys
+# ?name[]=... for the two families only (both spellings): a few hundred bytes to parse
+_PREFIX_FILTER = [
+    ("name[]", n + suffix)
+    for key in _PREFIX_COUNTERS
+    for n in COUNTERS[key]
+    for suffix in ("", "_total")
+]
+
+
+@dataclass(frozen=True)
+class PrefixCacheCounts:
+    """vLLM's prefix-cache counters at one moment, in tokens since the server started."""
+
+    hit_tokens: int
+    query_tokens: int
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hit_tokens / self.query_tokens if self.query_tokens else None
+
+
+class PrefixCacheCounters:
+    """Reads ``vllm:prefix_cache_hits`` and ``vllm:prefix_cache_queries`` (tokens, cumulative)
+    from a server's /metrics, as :class:`~quantdeck.core.monitor.metrics.MetricsScraper` parses
+    them: only the two families (prometheus_client's ``/metrics/?name[]=``), or the plain
+    ``/metrics`` where the filtered path does not carry them. vLLM asks no API key for
+    /metrics; one is sent when given (a proxy may want it). Not thread-safe: one thread reads."""
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {**auth_headers(api_key), "Accept-Encoding": "identity"}
+        self._client = httpx.Client(
+            base_url=self.url, timeout=timeout, headers=headers, verify=tls_verify(self.url)
+        )
+        self.filtered = True  # False once the filtered path lacked the counters
+
+    def read(self) -> PrefixCacheCounts | None:
+        """The counters now; None when the server exports none. A server that cannot be read
+        is a :class:`ServerError`."""
+        if self.filtered:
+            counts = self._read("/metrics/", _PREFIX_FILTER)
+            if counts is not None:
+                return counts
+            self.filtered = False
+        return self._read("/metrics", None)
+
+    def _read(self, path: str, params: Any) -> PrefixCacheCounts | None:
+        try:
+            r = self._client.get(path, params=params)
+        except httpx.HTTPError as e:
+            raise ServerError(f"{self.url}/metrics: {type(e).__name__}") from None
+        if r.status_code != 200:
+            if params is not None:
+                return None  # the plain path next
+            raise ServerError(f"{self.url}/metrics: HTTP {r.status_code}")
+        try:
+            c = parse_metrics(r.text).counters
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
+            raise ServerError(
+                f"{self.url}/metrics: not a Prometheus exposition ({type(e).__name__})"
+            ) from None
+        if not all(k in c for k in _PREFIX_COUNTERS):
+            return None
+        return PrefixCacheCounts(round(c["prefix_cache_hits"]), round(c["prefix_cache_queries"]))
+
+    def close(self) -> None:
+        self._client.close()
+
+
 # -- the subscriber ---------------------------------------------------------------------------
 
 
@@ -430,6 +507,8 @@ class KvEventSubscriber:
     ``expect_first``: the first sequence number due (0 from a server's start; None: whatever
     comes first). ``capture``: a file that receives every batch in order (:func:`read_capture`).
     An endpoint that cannot be bound or connected is a :class:`ServerError`.
+    ``metrics_url``: the server whose prefix-cache counters each event carries beside the
+    index's figures (:meth:`read_counters_from`; None: not yet, or never).
     """
 
     def __init__(
@@ -443,6 +522,8 @@ class KvEventSubscriber:
         expect_first: int | None = 0,
         replay_timeout_s: float = 2.0,
         capture: str | Path | None = None,
+        metrics_url: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.replay_endpoint = replay_endpoint
         self.index = BlockIndex()
@@ -473,6 +554,12 @@ class KvEventSubscriber:
         self._capture: IO[bytes] | None = open(capture, "wb") if capture else None  # noqa: SIM115
         self._sent_prefixes: set[str] = set()
         self._last_emit: tuple[float, int, int] | None = None
+        self._counters: PrefixCacheCounters | None = None  # used by the thread only
+        self._readers: list[PrefixCacheCounters] = []  # every one made: closed with the socket
+        self._counts: PrefixCacheCounts | None = None  # the latest read; None: none (yet)
+        self._counters_failed = False  # a failure was logged; logged again after a success
+        if metrics_url is not None:
+            self.read_counters_from(metrics_url, api_key=api_key)
 
     @classmethod
     def for_server_config(cls, config: dict[str, Any], **kw: Any) -> KvEventSubscriber:
@@ -490,6 +577,42 @@ class KvEventSubscriber:
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``fn`` with each ``kv`` event (in the subscriber's thread)."""
         return self._events.subscribe(fn)
+
+    def read_counters_from(self, url: str | None, *, api_key: str | None = None) -> None:
+        """From now on, read vLLM's prefix-cache counters from the server at ``url`` before
+        each ``kv`` event (:meth:`read_counters`; None: no longer, e.g. a server stopping).
+        The counters count since the server started and the subscriber binds before vLLM
+        spawns, so they cover the same requests as the index; the server answers /metrics only
+        once it is up (serve: on its ready state)."""
+        with self._lock:
+            if url is None or self._sub.closed:  # closed: nothing would close a reader made now
+                self._counters, self._counts = None, None
+                return
+            reader = PrefixCacheCounters(url, api_key=api_key)
+            self._readers.append(reader)
+            self._counters = reader
+
+    def read_counters(self) -> PrefixCacheCounts | None:
+        """One read of vLLM's counters, which the next :meth:`snapshot` carries (the thread
+        calls it before each event). A server that cannot be read leaves them out of the
+        events until it can be again; the failure is logged once."""
+        reader = self._counters
+        if reader is None:
+            self._counts = None
+            return None
+        try:
+            counts = reader.read()
+        except ServerError as e:
+            counts = None
+            if not self._counters_failed:
+                log.warning("KV events: vLLM's prefix-cache counters not read: %s", e)
+            self._counters_failed = True
+        else:
+            if counts is None and not self._counters_failed:
+                log.warning("KV events: %s/metrics has no prefix-cache counters", reader.url)
+            self._counters_failed = counts is None
+        self._counts = counts
+        return counts
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -509,8 +632,11 @@ class KvEventSubscriber:
         self._close()
 
     def _close(self) -> None:
-        if not self._sub.closed:
-            self._sub.close(linger=0)
+        with self._lock:
+            if not self._sub.closed:
+                self._sub.close(linger=0)
+            for reader in self._readers:
+                reader.close()
         if self._capture is not None and not self._capture.closed:
             self._capture.close()
 
@@ -530,6 +656,7 @@ class KvEventSubscriber:
                     self._drain()
                 if period is not None and time.monotonic() >= next_emit:
                     next_emit += period
+                    self.read_counters()
                     self._events.emit(self.snapshot())
         except Exception:
             log.exception("the KV-event subscriber failed")
@@ -655,12 +782,16 @@ class KvEventSubscriber:
             top = idx.top_prefixes()
             new_tokens = {p.id: p.tokens for p in top if p.id not in self._sent_prefixes}
             self._sent_prefixes.update(new_tokens)
+            counts = self._counts
             return KvEvent(
                 blocks_stored_total=stored,
                 blocks_removed_total=removed,
                 blocks_resident=idx.resident,
                 prefix_hit_rate=_round(idx.prefix_hit_rate, 4),
                 blocks_reused_total=idx.reused,
+                vllm_prefix_hit_rate=ABSENT if counts is None else _round(counts.hit_rate, 4),
+                vllm_prefix_hit_tokens_total=ABSENT if counts is None else counts.hit_tokens,
+                vllm_prefix_query_tokens_total=ABSENT if counts is None else counts.query_tokens,
                 stored_per_s=round(stored_rate, 2),
                 removed_per_s=round(removed_rate, 2),
                 evicted_total=evicted,
@@ -721,8 +852,11 @@ class KvFeed:
     Give it the server's events (:meth:`on_server_event`): on its ``kv_events`` fact (emitted
     before vLLM is spawned) it binds and starts a :class:`KvEventSubscriber`, so that no batch
     waits for it; the subscriber's ``kv`` events go to ``out`` (in its thread) while ``ready()``
-    says the server is ready; a stopped or crashed server stops it. An endpoint that cannot be
-    bound goes to ``on_error`` as one line, and the server serves on without KV events."""
+    says the server is ready; a stopped or crashed server stops it. On the ready state the
+    subscriber starts reading vLLM's prefix-cache counters from the state's ``url`` (vLLM asks
+    no key for /metrics; ``api_key`` is sent when given), so each event carries vLLM's hit
+    rate beside the index's. An endpoint that cannot be bound goes to ``on_error`` as one
+    line, and the server serves on without KV events."""
 
     def __init__(
         self,
@@ -731,20 +865,34 @@ class KvFeed:
         ready: Callable[[], bool],
         on_error: Callable[[str], None],
         capture: str | Path | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.out, self.ready, self.on_error, self.capture = out, ready, on_error, capture
+        self.api_key = api_key
         self.subscriber: KvEventSubscriber | None = None
         self._lock = threading.Lock()  # the server's threads and the owner's call in
 
     def on_server_event(self, ev: Event) -> None:
-        if ev.kind == "state" and ev.get("state") in ("stopped", "crashed"):
-            self.stop()
-            return
-        if ev.kind != "fact" or ev.get("name") != "kv_events":
-            return
+        match ev:
+            case StateEvent(state="stopped" | "crashed"):
+                self.stop()
+            case StateEvent(state="ready", url=str(url)):
+                if (sub := self._current()) is not None:
+                    sub.read_counters_from(url, api_key=self.api_key)
+            case StateEvent(state="stopping"):  # /metrics goes away: no failed reads logged
+                if (sub := self._current()) is not None:
+                    sub.read_counters_from(None)
+            case FactEvent(name="kv_events", value=dict(config)):
+                self._start(config)
+
+    def _current(self) -> KvEventSubscriber | None:
+        with self._lock:
+            return self.subscriber
+
+    def _start(self, config: dict[str, Any]) -> None:
         self.stop()
         try:
-            sub = KvEventSubscriber.for_server_config(ev.get("value"), capture=self.capture)
+            sub = KvEventSubscriber.for_server_config(config, capture=self.capture)
         except QuantdeckError as e:  # the port was taken meanwhile: serve on, say so
             self.on_error(f"{e}; serving without KV events")
             return

@@ -12,7 +12,7 @@ import collections
 import math
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from quantdeck.core.errors import ServerError
 from quantdeck.core.http import auth_headers, tls_verify
+from quantdeck.core.snapshots import MetricsSnapshot
 
 # Our name -> vLLM's names, newest first.
 GAUGES = {
@@ -251,72 +252,6 @@ def _bucket_delta(new: Histogram, old: Histogram | None) -> tuple[tuple[float, f
         return new.buckets
     o = dict(old.buckets)
     return tuple((le, c - o.get(le, 0.0)) for le, c in new.buckets)
-
-
-@dataclass(frozen=True)
-class MetricsSnapshot:
-    """One scrape, derived. ``None`` means not known (no data in the window, first scrape)."""
-
-    t: float  # unix seconds
-    kv_usage_pct: float | None
-    kv_blocks_used: int | None
-    kv_blocks_total: int | None
-    running: int
-    waiting: int
-    preemptions_total: float
-    prompt_tokens_total: float
-    generation_tokens_total: float
-    requests_finished_total: float
-    preemptions_per_s: float | None
-    prompt_tokens_per_s: float | None
-    generation_tokens_per_s: float | None
-    prefix_cache_hit_rate: float | None  # 0..1 over the window
-    ttft_p50_ms: float | None = None
-    ttft_p90_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    itl_p50_ms: float | None = None
-    itl_p90_ms: float | None = None
-    itl_p99_ms: float | None = None
-    e2e_p50_ms: float | None = None
-    e2e_p90_ms: float | None = None
-    e2e_p99_ms: float | None = None
-    queue_p50_ms: float | None = None
-    queue_p90_ms: float | None = None
-    queue_p99_ms: float | None = None
-    prefill_p50_ms: float | None = None
-    prefill_p90_ms: float | None = None
-    prefill_p99_ms: float | None = None
-    decode_p50_ms: float | None = None
-    decode_p90_ms: float | None = None
-    decode_p99_ms: float | None = None
-    kv_block_lifetime_p50_ms: float | None = None
-    kv_block_lifetime_p90_ms: float | None = None
-    kv_block_lifetime_p99_ms: float | None = None
-    kv_block_idle_p50_ms: float | None = None
-    kv_block_idle_p90_ms: float | None = None
-    kv_block_idle_p99_ms: float | None = None
-    kv_block_reuse_gap_p50_ms: float | None = None
-    kv_block_reuse_gap_p90_ms: float | None = None
-    kv_block_reuse_gap_p99_ms: float | None = None
-    finished_by_reason: dict[str, float] = field(default_factory=dict)
-    # requests finished per second by reason (stop, length, abort, error), between scrapes
-    finished_stop_per_s: float | None = None
-    finished_length_per_s: float | None = None
-    finished_abort_per_s: float | None = None
-    finished_error_per_s: float | None = None
-    # the window's fraction of requests within each SLO the deriver was given (0..1)
-    ttft_slo_attainment: float | None = None
-    itl_slo_attainment: float | None = None
-    e2e_slo_attainment: float | None = None
-    # speculative decoding: accepted / draft tokens over the window
-    spec_acceptance_rate: float | None = None
-    # LoRA adapters running and waiting (None: the server serves no LoRA)
-    lora_running: int | None = None
-    lora_waiting: int | None = None
-    lora_adapters: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class MetricsDeriver:

@@ -120,7 +120,7 @@ class Recording:
 
     @property
     def duration_s(self) -> float:
-        ts = [t for e in self.events if isinstance(t := e.get("t"), (int, float))]
+        ts = [t for e in self.events if (t := e.when) is not None]
         return (max(ts) - min(ts)) if ts else 0.0
 
 
@@ -217,8 +217,8 @@ def replay(
     for ev in rec.events:
         if stop is not None and stop.is_set():
             return
-        t = ev.get("t")
-        if speed > 0 and isinstance(t, (int, float)):
+        t = ev.when
+        if speed > 0 and t is not None:
             if t0 is None:
                 t0 = t
             due = (t - t0) / speed

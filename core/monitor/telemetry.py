@@ -12,34 +12,17 @@ import math
 import threading
 import time
 from collections.abc import Callable, Set
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
+from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import MetricsEvent, Publisher
+from quantdeck.core.snapshots import NA, GpuSnapshot, MetricsSnapshot, TelemetrySnapshot
 
 log = logging.getLogger("quantdeck.monitor")
 
-
-class _NA:
-    """Not available: the reading failed or the device does not report it."""
-
-    _inst: _NA | None = None
-
-    def __new__(cls) -> _NA:
-        if cls._inst is None:
-            cls._inst = super().__new__(cls)
-        return cls._inst
-
-    def __repr__(self) -> str:
-        return "NA"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-NA: Any = _NA()
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"tried": False, "ok": False, "module": None}
@@ -72,42 +55,6 @@ def nvml_call(fn_name: str, *args: Any) -> Any:
 
 def nvml_available() -> bool:
     return _nvml() is not None
-
-
-def _na_to_none(v: Any) -> Any:
-    return None if v is NA else v
-
-
-@dataclass(frozen=True)
-class GpuSnapshot:
-    index: int
-    name: Any
-    utilization_pct: Any
-    memory_used_bytes: Any
-    memory_total_bytes: Any
-    power_w: Any
-    temperature_c: Any
-    sm_clock_mhz: Any
-    server_memory_bytes: Any  # GPU memory held by the watched server's processes
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: _na_to_none(v) for k, v in asdict(self).items()}
-
-
-@dataclass(frozen=True)
-class TelemetrySnapshot:
-    t: float
-    gpus: tuple[GpuSnapshot, ...]
-    host_cpu_pct: float
-    host_ram_used_bytes: int
-    host_ram_total_bytes: int
-    server_rss_bytes: int | None  # resident memory of the watched server's processes
-    server_cpu_pct: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["gpus"] = [g.to_json() for g in self.gpus]
-        return d
 
 
 def driver_version() -> str | None:
@@ -230,20 +177,14 @@ class Sample:
 
     t: float
     telemetry: TelemetrySnapshot | None
-    metrics: Any = None  # quantdeck.core.monitor.metrics.MetricsSnapshot | None
+    metrics: MetricsSnapshot | None = None
     error: str | None = None  # why telemetry or metrics are missing this tick
 
     def to_event(self) -> MetricsEvent:
-        """The flat ``metrics`` event of ``quantdeck serve/monitor --json-events``."""
-        values: dict[str, Any] = {}
-        if self.metrics is not None:
-            values.update(self.metrics.to_json())
-        if self.telemetry is not None:
-            values.update(self.telemetry.to_json())
-        values.pop("t", None)
-        if self.error:
-            values["error"] = self.error
-        return MetricsEvent(t=self.t, values=values)
+        """The ``metrics`` event of ``quantdeck serve/monitor --json-events`` (flat in JSON)."""
+        return MetricsEvent(
+            self.t, metrics=self.metrics, telemetry=self.telemetry, error=self.error or None
+        )
 
 
 class Sampler:
@@ -301,8 +242,14 @@ class Sampler:
         except Exception as e:
             if what not in self._failing:
                 self._failing.add(what)
+                # an expected failure (the server stopped answering: the project's own error,
+                # one line) is said in one line; anything else with its traceback
+                expected = isinstance(e, QuantdeckError)
                 log.warning(
-                    "the sampler's %s reading failed; sampling goes on", what, exc_info=True
+                    "the sampler's %s reading failed; sampling goes on%s",
+                    what,
+                    f": {e}" if expected else "",
+                    exc_info=not expected,
                 )
             why = str(e) or type(e).__name__
             return None, why if what == "metrics" else f"{what}: {why}"

@@ -40,7 +40,7 @@ from quantdeck.core.monitor.recording import Recording
 from quantdeck.core.monitor.timeseries import TimeSeriesStore
 
 LAUNCHES = ("launch", "restart", "knobs")
-KINDS = (*LAUNCHES, "fleet", "bench")
+KINDS = (*LAUNCHES, "failed", "fleet", "bench")  # failed: a launch that never became ready
 FLEET_MERGE_S = 2.0  # a router change this close to a fleet marker belongs to it
 FLEET_REASONS = ("fallback", "recovered")  # the router changes a fallback switch makes
 
@@ -95,6 +95,7 @@ class Timeline:
         self.markers: list[MarkerEvent] = []
         self.config: dict[str, Any] | None = None  # the last launch's settings
         self.version = 0
+        self._starting: MarkerEvent | None = None  # the launch not yet ready (or failed)
 
     def __len__(self) -> int:
         return len(self.markers)
@@ -102,6 +103,7 @@ class Timeline:
     def clear(self) -> None:
         self.markers.clear()
         self.config = None
+        self._starting = None
         self.version += 1
 
     def add(self, m: MarkerEvent) -> MarkerEvent:
@@ -111,8 +113,9 @@ class Timeline:
         while i and self.markers[i - 1].t > m.t:
             i -= 1
         self.markers.insert(i, m)
-        newest = not any(x.what in LAUNCHES for x in self.markers[i + 1 :])
-        if m.what in LAUNCHES and isinstance(m.config, dict) and newest:
+        started = (*LAUNCHES, "failed")  # the settings the next launch is diffed against
+        newest = not any(x.what in started for x in self.markers[i + 1 :])
+        if m.what in started and isinstance(m.config, dict) and newest:
             self.config = dict(m.config)
         self.version += 1
         return m
@@ -128,7 +131,22 @@ class Timeline:
             what = "knobs" if diff else "restart"
             label = f"knobs: {diff_text(diff, limit=1)}" if diff else "restart"
         stamp = time.time() if t is None else t
-        return self.add(MarkerEvent(what, label, diff, config=cfg, t=stamp))
+        self._starting = self.add(MarkerEvent(what, label, diff, config=cfg, t=stamp))
+        return self._starting
+
+    def _failed(self, reason: str) -> MarkerEvent | None:
+        """The launch still starting crashed: its marker says ``failed start`` (its diff and
+        settings kept: the next launch is diffed against them)."""
+        m, self._starting = self._starting, None
+        if m is None or m not in self.markers:
+            return None
+        why = reason if len(reason) <= 60 else reason[:59] + "…"
+        failed = MarkerEvent(
+            "failed", f"failed start: {why}" if why else "failed start", m.diff, m.config, m.t
+        )
+        self.markers[self.markers.index(m)] = failed
+        self.version += 1
+        return failed
 
     def bench(self, result: Mapping[str, Any], *, t: float | None = None) -> MarkerEvent:
         """A benchmark run ended with ``result`` (a saved run's figures): a marker at its
@@ -152,6 +170,12 @@ class Timeline:
         diffed against this timeline's previous one), a fleet's fallback switch and the router
         changes it makes. Other events make none."""
         inner = ev.event if isinstance(ev, InstanceEvent) else ev
+        if isinstance(ev, StateEvent):  # the server's own (not a fleet instance's)
+            if ev.state in ("ready", "attached", "stopped"):
+                self._starting = None
+            elif ev.state == "crashed":
+                return self._failed(ev.reason or "")
+            return None
         if isinstance(inner, MarkerEvent):
             if inner.what in LAUNCHES and isinstance(inner.config, dict):
                 return self.launch(inner.config, t=inner.t)
@@ -199,11 +223,11 @@ def timeline_of(recordings: Iterable[Recording]) -> Timeline:
     tl = Timeline()
     for rec in recordings:
         launched = any(isinstance(e, MarkerEvent) and e.what in LAUNCHES for e in rec.events)
-        config = rec.header.get("config")
+        config = rec.header.info.get("config")
         if not launched and isinstance(config, dict):
             start = next(
                 (e.t for e in rec.of(StateEvent) if e.state == "starting"),
-                rec.header.get("t"),
+                rec.header.when,
             )
             if _finite(start):
                 tl.launch(config, t=float(start))
@@ -246,10 +270,40 @@ class Span:
     def seconds(self) -> float:
         return self.t1 - self.t0
 
-    def text(self, origin: float) -> str:
-        """As seconds since ``origin`` (the first sample)."""
-        return f"{self.t0 - origin:.0f}..{self.t1 - origin:.0f} s"
+    def text(self, origin: float | None = None) -> str:
+        """Its clock times and length (``08:12:31–08:13:01, 30 s``); with ``origin`` (the first
+        sample), also as seconds since it, as ``quantdeck timeline --before`` takes them."""
+        since = ""
+        if origin is not None:
+            since = f", {self.t0 - origin:.0f}..{self.t1 - origin:.0f} s since the first sample"
+        return f"{_clock(self.t0)}–{_clock(self.t1)} ({self.seconds:.0f} s{since})"
 
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def plain_number(v: float | None, *, sign: bool = False) -> str:
+    """A figure as a person reads it: digits grouped, no exponent, about 3 significant
+    figures (``61,234``, ``612``, ``61.2``, ``6.12``, ``0.0612``); ``-`` for none."""
+    if v is None or not math.isfinite(v):
+        return "-"
+    a = abs(v)
+    if a >= 100 or a == 0:
+        text = f"{v:,.0f}"
+    elif a >= 10:
+        text = f"{v:.1f}"
+    elif a >= 1:
+        text = f"{v:.2f}"
+    else:
+        text = f"{v:.3g}"
+    return ("+" if sign and v > 0 else "") + text
+
+
+# The load check of two spans: fewer requests running than this on average is idle, and
+# busy spans whose averages differ by more than this factor differ in load.
+IDLE_RUNNING = 0.1
+LOAD_RATIO = 1.5
 
 # (row, series, how a span sums it up, which way is better)
 COMPARED: tuple[tuple[str, str, str, str], ...] = (
@@ -312,10 +366,17 @@ class MetricRow:
         return "better" if up == (self.better == "higher") else "worse"
 
     def change_text(self) -> str:
+        """``+12.3 (+4%)``; a change of over 10 times its base as a ratio (``×383``), which
+        says more than a percentage of a near-zero base."""
         if self.change is None:
             return "-"
         pct = self.change_pct
-        return f"{self.change:+.4g}" + (f" ({pct:+.0f}%)" if pct is not None else "")
+        text = plain_number(self.change, sign=True)
+        if pct is None:
+            return text
+        if abs(pct) > 1000 and self.before and self.after is not None:
+            return f"{text} (×{plain_number(self.after / self.before)})"
+        return f"{text} ({pct:+.0f}%)"
 
 
 @dataclass(frozen=True)
@@ -352,6 +413,29 @@ class SpanComparison:
             text = f"knobs: {diff_text(diff)}" + (f"; {text}" if text else "")
         return text
 
+    def load_note(self) -> str:
+        """Why the spans may not be comparable (one idle and one serving, or load apart by
+        more than half), from the requests running in each; "" when they look alike."""
+        row = next((r for r in self.rows if r.series == "running"), None)
+        b, a = (row.before, row.after) if row is not None else (None, None)
+        if b is None or a is None:
+            return ""
+        idle = [name for name, v in (("before", b), ("after", a)) if v < IDLE_RUNNING]
+        if len(idle) == 1 and max(a, b) >= 2 * IDLE_RUNNING:
+            busy = "after" if idle[0] == "before" else "before"
+            return (
+                f"the {idle[0]} span is idle and the {busy} span serves "
+                f"({plain_number(b)} vs {plain_number(a)} requests running on average): the "
+                "figures compare different loads; move the spans over the same load, or run "
+                "the same benchmark on both sides"
+            )
+        if not idle and max(a, b) > LOAD_RATIO * min(a, b):
+            return (
+                f"the spans differ in load ({plain_number(b)} vs {plain_number(a)} requests "
+                "running on average): latency and throughput follow load"
+            )
+        return ""
+
     def to_json(self) -> dict[str, Any]:
         return {
             "before": {"t0": self.before.t0, "t1": self.before.t1, "samples": self.samples[0]},
@@ -371,23 +455,26 @@ class SpanComparison:
             "diff": self.diff,
             "markers": [m.to_json() for m in self.markers],
             "separated_by": self.separated_by(),
+            "load_note": self.load_note(),
         }
 
     def format(self) -> str:
         """The table as a person reads it (``quantdeck timeline``)."""
         w = max(len(r.name) for r in self.rows)
         lines = [
+            f"before: {self.before.text(self.origin)}",
+            f"after:  {self.after.text(self.origin)}",
             f"{'':<{w}}  {'before':>14}  {'after':>14}  change",
-            f"{'span':<{w}}  {self.before.text(self.origin):>14}  "
-            f"{self.after.text(self.origin):>14}",
             f"{'samples':<{w}}  {self.samples[0]:>14}  {self.samples[1]:>14}",
         ]
         for r in self.rows:
-            b = "-" if r.before is None else f"{r.before:.4g}"
-            a = "-" if r.after is None else f"{r.after:.4g}"
+            b, a = plain_number(r.before), plain_number(r.after)
             mark = f"  {r.verdict}" if r.verdict else ""
             lines.append(f"{r.name:<{w}}  {b:>14}  {a:>14}  {r.change_text()}{mark}")
         lines.append(f"separated by: {self.separated_by()}")
+        note = self.load_note()
+        if note:
+            lines.append(f"note: {note}")
         return "\n".join(lines)
 
 
@@ -418,23 +505,30 @@ def compare_spans(
 
 
 def default_spans(store: TimeSeriesStore, timeline: Timeline | None = None) -> tuple[Span, Span]:
-    """The spans either side of the latest marker with samples on both sides (before: from
-    the marker before it, or the first sample; after: to the next marker, or the last
-    sample; each cut to the samples it holds); without one, the two halves of the history.
+    """Two equal spans either side of the operator's latest change: the newest launch, knob
+    change, restart, failed start or fleet switch with samples on both sides (a benchmark
+    marker is load, not a change). Each side runs from the samples next to the change for as
+    long as the shorter side has samples (up to the change before, or the next one), so that
+    the spans weigh the same time. Without such a change, the two halves of the history.
     ConfigError when the store is empty."""
     first, last = store.first_t, store.last_t
     if first is None or last is None:
         raise ConfigError("no samples to compare")
-    cuts = [m.t for m in (timeline.markers if timeline is not None else [])]
-    for i in range(len(cuts) - 1, -1, -1):
-        t = cuts[i]
+    changes = [m.t for m in (timeline.markers if timeline is not None else []) if m.what != "bench"]
+    for i in range(len(changes) - 1, -1, -1):
+        t = changes[i]
         if not first < t < last:
             continue
-        lo = max([first, *(c for c in cuts[:i] if c < t)])
-        hi = min([last, *(c for c in cuts[i + 1 :] if c > t)])
+        lo = max([first, *(c for c in changes[:i] if c < t)])
+        hi = min([last, *(c for c in changes[i + 1 :] if c > t)])
         tb, ta = store.span(lo, t)[0], store.span(t, hi)[0]
-        if len(tb) and len(ta):  # each as far as its samples go
-            return Span(float(tb[0]), float(tb[-1])), Span(float(ta[0]), float(ta[-1]))
+        tb, ta = tb[tb < t], ta[ta > t]  # a sample at the change's time is on neither side
+        if len(tb) and len(ta):
+            width = min(float(tb[-1] - tb[0]), float(ta[-1] - ta[0]))
+            return (
+                Span(float(tb[-1]) - width, float(tb[-1])),
+                Span(float(ta[0]), float(ta[0]) + width),
+            )
     mid = (first + last) / 2
     return Span(first, mid), Span(mid, last)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from quantdeck.core.events import Event, MetricsEvent
+from quantdeck.core.snapshots import GpuSnapshot, MetricsSnapshot, TelemetrySnapshot
 
 GiB = 2**30
 # GPUs a store keeps series for (each costs 5 columns of ``capacity`` points, 1.4 MiB at the
@@ -29,7 +30,7 @@ MAX_GPUS = 16
 @dataclass(frozen=True)
 class SeriesSpec:
     name: str  # column name, unit included
-    read: Callable[[Mapping[str, Any]], float | None]  # from a metrics event's values
+    read: Callable[[MetricsEvent], float | None]  # its value in one metrics event
 
 
 def _number(v: Any, scale: float) -> float | None:
@@ -40,78 +41,94 @@ def _number(v: Any, scale: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _key(k: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], float | None]:
-    def read(ev: Mapping[str, Any]) -> float | None:
-        return _number(ev.get(k), scale)
+def _m(
+    get: Callable[[MetricsSnapshot], Any], scale: float = 1.0
+) -> Callable[[MetricsEvent], float | None]:
+    """A figure of the event's /metrics scrape."""
+
+    def read(ev: MetricsEvent) -> float | None:
+        return None if ev.metrics is None else _number(get(ev.metrics), scale)
 
     return read
 
 
-def _gpus(ev: Mapping[str, Any]) -> list[Any]:
-    gpus = ev.get("gpus")
-    return gpus if isinstance(gpus, list) else []
+def _host(
+    get: Callable[[TelemetrySnapshot], Any], scale: float = 1.0
+) -> Callable[[MetricsEvent], float | None]:
+    """A figure of the event's host telemetry."""
+
+    def read(ev: MetricsEvent) -> float | None:
+        return None if ev.telemetry is None else _number(get(ev.telemetry), scale)
+
+    return read
 
 
-def _gpu(i: int, k: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], float | None]:
-    def read(ev: Mapping[str, Any]) -> float | None:
+def _gpus(ev: MetricsEvent) -> tuple[GpuSnapshot, ...]:
+    return () if ev.telemetry is None else ev.telemetry.gpus
+
+
+def _gpu(
+    i: int, get: Callable[[GpuSnapshot], Any], scale: float = 1.0
+) -> Callable[[MetricsEvent], float | None]:
+    def read(ev: MetricsEvent) -> float | None:
         gpus = _gpus(ev)
-        if i >= len(gpus) or not isinstance(gpus[i], dict):
-            return None
-        return _number(gpus[i].get(k), scale)
+        return _number(get(gpus[i]), scale) if i < len(gpus) else None
 
     return read
 
 
 BASE_SERIES: tuple[SeriesSpec, ...] = (
-    SeriesSpec("host_cpu_pct", _key("host_cpu_pct")),
-    SeriesSpec("host_ram_used_gib", _key("host_ram_used_bytes", 1 / GiB)),
-    SeriesSpec("server_rss_gib", _key("server_rss_bytes", 1 / GiB)),
-    SeriesSpec("kv_blocks_used", _key("kv_blocks_used")),
-    SeriesSpec("kv_blocks_total", _key("kv_blocks_total")),
-    SeriesSpec("kv_usage_pct", _key("kv_usage_pct")),
-    SeriesSpec("running", _key("running")),
-    SeriesSpec("waiting", _key("waiting")),
-    SeriesSpec("ttft_p50_ms", _key("ttft_p50_ms")),
-    SeriesSpec("ttft_p99_ms", _key("ttft_p99_ms")),
-    SeriesSpec("itl_p50_ms", _key("itl_p50_ms")),
-    SeriesSpec("itl_p99_ms", _key("itl_p99_ms")),
-    SeriesSpec("e2e_p50_ms", _key("e2e_p50_ms")),
-    SeriesSpec("e2e_p99_ms", _key("e2e_p99_ms")),
-    SeriesSpec("prompt_tokens_per_s", _key("prompt_tokens_per_s")),
-    SeriesSpec("generation_tokens_per_s", _key("generation_tokens_per_s")),
-    SeriesSpec("preemptions_per_s", _key("preemptions_per_s")),
+    SeriesSpec("host_cpu_pct", _host(lambda h: h.host_cpu_pct)),
+    SeriesSpec("host_ram_used_gib", _host(lambda h: h.host_ram_used_bytes, 1 / GiB)),
+    SeriesSpec("server_rss_gib", _host(lambda h: h.server_rss_bytes, 1 / GiB)),
+    SeriesSpec("kv_blocks_used", _m(lambda m: m.kv_blocks_used)),
+    SeriesSpec("kv_blocks_total", _m(lambda m: m.kv_blocks_total)),
+    SeriesSpec("kv_usage_pct", _m(lambda m: m.kv_usage_pct)),
+    SeriesSpec("running", _m(lambda m: m.running)),
+    SeriesSpec("waiting", _m(lambda m: m.waiting)),
+    SeriesSpec("ttft_p50_ms", _m(lambda m: m.ttft_p50_ms)),
+    SeriesSpec("ttft_p99_ms", _m(lambda m: m.ttft_p99_ms)),
+    SeriesSpec("itl_p50_ms", _m(lambda m: m.itl_p50_ms)),
+    SeriesSpec("itl_p99_ms", _m(lambda m: m.itl_p99_ms)),
+    SeriesSpec("e2e_p50_ms", _m(lambda m: m.e2e_p50_ms)),
+    SeriesSpec("e2e_p99_ms", _m(lambda m: m.e2e_p99_ms)),
+    SeriesSpec("prompt_tokens_per_s", _m(lambda m: m.prompt_tokens_per_s)),
+    SeriesSpec("generation_tokens_per_s", _m(lambda m: m.generation_tokens_per_s)),
+    SeriesSpec("preemptions_per_s", _m(lambda m: m.preemptions_per_s)),
     # the operator's panels (vLLM's own dashboards): request phases, outcomes, rates
-    *(
-        SeriesSpec(f"{phase}_p{q}_ms", _key(f"{phase}_p{q}_ms"))
-        for phase in ("queue", "prefill", "decode")
-        for q in (50, 99)
-    ),
-    *(
-        SeriesSpec(f"finished_{r}_per_s", _key(f"finished_{r}_per_s"))
-        for r in ("stop", "length", "abort", "error")
-    ),
-    SeriesSpec("prefix_hit_pct", _key("prefix_cache_hit_rate", 100.0)),
-    SeriesSpec("ttft_slo_pct", _key("ttft_slo_attainment", 100.0)),
-    SeriesSpec("itl_slo_pct", _key("itl_slo_attainment", 100.0)),
-    SeriesSpec("e2e_slo_pct", _key("e2e_slo_attainment", 100.0)),
-    SeriesSpec("spec_accept_pct", _key("spec_acceptance_rate", 100.0)),
-    SeriesSpec("lora_running", _key("lora_running")),
-    SeriesSpec("lora_waiting", _key("lora_waiting")),
-    *(
-        SeriesSpec(f"{k}_p{q}_s", _key(f"{k}_p{q}_ms", 1 / 1000))
-        for k in ("kv_block_lifetime", "kv_block_idle", "kv_block_reuse_gap")
-        for q in (50, 99)
-    ),
+    SeriesSpec("queue_p50_ms", _m(lambda m: m.queue_p50_ms)),
+    SeriesSpec("queue_p99_ms", _m(lambda m: m.queue_p99_ms)),
+    SeriesSpec("prefill_p50_ms", _m(lambda m: m.prefill_p50_ms)),
+    SeriesSpec("prefill_p99_ms", _m(lambda m: m.prefill_p99_ms)),
+    SeriesSpec("decode_p50_ms", _m(lambda m: m.decode_p50_ms)),
+    SeriesSpec("decode_p99_ms", _m(lambda m: m.decode_p99_ms)),
+    SeriesSpec("finished_stop_per_s", _m(lambda m: m.finished_stop_per_s)),
+    SeriesSpec("finished_length_per_s", _m(lambda m: m.finished_length_per_s)),
+    SeriesSpec("finished_abort_per_s", _m(lambda m: m.finished_abort_per_s)),
+    SeriesSpec("finished_error_per_s", _m(lambda m: m.finished_error_per_s)),
+    SeriesSpec("prefix_hit_pct", _m(lambda m: m.prefix_cache_hit_rate, 100.0)),
+    SeriesSpec("ttft_slo_pct", _m(lambda m: m.ttft_slo_attainment, 100.0)),
+    SeriesSpec("itl_slo_pct", _m(lambda m: m.itl_slo_attainment, 100.0)),
+    SeriesSpec("e2e_slo_pct", _m(lambda m: m.e2e_slo_attainment, 100.0)),
+    SeriesSpec("spec_accept_pct", _m(lambda m: m.spec_acceptance_rate, 100.0)),
+    SeriesSpec("lora_running", _m(lambda m: m.lora_running)),
+    SeriesSpec("lora_waiting", _m(lambda m: m.lora_waiting)),
+    SeriesSpec("kv_block_lifetime_p50_s", _m(lambda m: m.kv_block_lifetime_p50_ms, 1 / 1000)),
+    SeriesSpec("kv_block_lifetime_p99_s", _m(lambda m: m.kv_block_lifetime_p99_ms, 1 / 1000)),
+    SeriesSpec("kv_block_idle_p50_s", _m(lambda m: m.kv_block_idle_p50_ms, 1 / 1000)),
+    SeriesSpec("kv_block_idle_p99_s", _m(lambda m: m.kv_block_idle_p99_ms, 1 / 1000)),
+    SeriesSpec("kv_block_reuse_gap_p50_s", _m(lambda m: m.kv_block_reuse_gap_p50_ms, 1 / 1000)),
+    SeriesSpec("kv_block_reuse_gap_p99_s", _m(lambda m: m.kv_block_reuse_gap_p99_ms, 1 / 1000)),
 )
 
 
 def gpu_series(i: int) -> tuple[SeriesSpec, ...]:
     return (
-        SeriesSpec(f"gpu{i}_util_pct", _gpu(i, "utilization_pct")),
-        SeriesSpec(f"gpu{i}_memory_used_gib", _gpu(i, "memory_used_bytes", 1 / GiB)),
-        SeriesSpec(f"gpu{i}_power_w", _gpu(i, "power_w")),
-        SeriesSpec(f"gpu{i}_temperature_c", _gpu(i, "temperature_c")),
-        SeriesSpec(f"gpu{i}_server_memory_gib", _gpu(i, "server_memory_bytes", 1 / GiB)),
+        SeriesSpec(f"gpu{i}_util_pct", _gpu(i, lambda g: g.utilization_pct)),
+        SeriesSpec(f"gpu{i}_memory_used_gib", _gpu(i, lambda g: g.memory_used_bytes, 1 / GiB)),
+        SeriesSpec(f"gpu{i}_power_w", _gpu(i, lambda g: g.power_w)),
+        SeriesSpec(f"gpu{i}_temperature_c", _gpu(i, lambda g: g.temperature_c)),
+        SeriesSpec(f"gpu{i}_server_memory_gib", _gpu(i, lambda g: g.server_memory_bytes, 1 / GiB)),
     )
 
 
@@ -197,13 +214,12 @@ class TimeSeriesStore:
         t = _number(ev.t, 1.0)
         if t is None:
             return
-        values = ev.values
         with self._lock:
-            self._ensure_gpus(min(len(_gpus(values)), MAX_GPUS))
+            self._ensure_gpus(min(len(_gpus(ev)), MAX_GPUS))
             i = self._n % self.capacity
             self._t[i] = t
             for s in self.specs:
-                v = s.read(values)
+                v = s.read(ev)
                 self._cols[s.name][i] = np.nan if v is None else v
             self._n += 1
             if self._nb and self._n % BLOCK == 0:

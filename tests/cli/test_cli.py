@@ -100,6 +100,20 @@ def test_plan_reports_advice(llama8b: Path) -> None:
     assert any("eager mode costs" in w for w in d["warnings"])
 
 
+def test_plan_exits_1_when_the_launch_does_not_fit(llama8b: Path) -> None:
+    """A script can ask `plan` first: 1 when it does not fit (the plan printed all the same),
+    0 when it does, 2 for a user's error."""
+    small = ("--device", "cuda", "--gpu-memory-gib", "8")  # 16 GB of weights
+    r = run("plan", str(llama8b), *small, "--json")
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)
+    assert d["fits"] is False and d["reasons"]
+    r = run("plan", str(llama8b), *small)
+    assert r.returncode == 1 and "fits          no" in r.stdout and r.stderr == ""
+    r = run("plan", "--help")
+    assert r.returncode == 0 and "1 when it does not" in " ".join(r.stdout.split())
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -197,3 +211,31 @@ def test_kv_events_read_as_one_line_for_a_person() -> None:
         "[kv] resident 26 blocks, stored 30 removed 4 evicted 4, prefix hits 25.0% lost 2 batches"
     )
     assert human_event(KvEvent(0, 0, 0, None)).endswith("prefix hits -")
+
+
+def test_ab_and_tune_progress_lines_for_a_person(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ab`/`tune` without --json-events: each arm and point in one line on stderr, an arm's
+    server only when it crashed; with --json-events the JSON object on stdout."""
+    from quantdeck.cli._common import Progress
+    from quantdeck.core.events import ArmEvent, ArmServerEvent, PointEvent, StateEvent
+
+    show = Progress(json_events=False)
+    show(ArmEvent(0, 2, "eager", "done", error="crashed", t=1.0))
+    show(PointEvent(1, {"max_num_seqs": 4}, "starting", t=2.0))
+    show(PointEvent(1, {"max_num_seqs": 4}, "done", {"goodput": 2.5, "meets": False}, t=3.0))
+    show(ArmServerEvent(1, StateEvent("ready", t=4.0)))
+    show(ArmServerEvent(1, StateEvent("crashed", reason="engine died", t=5.0)))
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        "[1/2] eager: done (crashed)",
+        "point 1: max_num_seqs=4: starting",
+        "point 1: max_num_seqs=4: goodput 2.50 req/s (misses targets)",
+        "  server crashed: engine died",
+    ]
+    Progress(json_events=True)(ArmEvent(0, 2, "eager", "starting", t=1.0))
+    out, err = capsys.readouterr()
+    assert (
+        json.loads(out)
+        == {"t": 1.0, "event": "arm", "index": 0, "total": 2, "label": "eager", "stage": "starting"}
+        and err == ""
+    )

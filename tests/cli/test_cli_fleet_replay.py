@@ -45,15 +45,20 @@ def test_replay_prints_the_news_then_the_rows(
     table = out[out.index(f"{rec}: 40 s, as it ended:") + 1 :]
     assert [line.split()[:3] for line in table] == [
         ["router", "router", "ready"],
-        ["a", "primary", "crashed"],
+        ["a", "primary", "crashed:"],
         ["b", "backup", "ready"],
     ]
+    assert "crashed: exit code -9" in table[1]  # with its reason
     assert "kv_pct=5 running=1 tok_s=20 ttft_p99_ms=80 routed" in table[2]
 
     assert main(["fleet", "replay", str(rec), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["duration_s"] == 40.0
-    assert [r["state"] for r in data["rows"]] == ["ready", "crashed (restart 1 in 1 s)", "ready"]
+    assert [r["state"] for r in data["rows"]] == [
+        "ready",
+        "crashed: exit code -9 (restart 1 in 1 s)",
+        "ready",
+    ]
     assert data["rows"][2]["kv_pct"] == 5.0 and data["rows"][1]["kv_pct"] is None
     assert [n["t"] for n in data["news"]] == sorted(n["t"] for n in data["news"])
 

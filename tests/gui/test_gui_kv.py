@@ -7,6 +7,7 @@ ZmqEventPublisher sends them) and stops it with the server."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -188,6 +189,41 @@ def test_curves_follow_the_events(view: KvView, stream: Stream) -> None:
     assert "evicted lifetime mean 0.3 s" in text and "lifetime p50/p90/p99 1.5/" in text
 
 
+@pytest.mark.vllm
+def test_the_summary_leads_with_vllms_hit_rate(view: KvView, stream: Stream) -> None:
+    """The operator's case: a 13-block prefix stored once; three more prompts hit it with
+    short tails (a partial block each), so they store nothing and the events show no reuse,
+    while vLLM counts 4,992 of 6,720 prompt tokens as hits."""
+    names = [f"a{i}" for i in range(13)]
+    stream.send(stored(names, None, tokens=list(range(13 * BS))), ts=T0)
+    counts = qkv.PrefixCacheCounts(hit_tokens=4992, query_tokens=6720)
+    ev = dataclasses.replace(
+        stream.event(now=T0 + 1),
+        vllm_prefix_hit_rate=counts.hit_rate,
+        vllm_prefix_hit_tokens_total=counts.hit_tokens,
+        vllm_prefix_query_tokens_total=counts.query_tokens,
+    )
+    assert ev.blocks_reused_total == 0 and ev.prefix_hit_rate == 0.0
+    view.add_event(ev)
+    view.refresh()
+    lead, figures = view.summary.text().split("\n")
+    assert lead == (
+        "vLLM: 74 % of prompt tokens hit the prefix cache (4,992 of 6,720 since the server "
+        "started) · block map: 0 blocks reused, 0 % of the blocks it saw "
+        f"({kv_view.BLOCK_MAP_NOTE})"
+    )
+    assert figures.startswith("resident 13 blocks · stored 13")
+    _, vllm = view.curves["vllm_total_hit_pct"].getData()
+    _, events = view.curves["hit_pct"].getData()
+    assert vllm[-1] == pytest.approx(100 * 4992 / 6720) and events[-1] == 0.0
+    # an event without vLLM's counters (an older recording): said so, no point on the curve
+    view.add_event(stream.event(now=T0 + 2))
+    view.refresh()
+    assert view.summary.text().startswith("vLLM's prefix-cache counters: not in these events")
+    _, vllm = view.curves["vllm_total_hit_pct"].getData()
+    assert np.isnan(vllm[-1])
+
+
 def tiny_tokenizer(folder: Path) -> Any:
     """A word-level tokenizer trained here, saved as the model folder's tokenizer.json."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -254,18 +290,20 @@ def test_a_recording_replays_into_the_kv_view(qtbot, stream: Stream, tmp_path: P
     win = MainWindow(device=H200, probe=False)
     qtbot.addWidget(win)
     assert win.open_recording(str(path)) == 3
-    kv = win.kv_view
-    assert win.monitor_pages.indexOf(kv) == 1 and win.monitor_pages.indexOf(win.monitor) == 0
-    assert kv.last is not None and kv.last.get("evicted_total") == 1
+    kv = win.replays[-1].kv  # the replay's own KV page, beside its plots
+    pages = win.replays[-1].pages
+    assert pages.indexOf(kv) == 1 and pages.indexOf(win.replays[-1].panel) == 0
+    assert kv.last is not None and kv.last.evicted_total == 1
     assert len(kv.codes) == 32 and (kv.codes >= FIRST).sum() == 4
     x, _ = kv.curves["hit_pct"].getData()
     assert len(x) == 2
     qtbot.waitUntil(lambda: kv.tokenizer is not None, timeout=10_000)
     kv.refresh()
     assert kv.prefix_model.text(0, "prefix") == "you are a helpful assistant who answers in"
-    # a second replay starts afresh
+    # a second replay starts afresh, in a window of its own
     assert win.open_recording(str(path)) == 3
-    assert len(kv.kv_ring.series("hit_pct")[0]) == 2
+    assert win.replays[-1].kv is not kv
+    assert len(win.replays[-1].kv.kv_ring.series("hit_pct")[0]) == 2
 
 
 # -- the controller ------------------------------------------------------------------------
@@ -420,8 +458,7 @@ def test_launch_with_kv_events_fills_the_kv_view(qtbot, demo_server_parked, demo
         # the kv events come once a second: the third prompt's reuse may be in a later one
         qtbot.waitUntil(
             lambda: (
-                kv.last is not None
-                and any(p.get("hits", 0) >= 2 for p in kv.last.get("top_prefixes") or [])
+                kv.last is not None and any(p.get("hits", 0) >= 2 for p in kv.last.top_prefixes)
             ),
             timeout=30_000,
         )
@@ -431,8 +468,19 @@ def test_launch_with_kv_events_fills_the_kv_view(qtbot, demo_server_parked, demo
         win.tabs.setCurrentWidget(win._monitor_box)
         win.monitor_pages.setCurrentWidget(kv)
         kv.refresh()
-        resident = kv.last.get("blocks_resident")
+        resident = kv.last.blocks_resident
         assert resident > 0
+        # vLLM's counters of this server lead the summary; the events' figure follows
+        assert isinstance(kv.last.vllm_prefix_query_tokens_total, int)
+        assert kv.summary.text().startswith("vLLM: ") and "block map: " in kv.summary.text()
+        reader = qkv.PrefixCacheCounters(win.controller.url)
+        try:
+            counts = reader.read()
+        finally:
+            reader.close()
+        assert reader.filtered  # vLLM's /metrics/?name[]=... carries the two counters
+        assert counts is not None
+        assert counts.query_tokens >= kv.last.vllm_prefix_query_tokens_total > 0
         assert kv.capacity == 64 * 2**20 // (128 * 2048)  # the demo's blocks, from /metrics
         assert len(kv.codes) == kv.capacity and (kv.codes >= FIRST).sum() == resident
         assert kv.groups_model.rowCount() == 1 and kv.groups_model.text(0, "resident") == str(

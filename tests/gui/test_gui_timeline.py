@@ -65,7 +65,10 @@ def test_compare_spans_either_side_of_the_change_then_a_dragged_span(
     qtbot.mouseClick(panel.compare_button, Qt.LeftButton)
     assert panel.compare_button.isChecked() and not panel.compare_panel.isHidden()
     cmp = panel.comparison()
-    assert cmp is not None and cmp.samples == (55, 232)
+    # equal spans next to the knob change (the shorter side's length), with the load note
+    assert cmp is not None and cmp.before.seconds == pytest.approx(cmp.after.seconds)
+    assert 10 < cmp.samples[0] <= 55 and 10 < cmp.samples[1] < 232
+    assert panel.compare_panel.load_note.text().startswith("⚠ the spans differ in load")
     model = panel.compare_panel.model
     assert [model.text(i, "metric") for i in range(len(model.rows))] == [c[0] for c in COMPARED]
     assert model.text(0, "change").endswith("worse")  # generated tok/s fell
@@ -81,7 +84,7 @@ def test_compare_spans_either_side_of_the_change_then_a_dragged_span(
     after.setRegion((-30.0, 0.0))
     new = panel.comparison()
     assert new is not None and new.after.t0 == pytest.approx(last - 30)
-    assert 0 < new.samples[1] < 232 and new.samples[0] == 55
+    assert 0 < new.samples[1] < 232 and new.samples[0] == cmp.samples[0]
     panel.refresh(force=True)
     assert other.getRegion() == pytest.approx((-30.0, 0.0))
     out = panel.compare_panel.export(tmp_path / "report")
@@ -106,7 +109,7 @@ def test_the_window_marks_launches_fleet_switches_bench_runs_and_replays(
     qtbot.addWidget(win)
     # what QtServerController.start emits for each start, as the window receives it
     for cfg in ({"model": "/m"}, {"model": "/m"}, {"model": "/m", "max-num-seqs": 8}):
-        win._on_server_event(MarkerEvent("launch", "launch", config=cfg))
+        win.controller.event.emit(MarkerEvent("launch", "launch", config=cfg))
     tl = win.monitor.timeline
     assert [m.what for m in tl.markers] == ["launch", "restart", "knobs"]
     assert tl.markers[-1].diff == {"max-num-seqs": [None, 8]}
@@ -121,9 +124,9 @@ def test_the_window_marks_launches_fleet_switches_bench_runs_and_replays(
     path = tmp_path / "r.jsonl"
     rec = Recorder(path, {"source": "serve", "config": {"model": "/m"}})
     rec.write(MarkerEvent("launch", "launch", config={"model": "/m"}, t=100.0))
-    rec.write(MetricsEvent(101.0, {"generation_tokens_per_s": 1.0}))
+    rec.write(MetricsEvent.from_values(101.0, {"generation_tokens_per_s": 1.0}))
     rec.write(MarkerEvent("launch", "launch", config={"model": "/m", "dtype": "half"}, t=102.0))
-    rec.write(MetricsEvent(103.0, {"generation_tokens_per_s": 2.0}))
+    rec.write(MetricsEvent.from_values(103.0, {"generation_tokens_per_s": 2.0}))
     rec.close()
     live_markers = list(tl.markers)
     assert win.open_recording(str(path)) == 4

