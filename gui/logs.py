@@ -23,7 +23,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.events import Event, FactEvent, InstanceEvent, LogEvent, StateEvent
+from quantdeck.core.events import (
+    AdviceEvent,
+    Event,
+    FactEvent,
+    InstanceEvent,
+    LogEvent,
+    PlanEvent,
+    StateEvent,
+)
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # What the tab keeps: the newest lines, each cut to a length (a server that prints a tensor
@@ -143,12 +151,11 @@ class LogsPanel(QWidget):
                     self.tail_view.verticalScrollBar().maximum()
                 )
                 self.error_button.setVisible(self._first_error_line() is not None)
-                entry = ("state", f"── crashed {why}")
-            case StateEvent(state=state, reason=reason, url=url):
-                extra = reason or url or ""
-                entry = ("state", f"── {state} {extra}".rstrip())
-            case FactEvent(name=name, value=value):
-                entry = ("fact", f"★ {name} = {value}")
+                entry = ("state", ev.describe())
+            case StateEvent():  # the CLI's line for it, one wording for both front ends
+                entry = ("state", ev.describe())
+            case FactEvent() | PlanEvent() | AdviceEvent():
+                entry = ("fact", ev.describe())
             case _:
                 return
         self._add(entry)

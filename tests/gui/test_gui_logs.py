@@ -46,7 +46,7 @@ def test_each_run_opens_with_a_header_and_a_crash_is_pinned(qtbot) -> None:
     text = panel.text()
     assert "━━ run 1 ·" in text and "━━ run 2 ·" in text
     assert text.index("━━ run 1") < text.index("boom in run one") < text.index("━━ run 2")
-    assert "★ ready_s = 21.5" in text
+    assert "[fact] ready_s = 21.5" in text  # the CLI's line for it
     assert panel.summary.isVisibleTo(panel) and "engine process 42 exited" in panel.summary.text()
     # the pinned tail: the newest lines of it, whatever the log shows
     pinned = panel.tail_view.toPlainText().splitlines()
