@@ -16,7 +16,7 @@ def cmd_gui(ns: argparse.Namespace) -> int:
 def cmd_screenshots(ns: argparse.Namespace) -> int:
     from quantdeck.gui import screenshots
 
-    return int(screenshots.main([ns.outdir]) or 0)
+    return int(screenshots.main([ns.outdir], size=ns.size) or 0)
 
 
 def cmd_replay(ns: argparse.Namespace) -> int:
@@ -49,6 +49,9 @@ def register(add: AddCommand) -> None:
         "drive every tab against a demo server and save one PNG per tab",
     )
     sp.add_argument("outdir")
+    sp.add_argument(
+        "--size", default="1400x900", type=_size, help="WIDTHxHEIGHT of the window (default's)"
+    )
 
     sp = add("replay", cmd_replay, "show a recording in the Monitor (or save it as a PNG)")
     sp.add_argument("file", help="a recording (.jsonl or .jsonl.gz)")

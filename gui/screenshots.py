@@ -1,14 +1,16 @@
-"""``quantdeck screenshots OUTDIR``: drive every tab against a running demo server, one PNG each.
+"""``quantdeck screenshots OUTDIR [--size WxH]``: drive every tab against a running demo
+server, one PNG each, at the window size given (the panel's default 1400x900).
 
 Starts the demo model from the Launch tab (with KV events on), sends Playground requests and a
 little background load while the Monitor fills, saves launch.png, playground.png, monitor.png,
-then, after prompts sharing a long prefix, the Monitor's KV view (kv.png); runs a small
-benchmark, saves logs.png and benchmark.png, stops the server, converts the demo model to W8A8
-(convert.png), replays two recorded launches with their spans compared (timeline.png) and shows
-a profiler trace's summary (profile.png; both also alone, without a server: ``--offline DIR``),
-brings up a two-instance demo fleet in the Fleet tab under load (fleet.png; Open
-in Monitor must attach, and the Monitor then overlays both instances: monitor-fleet.png; Stop
-fleet must leave no process) and exits 0 (1 if a server never became ready).
+alerts.png (the load crosses a KV limit), then, after prompts sharing a long prefix, the
+Monitor's KV view (kv.png); runs a small benchmark, saves logs.png and benchmark.png, stops the
+server, converts the demo model to W8A8 (convert.png), replays two recorded launches with their
+spans compared (timeline.png) and shows a profiler trace's summary (profile.png; both also
+alone, without a server: ``--offline DIR``), brings up a two-instance demo fleet in the Fleet
+tab under load (fleet.png; Open in Monitor must attach, and the Monitor then overlays both
+instances: monitor-fleet.png; Stop fleet must leave no process) and exits 0 (1 if a server
+never became ready).
 OUTDIR is written whole or not at all (:func:`quantdeck.core.paths.atomic_dir`): an earlier set
 of screenshots is replaced, any other file or folder there is refused.
 """
@@ -101,14 +103,15 @@ def _shared_prefix_load(url: str, model: str) -> Any:
     return proc
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], size: tuple[int, int] = (1400, 900)) -> int:
+    """``size``: the window's, 1400x900 (the panel's default) unless told."""
     if argv and argv[0] == "--offline":  # profile.png and timeline.png alone, no server
         return offline(Path(argv[1] if len(argv) > 1 else "screenshots"))
     out = Path(argv[0] if argv else "screenshots").expanduser().absolute()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     try:
         with atomic_dir(out, "screenshots", overwrite=True) as tmp:
-            _shoot(app, tmp)
+            _shoot(app, tmp, size)
     except ServerError as e:
         print(f"screenshots: {e}", file=sys.stderr)
         return 1
@@ -183,12 +186,12 @@ def _shoot_offline(app: QApplication, win: Any, out: Path) -> None:
         win.monitor_pages.setCurrentWidget(win.monitor)
 
 
-def _shoot(app: QApplication, out: Path) -> None:
+def _shoot(app: QApplication, out: Path, size: tuple[int, int] = (1400, 900)) -> None:
     """Drive the window and save the PNGs into ``out``; ServerError if it never got ready."""
     from quantdeck.gui.main_window import MainWindow
 
     win = MainWindow()
-    win.resize(1600, 1000)
+    win.resize(*size)
     win.show()
     demo = ensure_demo_model()
     win.add_model(demo, select=True)
@@ -197,6 +200,7 @@ def _shoot(app: QApplication, out: Path) -> None:
     launch.eager.setChecked(True)
     launch.form.editors["kv_events"].widget.setChecked(True)  # for the KV view (kv.png)
     win.monitor.ttft_limit.setValue(2000)
+    win.monitor.kv_limit.setValue(1)  # the load crosses it: an alert raised and cleared
     _wait(app, lambda: False, 0.5)
     launch.grab().save(str(out / "launch.png"))
     launch.start_button.click()
@@ -227,6 +231,10 @@ def _shoot(app: QApplication, out: Path) -> None:
     _wait(app, lambda: False, 3.0)
     win.monitor.refresh(force=True)
     win.grab().save(str(out / "monitor.png"))
+    win.monitor_pages.setCurrentWidget(win.alerts_view)
+    _wait(app, lambda: False, 0.5)
+    win.grab().save(str(out / "alerts.png"))
+    win.monitor_pages.setCurrentWidget(win.monitor)
     _shoot_kv(app, win, out)
     win.tabs.setCurrentWidget(win.logs)
     _wait(app, lambda: False, 0.5)
