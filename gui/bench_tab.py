@@ -8,27 +8,37 @@ slot shows on the GUI thread (progress bar, live latency plot); nothing polls wh
 Cancel calls the job's thread-safe ``cancel()``: the run ends early and its partial result is
 kept. ``shutdown()`` quits the worker: the job is cancelled and nothing is returned.
 
+A/B arms are shown against the Launch tab's config (what each changes) before they run; arms
+that cannot be told apart are refused (:func:`quantdeck.core.bench.check_arms`). A tuning run
+shows its points as they are measured (point i of n, why a point was dropped), marks the best in
+the table and the plot, names the profile it saved and loads it into the Launch tab on request.
+
 The results table and the run history are item models (:class:`ObjectTableModel`): the results
-over :data:`METRICS` (a column per run, arm or tuning point), the history over the run files."""
+over :data:`METRICS` (a column per run or arm), a tuning run's over its points (a row each:
+:class:`TunePoint`), the history over the run files. The form scrolls; the results keep at least
+half the width."""
 
 from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -36,6 +46,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableView,
@@ -46,9 +57,11 @@ from PySide6.QtWidgets import (
 
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import (
+    ArmEvent,
     ArmServerEvent,
     BenchProgress,
     Event,
+    PointEvent,
     ProgressEvent,
     StateEvent,
 )
@@ -87,6 +100,85 @@ METRICS = (
 
 METRIC_COLUMN: Column[Metric] = Column("metric", lambda m: m.title)
 
+# An A/B run's rows: what each arm changes against the Launch tab, its figures, why it has none.
+AB_METRICS = (
+    Metric("vs_launch", "vs Launch tab", "s"),
+    *METRICS,
+    Metric("error", "arm error", "s"),
+)
+
+# Eager against CUDA graphs, whatever the Launch tab says: the arms always differ.
+DEFAULT_ARMS = "eager = --enforce-eager\ngraphs = --no-enforce-eager"
+
+
+def diff_text(diff: Mapping[str, tuple[Any, Any]]) -> str:
+    """``knob before → after`` per changed knob (``quantdeck.core.bench.knob_diff``'s)."""
+    return ", ".join(f"{k} {a} → {b}" for k, (a, b) in diff.items())
+
+
+@dataclass(frozen=True)
+class TunePoint:
+    """A row of a tuning run's table: point ``index`` (1-based, in measuring order), its knob
+    values and figures (a ``point`` event's result, or an entry of the run's ``points``)."""
+
+    index: int
+    values: Mapping[str, Any]
+    result: Mapping[str, Any]
+    best: bool = False
+
+    @property
+    def goodput(self) -> float | None:
+        g = self.result.get("goodput")
+        return None if self.result.get("dropped") or self.result.get("error") else g
+
+
+def best_point(points: Sequence[TunePoint]) -> int | None:
+    """The index of the best point so far, as the tuner picks it: the most goodput, the
+    earlier point on a tie; dropped and failed points never."""
+    best: TunePoint | None = None
+    for p in points:
+        if p.goodput is not None and (best is None or p.goodput > (best.goodput or 0)):
+            best = p
+    return best.index if best else None
+
+
+def _header(name: str, width: int = 14) -> str:
+    """A long knob name broken at an underscore into two header lines."""
+    if len(name) <= width or "_" not in name:
+        return name
+    cut = min((i for i, c in enumerate(name) if c == "_"), key=lambda i: abs(i - len(name) / 2))
+    return name[: cut + 1] + "\n" + name[cut + 1 :]
+
+
+def _outcome_cell(p: TunePoint) -> str:
+    """What became of the point; its goodput has its own column."""
+    from quantdeck.core.bench import point_outcome
+
+    if p.goodput is None:
+        return point_outcome(p.result)
+    return "meets the p99 targets" if p.result.get("meets") else "misses the p99 targets"
+
+
+def tune_columns(knobs: Sequence[str]) -> tuple[Column[TunePoint], ...]:
+    """The columns of a tuning run's table: the point, one per knob, its figures, and what
+    became of it (why a point has no goodput: dropped early, an error)."""
+    from quantdeck.core.bench import point_outcome
+
+    return (
+        Column("point", lambda p: f"{p.index} ★ best" if p.best else str(p.index)),
+        *(Column(_header(k), lambda p, k=k: _fmt(p.values.get(k), "s")) for k in knobs),
+        Column("goodput\nreq/s", lambda p: _fmt(p.goodput, ".2f"), align_right=True),
+        Column("TTFT p99\nms", lambda p: _fmt(p.result.get("p99_ttft_ms"), ".1f")),
+        Column("TPOT p99\nms", lambda p: _fmt(p.result.get("p99_tpot_ms"), ".2f")),
+        Column("completed", lambda p: _fmt(p.result.get("completed"), "d")),
+        # a dropped point's unsent requests count as failed: its outcome says why instead
+        Column(
+            "failed",
+            lambda p: "-" if p.result.get("dropped") else _fmt(p.result.get("failed"), "d"),
+        ),
+        Column("outcome", _outcome_cell, tooltip=lambda p: point_outcome(p.result)),
+    )
+
 
 def series_column(name: str, result: dict[str, Any]) -> Column[Metric]:
     """A column of the results table: one run, arm or tuning point (``result``'s figures)."""
@@ -115,6 +207,25 @@ RUN_COLUMNS: tuple[Column[Path], ...] = (Column("run", lambda p: p.name, tooltip
 MAX_LIVE_POINTS = 10000
 
 
+def _values_text(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _stage_text(stage: str, error: str | None | Any) -> str:
+    """An arm's (or tuning point's) stage as the status line says it."""
+    if stage == "starting":
+        return "starting its server"
+    if stage == "done" and isinstance(error, str) and error:
+        return f"no result: {error}"
+    return stage
+
+
+def _wrapped(text: str) -> QLabel:
+    label = plain_label(text)
+    label.setWordWrap(True)
+    return label
+
+
 class BenchTab(QWidget):
     finished = Signal(dict)  # the result of the last job (bench, ab or tune)
     failed = Signal(str)
@@ -125,22 +236,32 @@ class BenchTab(QWidget):
         launch_config: Callable[[], LaunchConfig],
         server_running: Callable[[], bool],
         parent: QWidget | None = None,
+        *,
+        apply_profile: Callable[[str], None] | None = None,
     ) -> None:
         """``target()`` gives (url, model, api_key) of the current server; ``launch_config()``
-        the Launch tab's config (the base of A/B arms and tuning)."""
+        the Launch tab's config (the base of A/B arms and tuning); ``apply_profile(name)``
+        loads a saved profile into the Launch tab (the tuned one: "Apply to Launch")."""
         super().__init__(parent)
         self._target, self._launch_config, self._server_running = (
             target,
             launch_config,
             server_running,
         )
+        self._apply_profile = apply_profile
         self.job: Any = None
         self.job_kind = "bench"
         self.worker: Any = None
         self.result: dict[str, Any] | None = None
+        self.saved_profile: str | None = None  # the profile the last tune saved
         self._workers = WorkerSet(self._on_error)
         self._ttfts: collections.deque[float] = collections.deque(maxlen=MAX_LIVE_POINTS)
         self._ttft_count = 0  # requests plotted since the run (or arm, point) began
+        self._arm_diffs: dict[str, str] = {}  # the A/B run's arms: what each changes
+        self._tune_points: list[TunePoint] = []  # the tuning run's points measured so far
+        self._tune_knobs: list[str] = []
+        self._planned = 0  # the most points the tuning run measures
+        self._tune_base: LaunchConfig | None = None
 
         # -- load ------------------------------------------------------------------------------
         self.concurrency = QSpinBox()
@@ -190,24 +311,33 @@ class BenchTab(QWidget):
         self.label = QLineEdit()
         self.label.setPlaceholderText("run label (optional)")
         rl = QVBoxLayout(run_page)
-        rl.addWidget(QLabel("Measures the server that runs now (Launch tab or attached)."))
+        rl.addWidget(_wrapped("Measures the server that runs now (Launch tab or attached)."))
         rl.addWidget(self.label)
         rl.addStretch(1)
         ab_page = QWidget()
         self.arms = QPlainTextEdit()
         self.arms.setPlaceholderText(
-            "one arm per line: LABEL = OPTIONS\neager = --enforce-eager\ngraphs ="
+            "one arm per line: LABEL = OPTIONS\neager = --enforce-eager\n"
+            "graphs = --no-enforce-eager"
         )
-        self.arms.setPlainText("eager = --enforce-eager\ndefault =")
+        self.arms.setPlainText(DEFAULT_ARMS)
+        # what each arm changes against the Launch tab, and a refusal in plain view
+        self.arm_diffs = plain_label()
+        self.arm_diffs.setWordWrap(True)
+        self.arm_warning = plain_label()
+        self.arm_warning.setWordWrap(True)
+        self.arm_warning.setStyleSheet("color:#c00; font-weight:bold")
         al = QVBoxLayout(ab_page)
         al.addWidget(
-            QLabel(
+            _wrapped(
                 "Each arm: the Launch tab's config with these options on top "
                 "(a model path, --profile NAME, knobs); started, warmed, measured, "
                 "stopped in turn."
             )
         )
-        al.addWidget(self.arms)
+        al.addWidget(self.arms, 1)
+        al.addWidget(self.arm_diffs)
+        al.addWidget(self.arm_warning)
         tune_page = QWidget()
         self.space = QPlainTextEdit()
         self.space.setPlainText("max_num_seqs = 2,4,8,16\nenable_chunked_prefill = true,false")
@@ -222,14 +352,14 @@ class BenchTab(QWidget):
         self.max_points.setValue(8)
         self.grid = QCheckBox("Exhaustive grid")
         self.save_profile = QLineEdit()
-        self.save_profile.setPlaceholderText("save best as profile (name, optional)")
+        self.save_profile.setPlaceholderText("profile for the best point (default: tuned-DATE)")
         tl = QFormLayout(tune_page)
         tl.addRow("Space (KNOB = V1,V2)", self.space)
         tl.addRow("p99 TTFT target", self.tune_ttft)
         tl.addRow("p99 TPOT target", self.tune_tpot)
         tl.addRow("Max points", self.max_points)
         tl.addRow("", self.grid)
-        tl.addRow("", self.save_profile)
+        tl.addRow("Save best as", self.save_profile)
         hist_page = QWidget()
         self.runs_model: ObjectTableModel[Path] = ObjectTableModel(RUN_COLUMNS, self)
         self.history = QListView()
@@ -255,13 +385,25 @@ class BenchTab(QWidget):
         self.progress = QProgressBar()
         self.status = plain_label("—")
         self.status.setWordWrap(True)
+
+        # -- results: the plot (live TTFT per request, or goodput per tuning point), the table --
         self.plot = pg.PlotWidget(background="w")
-        self.plot.setTitle("TTFT per request (live)", color="#333")
-        self.plot.setLabel("bottom", "request (completion order)")
-        self.plot.setLabel("left", "ms")
         self.curve = self.plot.plot(
             [], [], pen=None, symbol="o", symbolSize=5, symbolBrush="#4e79a7", symbolPen=None
         )
+        self.goodput_curve = self.plot.plot(
+            [], [], pen=None, symbol="o", symbolSize=9, symbolBrush="#4e79a7", symbolPen=None
+        )
+        self.no_goodput_curve = self.plot.plot(
+            [], [], pen=None, symbol="x", symbolSize=14, symbolBrush="#777", symbolPen="#777"
+        )
+        self.best_marker = self.plot.plot(
+            [], [], pen=None, symbol="star", symbolSize=20, symbolBrush="#e15759", symbolPen="#333"
+        )
+        self.best_text = pg.TextItem("best", color="#e15759", anchor=(0.5, 1.6))
+        self.plot.addItem(self.best_text)
+        self._plot_mode = ""
+        self._set_plot_mode("ttft")
         self.results_model: ObjectTableModel[Any] = ObjectTableModel(
             (METRIC_COLUMN, series_column("value", {})), self
         )
@@ -269,6 +411,15 @@ class BenchTab(QWidget):
         self.table.setModel(self.results_model)
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setWordWrap(True)
+        # the tuned profile, named in plain view, and the way into the Launch form
+        self.tune_summary = plain_label()
+        self.tune_summary.setWordWrap(True)
+        self.tune_summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.apply_button = QPushButton("Apply to Launch")
+        self.apply_button.setToolTip("Load the tuned profile into the Launch tab's form")
+        self.apply_button.setEnabled(False)
+        self.apply_button.setVisible(apply_profile is not None)
 
         left = QWidget()
         ll = QVBoxLayout(left)
@@ -280,22 +431,43 @@ class BenchTab(QWidget):
         ll.addLayout(bb)
         ll.addWidget(self.progress)
         ll.addWidget(self.status)
-        right = QSplitter()
-        right.setOrientation(pg.QtCore.Qt.Vertical)
+        # the form scrolls rather than squeezing the results
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(left)
+        scroll.setMinimumWidth(260)
+        results = QWidget()
+        rsl = QVBoxLayout(results)
+        rsl.setContentsMargins(0, 0, 0, 0)
+        rsl.addWidget(self.table, 1)
+        summary = QHBoxLayout()
+        summary.addWidget(self.tune_summary, 1)
+        summary.addWidget(self.apply_button)
+        rsl.addLayout(summary)
+        right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.plot)
-        right.addWidget(self.table)
-        split = QSplitter()
-        split.addWidget(left)
-        split.addWidget(right)
-        split.setStretchFactor(1, 1)
-        QVBoxLayout(self).addWidget(split)
+        right.addWidget(results)
+        right.setSizes([400, 500])
+        self.splitter = QSplitter()
+        self.splitter.addWidget(scroll)
+        self.splitter.addWidget(right)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 3)
+        self.splitter.setSizes([2000, 3000])  # the results take three fifths of the width
+        QVBoxLayout(self).addWidget(self.splitter)
 
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
         self.refresh_button.clicked.connect(self.refresh_history)
         self.compare_button.clicked.connect(self.compare_selected)
         self.report_button.clicked.connect(self._ask_report)
+        self.apply_button.clicked.connect(self._on_apply_clicked)
+        self.arms.textChanged.connect(self._on_arms_changed)
+        self.modes.currentChanged.connect(self._on_arms_changed)
         self.refresh_history()
+        self._on_arms_changed()
 
     # -- building the job ----------------------------------------------------------------------
     def load_spec(self) -> Any:
@@ -338,6 +510,8 @@ class BenchTab(QWidget):
                 ),
             )
             return "bench", job
+        if mode == "History":
+            raise QuantdeckError("choose Run, A/B or Tune to measure")
         if self._server_running():
             raise QuantdeckError(
                 "stop the running server first: A/B and tuning start their "
@@ -345,15 +519,21 @@ class BenchTab(QWidget):
             )
         base = self._launch_config()
         if mode == "A/B":
-            from quantdeck.core.bench import ABRun, parse_arm
+            from quantdeck.core.bench import ABRun, knob_diff
 
-            lines = [ln for ln in self.arms.toPlainText().splitlines() if ln.strip()]
-            arms = [parse_arm(ln, base) for ln in lines]
+            arms = self._parse_arms(base)
             job = ABRun(arms, self.load_spec(), slo=self.slo(), on_event=on_event)
+            self._arm_diffs = {
+                a.label: diff_text(knob_diff(base, a.config)) or "same as the Launch tab"
+                for a in arms
+            }
             return "ab", job
         from quantdeck.core.bench import Tuner, parse_space
-        from quantdeck.core.launch import detect_device
+        from quantdeck.core.launch import detect_device, profiles
 
+        name = self.save_profile.text().strip()
+        if name:
+            profiles.profile_path(name)  # a bad name is refused now, not after the run
         items = [ln for ln in self.space.toPlainText().splitlines() if ln.strip()]
         spec = self.load_spec()
         job = Tuner(
@@ -366,7 +546,15 @@ class BenchTab(QWidget):
             max_points=self.max_points.value(),
             on_event=on_event,
         )
+        self._tune_base, self._tune_knobs = job.base, list(job.space)
+        self._planned = job.planned_points()
         return "tune", job
+
+    def _parse_arms(self, base: LaunchConfig) -> list[Any]:
+        from quantdeck.core.bench import parse_arm
+
+        lines = [ln for ln in self.arms.toPlainText().splitlines() if ln.strip()]
+        return [parse_arm(ln, base) for ln in lines]
 
     # -- running -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -380,6 +568,13 @@ class BenchTab(QWidget):
         self.job, self.job_kind = job, kind
         self._reset_plot()
         self.curve.setData([], [])
+        self._tune_points = []
+        self.saved_profile = None
+        self.tune_summary.setText("")
+        self.apply_button.setEnabled(False)
+        self._set_plot_mode("tune" if kind == "tune" else "ttft")
+        if kind == "tune":
+            self._show_tune([])
         self.progress.setValue(0)
         self.status.setText(f"{kind}: running…")
         self.run_button.setEnabled(False)
@@ -404,47 +599,54 @@ class BenchTab(QWidget):
         self._workers.quit()
         self._workers.wait(timeout)
 
+    def _point_text(self, n: int) -> str:
+        """``point 2 of 6`` (the grid), ``point 2 of at most 6`` (the coordinate walk)."""
+        grid = self.job is not None and getattr(self.job, "strategy", "") == "grid"
+        return f"point {n} of {'' if grid else 'at most '}{self._planned}"
+
+    def _arm_text(self, index: int) -> str:
+        """``arm 1 of 2 (eager)``."""
+        arms = getattr(self.job, "arms", None) or []
+        label = f" ({arms[index].label})" if 0 <= index < len(arms) else ""
+        return f"arm {index + 1} of {len(arms) or '?'}{label}"
+
     def _on_events(self, events: list[Event]) -> None:
         changed = False
         for ev in events:
-            kind = ev.kind
-            if kind == "progress":
-                if ev.get("ttft_ms") is not None:
-                    self._ttfts.append(ev.get("ttft_ms"))
-                    self._ttft_count += 1
-                    changed = True
-                self.progress.setMaximum(ev.get("total"))
-                self.progress.setValue(ev.get("done"))
-            elif kind == "arm":
-                self.status.setText(
-                    f"arm {ev.get('index') + 1}/{ev.get('total')} "
-                    f"{ev.get('label')}: {ev.get('stage')}"
-                )
-                if ev.get("stage") == "starting":
-                    self._reset_plot()
-                    changed = True
-            elif kind == "point":
-                vals = ", ".join(f"{k}={v}" for k, v in ev.get("values").items())
-                self.status.setText(
-                    f"point {ev.get('index')} ({vals}): {ev.get('stage')}"
-                    + (
-                        f" · goodput {ev.get('goodput'):.2f}"
-                        if ev.get("goodput") is not None
-                        else ""
-                    )
-                )
-                if ev.get("stage") == "starting":
-                    self._reset_plot()
-                    changed = True
-            elif isinstance(ev, ArmServerEvent):
-                server = ev.server
-                if isinstance(server, ProgressEvent):
+            match ev:
+                case BenchProgress(done=done, total=total, ttft_ms=ttft):
+                    if isinstance(ttft, (int, float)) and self._plot_mode == "ttft":
+                        self._ttfts.append(float(ttft))
+                        self._ttft_count += 1
+                        changed = True
+                    self.progress.setMaximum(total)
+                    self.progress.setValue(done)
+                case PointEvent(index=n, values=values, stage="starting"):
+                    self.status.setText(f"{self._point_text(n)} ({_values_text(values)}): starting")
+                case PointEvent(index=n, values=values, result=result):
+                    from quantdeck.core.bench import point_outcome
+
+                    self._tune_points.append(TunePoint(n, dict(values), dict(result)))
+                    self._show_tune(self._tune_points)
                     self.status.setText(
-                        f"arm {ev.index + 1}: server {server.stage} {server.pct:.0f}%"
+                        f"{self._point_text(n)} ({_values_text(values)}): " + point_outcome(result)
                     )
-                elif isinstance(server, StateEvent):
-                    why = f": {server.get('reason')}" if server.get("reason") else ""
-                    self.status.setText(f"arm {ev.index + 1}: server {server.state}{why}")
+                case ArmEvent(point=int() as n, stage=stage, error=error):  # a tuning point's
+                    self.status.setText(f"{self._point_text(n)}: {_stage_text(stage, error)}")
+                case ArmEvent(index=i, stage=stage, error=error):
+                    self.status.setText(f"{self._arm_text(i)}: {_stage_text(stage, error)}")
+                    if stage == "starting":
+                        self._reset_plot()
+                        changed = True
+                case ArmServerEvent(index=i, point=point, server=server):
+                    who = self._point_text(point) if isinstance(point, int) else self._arm_text(i)
+                    match server:
+                        case ProgressEvent(stage=stage, pct=pct):
+                            self.status.setText(f"{who}: server {stage} {pct:.0f}%")
+                        case StateEvent(state=state, reason=str() as why) if why:
+                            self.status.setText(f"{who}: server {state}: {why}")
+                        case StateEvent(state=state):
+                            self.status.setText(f"{who}: server {state}")
         if changed:
             n = self._ttft_count
             self.curve.setData(np.arange(n - len(self._ttfts), n), np.asarray(self._ttfts))
@@ -460,13 +662,7 @@ class BenchTab(QWidget):
         result.setdefault("env", environment(result.get("server_version")))
         label = self.label.text().strip() or None
         if kind == "tune":
-            best = result.get("best")
-            name = self.save_profile.text().strip()
-            if best and name:
-                from quantdeck.core.bench import apply_point
-                from quantdeck.core.launch import profiles
-
-                profiles.save_profile(name, apply_point(self.job.base, best["values"]))
+            self._save_tuned(result)
             label = label or f"tune-{result['strategy']}"
         elif kind == "ab":
             label = label or "ab-" + "-vs-".join(a["label"] for a in result["arms"])
@@ -480,6 +676,38 @@ class BenchTab(QWidget):
         self.refresh_history()
         self.finished.emit(result)
 
+    def _save_tuned(self, result: dict[str, Any]) -> None:
+        """Save the best point as a profile and say so (its name, in plain view)."""
+        from quantdeck.core.bench import apply_point
+        from quantdeck.core.launch import profiles
+
+        best = result.get("best")
+        if not best or self._tune_base is None:
+            self.tune_summary.setText("No point has a goodput: no profile saved.")
+            return
+        name = self.save_profile.text().strip() or time.strftime("tuned-%Y%m%d-%H%M%S")
+        where = ""
+        try:
+            profiles.save_profile(name, apply_point(self._tune_base, best["values"]))
+            self.saved_profile = name
+            where = f" Saved as profile '{name}'."
+        except QuantdeckError as e:
+            where = f" Not saved as a profile: {e}"
+        index = next(
+            (i for i, p in enumerate(result["points"], 1) if p["values"] == best["values"]), "?"
+        )
+        meets = "meets" if best.get("meets") else "misses"
+        self.tune_summary.setText(
+            f"Best: point {index} ({_values_text(best['values'])}), goodput "
+            f"{best['goodput']:.2f} req/s, {meets} the p99 targets.{where}"
+        )
+        self.apply_button.setEnabled(self.saved_profile is not None)
+
+    def _on_apply_clicked(self) -> None:
+        if self._apply_profile is not None and self.saved_profile:
+            self._apply_profile(self.saved_profile)
+            self.status.setText(f"profile '{self.saved_profile}' loaded into the Launch tab")
+
     def _on_error(self, msg: str) -> None:
         self.status.setText(msg)
         self.failed.emit(msg)
@@ -490,22 +718,121 @@ class BenchTab(QWidget):
         self.cancel_button.setEnabled(False)
         self.job = None
 
+    # -- A/B arms ------------------------------------------------------------------------------
+    def _on_arms_changed(self, *_: Any) -> None:
+        """Show what each arm changes against the Launch tab's config, and refuse (in plain
+        view) arms that cannot be told apart."""
+        from quantdeck.core.bench import check_arms, knob_diff, parse_arm
+
+        try:
+            base = self._launch_config()
+        except QuantdeckError as e:
+            self.arm_diffs.setText("")
+            self.arm_warning.setText(f"the Launch tab's config: {e}")
+            return
+        notes, arms = [], []
+        for line in self.arms.toPlainText().splitlines():
+            if not line.strip():
+                continue
+            try:
+                arm = parse_arm(line, base)
+            except QuantdeckError as e:
+                notes.append(str(e))
+                continue
+            arms.append(arm)
+            notes.append(
+                f"{arm.label}: {diff_text(knob_diff(base, arm.config)) or 'same as the Launch tab'}"
+            )
+        warning = ""
+        try:
+            check_arms(arms)
+        except QuantdeckError as e:
+            warning = f"Run refuses: {e}"
+        if len(arms) < 2 and not warning:
+            warning = "Run refuses: an A/B comparison needs at least two arms"
+        self.arm_diffs.setText("vs the Launch tab:\n" + "\n".join(notes) if notes else "")
+        self.arm_warning.setText(warning)
+        self.arm_warning.setVisible(bool(warning))
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """The Launch tab's config may have changed meanwhile: the arms' diffs follow it."""
+        super().showEvent(event)
+        self._on_arms_changed()
+
     # -- showing results -----------------------------------------------------------------------
+    def _set_plot_mode(self, mode: str) -> None:
+        """``ttft``: each request's TTFT, live; ``tune``: goodput per tuning point."""
+        if mode == self._plot_mode:
+            return
+        self._plot_mode = mode
+        ttft = mode == "ttft"
+        self.curve.setVisible(ttft)
+        for item in (self.goodput_curve, self.no_goodput_curve, self.best_marker, self.best_text):
+            item.setVisible(not ttft)
+        if ttft:
+            self.plot.setTitle("TTFT per request (live)", color="#333")
+            self.plot.setLabel("bottom", "request (completion order)")
+            self.plot.setLabel("left", "TTFT", units="ms")
+            self.plot.enableAutoRange()
+        else:
+            self.plot.setTitle(
+                "Goodput per tuning point (★ best, × dropped or failed)", color="#333"
+            )
+            self.plot.setLabel("bottom", "tuning point")
+            self.plot.setLabel("left", "goodput", units="req/s")
+
+    def _show_tune(self, points: Sequence[TunePoint], best: int | None = None) -> None:
+        """The tuning points in the table and the plot, the best one marked (``best``: its
+        index; None: the best so far)."""
+        best = best_point(points) if best is None else best
+        rows = [TunePoint(p.index, p.values, p.result, p.index == best) for p in points]
+        self.results_model.set_rows(rows, tune_columns(self._tune_knobs))
+        self.table.resizeColumnsToContents()
+        self.table.resizeRowsToContents()
+        measured = [p for p in rows if p.goodput is not None]
+        missing = [p for p in rows if p.goodput is None]
+        self.goodput_curve.setData([p.index for p in measured], [p.goodput for p in measured])
+        self.no_goodput_curve.setData([p.index for p in missing], [0.0] * len(missing))
+        top = next((p for p in rows if p.best), None)
+        if top is not None and top.goodput is not None:
+            self.best_marker.setData([top.index], [top.goodput])
+            self.best_text.setPos(top.index, top.goodput)
+            self.best_text.setVisible(True)
+        else:
+            self.best_marker.setData([], [])
+            self.best_text.setVisible(False)
+        high = max((p.goodput or 0.0 for p in measured), default=0.0)
+        self.plot.setXRange(0.5, max(len(rows), self._planned, 1) + 0.5, padding=0)
+        # a little room below 0: the × of a point without goodput stays clear of the axis
+        self.plot.setYRange(0, high * 1.25 if high > 0 else 1.0, padding=0.04)
+
     def show_result(self, result: dict[str, Any]) -> None:
+        if result.get("kind") == "tune":
+            points = [TunePoint(i, p["values"], p) for i, p in enumerate(result["points"], start=1)]
+            best = result.get("best")
+            index = next((p.index for p in points if best and p.values == best["values"]), None)
+            self._tune_knobs = list(result.get("space") or self._tune_knobs)
+            self._set_plot_mode("tune")
+            self._show_tune(points, best=index if index is not None else -1)
+            return
+        rows: Sequence[Metric]
         if result.get("kind") == "ab":
-            series = [(a["label"], a.get("result") or {}) for a in result["arms"]]
-        elif result.get("kind") == "tune":
+            rows = AB_METRICS
             series = [
                 (
-                    ", ".join(f"{k}={v}" for k, v in p["values"].items()),
-                    {**p, "request_goodput": p.get("goodput")},
+                    a["label"],
+                    {
+                        **(a.get("result") or {}),
+                        "vs_launch": self._arm_diffs.get(a["label"]),
+                        "error": a.get("error") or a.get("skipped"),
+                    },
                 )
-                for p in result["points"]
+                for a in result["arms"]
             ]
         else:
-            series = [("value", result)]
+            rows, series = METRICS, [("value", result)]
         self.results_model.set_rows(
-            METRICS, [METRIC_COLUMN, *(series_column(name, d) for name, d in series)]
+            rows, [METRIC_COLUMN, *(series_column(name, d) for name, d in series)]
         )
         self.table.resizeColumnsToContents()
 

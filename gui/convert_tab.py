@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from quantdeck.core.convert import METHODS, JobQueue, QuantSpec
 from quantdeck.core.errors import QuantdeckError
-from quantdeck.core.events import Event
+from quantdeck.core.events import Event, ProgressEvent, StateEvent
 from quantdeck.core.launch import DeviceFacts
 from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.labels import plain_label
@@ -184,15 +184,24 @@ class ConvertTab(QWidget):
         self._on_method_changed()
 
     def _on_method_changed(self, *_: Any) -> None:
+        from quantdeck.core.convert import serving_note
+        from quantdeck.core.models import inspect_model
+
         m = METHODS[self.method.currentData()]
         src = self._source()
         if src:
             self.out.setText(str(Path(src).parent / f"{Path(src).name}-{m.name}"))
-        where = (
-            "serves on this machine's vLLM"
-            if (m.serves_on_cpu or self.device.is_cuda)
-            else "cannot serve on this CPU (no kernel): convert here, serve it on a GPU"
-        )
+        # what the Launch tab's advisor will say about the result, on this device
+        try:
+            note = serving_note(m.name, inspect_model(src), self.device) if src else None
+        except QuantdeckError:
+            note = None
+        if note is None:
+            where = "select a model to see whether the result serves here"
+        elif note.problem:
+            where = f"cannot serve here: {note.problem}"
+        else:
+            where = "serves on this machine's vLLM" + "".join(f"; {n}" for n in note.notes)
         self.method_note.setText(f"{m.bits}-bit, {m.quant_method}; {where}.")
 
     def _pick_calib(self) -> None:
@@ -296,33 +305,35 @@ class ConvertTab(QWidget):
     def _on_job_event(self, job: Any, ev: Event) -> None:
         i = self._row_of(job)
         row = self.jobs_model.row(i)
-        kind = ev.kind
-        if kind == "state":
-            row.state = ev.get("state")
-            self._log(
-                f"job {job.id}: {row.state}" + (f": {ev.get('error')}" if ev.get("error") else "")
-            )
-            if row.state == "running":
-                row.started = ev.get("t", time.time())
-            if row.state in ("done", "failed", "cancelled"):
-                self._finish(row)
-        elif kind == "progress":
-            row.pct = float(ev.get("pct", 0.0))
-            stage = str(ev.get("stage", ""))
-            if ev.get("layers") and stage == "quantize":
-                stage += f" layer {ev.get('layer')}/{ev.get('layers')}"
-            if row.stage != stage:
-                rss = ev.get("rss_bytes")
+        ended = False
+        match ev:
+            case StateEvent(state=state, error=error):
+                row.state = state
                 self._log(
-                    f"job {job.id}: {stage} ({row.pct:.0f}%"
-                    + (f", RSS {rss / 2**20:.0f} MiB" if rss else "")
-                    + ")"
+                    f"job {job.id}: {state}" + (f": {error}" if isinstance(error, str) else "")
                 )
-            row.stage = stage
-            row.eta = eta_text(row.started, row.pct)
-            self.progress.setValue(int(row.pct))
+                if state == "running":
+                    row.started = ev.t
+                ended = state in ("done", "failed", "cancelled")
+                if ended:
+                    self._finish(row)
+            case ProgressEvent(stage=stage, pct=pct, extra=extra):
+                row.pct = float(pct)
+                # the worker's figures ride along in the event's extra mapping
+                layer, layers, rss = extra.get("layer"), extra.get("layers"), extra.get("rss_bytes")
+                if layers and stage == "quantize":
+                    stage += f" layer {layer}/{layers}"
+                if row.stage != stage:
+                    self._log(
+                        f"job {job.id}: {stage} ({row.pct:.0f}%"
+                        + (f", RSS {rss / 2**20:.0f} MiB" if rss else "")
+                        + ")"
+                    )
+                row.stage = stage
+                row.eta = eta_text(row.started, row.pct)
+                self.progress.setValue(int(row.pct))
         self.jobs_model.row_changed(i)
-        if kind == "state" and row.state in ("done", "failed", "cancelled"):
+        if ended:
             self._on_selection()
             self.job_finished.emit(job)
 

@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSignalBlocker, Qt, Signal
+from PySide6.QtCore import QFileSystemWatcher, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QApplication,
@@ -243,7 +243,11 @@ class LaunchTab(QWidget):
         self.load_profile.clicked.connect(self._on_load_profile)
         self.delete_profile.clicked.connect(self._on_delete_profile)
         self.attach_button.clicked.connect(self._on_attach_clicked)
-        self._refresh_profiles()
+        # the list follows the profiles folder: a profile saved elsewhere (the Benchmark tab's
+        # tuning, the CLI) shows up without a relay
+        self._profiles_watch = QFileSystemWatcher(self)
+        self._profiles_watch.directoryChanged.connect(self._on_profiles_folder_changed)
+        self._on_profiles_folder_changed()
         self.set_server_state("stopped")
 
     # -- model and knobs ---------------------------------------------------------------------
@@ -359,11 +363,33 @@ class LaunchTab(QWidget):
         self.message.setText(f"copied: {text}")
 
     # -- profiles ----------------------------------------------------------------------------
-    def _refresh_profiles(self) -> None:
+    def refresh_profiles(self) -> None:
+        """Read the list of saved profiles again (the name typed or chosen stays)."""
+        names = profiles.list_profiles()
+        if names == [self.profiles.itemText(i) for i in range(self.profiles.count())]:
+            return  # unchanged: leave what is being typed alone
         current = self.profiles.currentText()
         self.profiles.clear()
-        self.profiles.addItems(profiles.list_profiles())
+        self.profiles.addItems(names)
         self.profiles.setCurrentText(current)
+
+    def select_profile(self, name: str) -> None:
+        """Choose the saved profile ``name`` and load it into the form (as Load does)."""
+        self.refresh_profiles()
+        self.profiles.setCurrentText(name)
+        self._on_load_profile()
+
+    def _on_profiles_folder_changed(self, *_: str) -> None:
+        # watch the profiles folder, or while it does not exist the nearest folder above it
+        # that does (its creation is a change there); then read the list
+        folder = profiles.profiles_dir()
+        watch = next((p for p in (folder, *folder.parents) if p.is_dir()), None)
+        if watch is not None and str(watch) not in self._profiles_watch.directories():
+            stale = self._profiles_watch.directories()
+            if stale:
+                self._profiles_watch.removePaths(stale)
+            self._profiles_watch.addPath(str(watch))
+        self.refresh_profiles()
 
     def _on_attach_clicked(self) -> None:
         url, key = self.attach_url.text().strip(), self.attach_key.text().strip()
@@ -380,7 +406,7 @@ class LaunchTab(QWidget):
             self.message.setText(str(e))
             return
         finally:
-            self._refresh_profiles()
+            self.refresh_profiles()
         if self.remember_key.isChecked() and cfg.server.api_key:
             problem = profiles.remember_key(name, cfg.server.api_key)
             if problem:  # said once: the box goes off and stays off
@@ -408,4 +434,4 @@ class LaunchTab(QWidget):
             self.message.setText("deleted")
         except QuantdeckError as e:
             self.message.setText(str(e))
-        self._refresh_profiles()
+        self.refresh_profiles()

@@ -29,7 +29,7 @@ from quantdeck.core.events import (
     Publisher,
     StateEvent,
 )
-from quantdeck.core.launch import LaunchConfig, knobs, profiles, to_dict, validate
+from quantdeck.core.launch import LaunchConfig, iter_knobs, knobs, profiles, to_dict, validate
 from quantdeck.core.runtime import EngineEnv, ServerProcess, free_port, warm_up
 
 EventFn = Callable[[Event], None]
@@ -37,6 +37,8 @@ EventFn = Callable[[Event], None]
 
 @dataclass
 class Arm:
+    """One arm of an A/B run: its label and the launch config it serves."""
+
     label: str
     config: LaunchConfig
 
@@ -70,6 +72,32 @@ def parse_arm(text: str, base: LaunchConfig) -> Arm:
     if ns.path:
         cfg.model.model = ns.path
     return Arm(label, validate(cfg))
+
+
+def knob_diff(base: LaunchConfig, cfg: LaunchConfig) -> dict[str, tuple[Any, Any]]:
+    """The knobs whose value in ``cfg`` differs from ``base``: ``{knob: (base's, cfg's)}`` in
+    the schema's order (secrets left out: they change nothing that is measured)."""
+    return {
+        k.name: (k.get(base), k.get(cfg))
+        for k in iter_knobs()
+        if not k.secret_env and k.get(base) != k.get(cfg)
+    }
+
+
+def check_arms(arms: list[Arm]) -> None:
+    """Refuse arms that cannot be told apart: two labels alike, or two configs alike (their
+    difference would be noise, shown as if it were an effect)."""
+    labels = [a.label for a in arms]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"arm labels must differ: {', '.join(labels)}")
+    for i, a in enumerate(arms):
+        for b in arms[i + 1 :]:
+            if not knob_diff(a.config, b.config):
+                raise ConfigError(
+                    f"arms '{a.label}' and '{b.label}' have the same config: "
+                    "their difference would be noise (give one an option that differs, "
+                    "e.g. --enforce-eager against --no-enforce-eager)"
+                )
 
 
 def roofline(server: ServerProcess) -> dict[str, Any]:
@@ -108,9 +136,7 @@ class ABRun:
         on_event: EventFn | None = None,
         stop_when: Callable[[list[Any]], str | None] | None = None,
     ) -> None:
-        labels = [a.label for a in arms]
-        if len(set(labels)) != len(labels):
-            raise ConfigError(f"arm labels must differ: {', '.join(labels)}")
+        check_arms(arms)
         spec.check()
         self.arms, self.spec, self.slo = arms, spec, dict(slo or {})
         self.engine, self.warmups, self.ready_timeout = engine, warmups, ready_timeout

@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,21 @@ def apply_point(base: LaunchConfig, point: dict[str, Any]) -> LaunchConfig:
         group, attr = KNOBS[knob]
         setattr(getattr(cfg, group), attr, value)
     return validate(cfg)
+
+
+def point_outcome(result: Mapping[str, Any]) -> str:
+    """What became of a tuning point, in one line, from its figures (a ``point`` event's
+    result when done, or an entry of the run's ``points``): why it has no goodput (an error,
+    dropped early, cancelled), or its goodput and whether its p99 latencies meet the targets."""
+    if result.get("error"):
+        return f"error: {result['error']}"
+    if result.get("dropped"):
+        return str(result["dropped"])
+    goodput = result.get("goodput")
+    if goodput is None:
+        return "no result (cancelled)"
+    meets = "meets the p99 targets" if result.get("meets") else "misses the p99 targets"
+    return f"goodput {goodput:.2f} req/s, {meets}"
 
 
 def _tag_point(ev: Event, n: int) -> Event:
@@ -199,10 +214,11 @@ class Tuner:
             for r in records
             if not r.success or r.ttft * 1000 > self.slo["ttft"] or r.tpot * 1000 > self.slo["tpot"]
         )
-        if bad > self.spec.num_prompts - best_good:
+        n = self.spec.num_prompts
+        if bad > n - best_good:
             return (
-                f"dropped: {bad} requests missed the targets, the best point had "
-                f"{best_good} good of {self.spec.num_prompts}"
+                f"dropped: {bad} of {n} requests missed the targets, more than the best "
+                f"point's {n - best_good}: it cannot win"
             )
         return None
 
@@ -218,6 +234,7 @@ class Tuner:
             cfg = apply_point(self.base, values)
         except ConfigError as e:
             point.error = str(e)
+            self._emit(PointEvent(n, point.values, "done", self._result(point)))
             return point
         run = ABRun(
             [Arm(f"point {n}", cfg)],
@@ -249,9 +266,23 @@ class Tuner:
                 )
                 if self.best is None or (point.goodput or 0) > (self.best.goodput or 0):
                     self.best = point
-        result = {k: v for k, v in point.to_json().items() if k != "values"}
-        self._emit(PointEvent(n, point.values, "done", result))
+        self._emit(PointEvent(n, point.values, "done", self._result(point)))
         return point
+
+    @staticmethod
+    def _result(point: Point) -> dict[str, Any]:
+        return {k: v for k, v in point.to_json().items() if k != "values"}
+
+    def planned_points(self) -> int:
+        """The most points this run measures: the grid's size, or for the coordinate walk the
+        start and every other candidate of each knob; at most ``max_points``."""
+        if self.strategy == "grid":
+            n = 1
+            for values in self.space.values():
+                n *= len(values)
+        else:
+            n = 1 + sum(len(values) - 1 for values in self.space.values())
+        return n if self.max_points is None else min(n, self.max_points)
 
     def _budget_left(self) -> bool:
         return not self._cancel.is_set() and (
@@ -261,10 +292,9 @@ class Tuner:
     # -- strategies --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         t0 = time.time()
-        ABRun(
-            [Arm("base", self.base), Arm("start", apply_point(self.base, self.start_values()))],
-            self.spec,
-        ).preflight()
+        # the start point is the base config with the knobs' start values: checking it checks
+        # the base's model and settings too
+        ABRun([Arm("start", apply_point(self.base, self.start_values()))], self.spec).preflight()
         if self.strategy == "grid":
             self._grid()
         else:

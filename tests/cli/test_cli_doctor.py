@@ -51,6 +51,8 @@ def test_doctor_reports_this_venv_as_an_engine_that_serves() -> None:
         assert lib["importable"] == (importlib.util.find_spec(name) is not None), name
     assert set(report["cpu"]["flags"]) == cpuinfo_flags()
     assert not [p for p in report["problems"] if p["check"] == "engine" and p["level"] == "error"]
+    # FP8 and W8A8 convert here without llmcompressor: the doctor does not ask for it
+    assert not [p for p in report["problems"] if "llmcompressor" in p["message"]]
 
 
 def test_doctor_without_vllm_says_so_and_exits_1(bare_venv: Path) -> None:
@@ -171,3 +173,33 @@ def test_a_taken_port_is_a_problem_with_a_free_one_named() -> None:
     (p,) = doctor._port_problems(taken)
     assert f"--port {taken.suggestion}" in p.fix
     assert doctor.check_port("127.0.0.1", port).free  # closed again
+
+
+def test_library_notes_say_what_each_conversion_needs() -> None:
+    """A missing library is a note naming the ``quantize`` methods that use it (each method's
+    backend); llmcompressor converts nothing here (FP8 and W8A8 go through compressed-tensors
+    itself), so its absence is not asked about."""
+    libs = (
+        doctor.Library("bitsandbytes", False, None),
+        doctor.Library("gptqmodel", False, None),
+        doctor.Library("compressed-tensors", False, None),
+        doctor.Library("llmcompressor", False, None),
+    )
+    engine = doctor.Engine(python="/py", vllm_imports=True, libraries=libs)
+    gpus = doctor.Gpus(False, "no driver", None, None)
+    notes = {p.message: p for p in doctor._engine_problems(engine, gpus)}
+    assert list(notes) == [
+        "/py: bitsandbytes is not installed (needed for quantize --method bnb-nf4, bnb-int8; "
+        "serving bitsandbytes checkpoints)",
+        "/py: gptqmodel is not installed (needed for quantize --method gptq, awq)",
+        "/py: compressed-tensors is not installed (needed for quantize --method fp8, "
+        "fp8-tensor, w8a8; serving compressed-tensors checkpoints)",
+    ]
+    assert all(
+        p.level == "info" and p.fix.startswith("/py -m pip install ") for p in notes.values()
+    )
+    # every conversion method's library is one the engine check looks for
+    from quantdeck.core.models import CONVERSION_METHODS
+    from quantdeck.core.workers.engine_check import LIBRARIES
+
+    assert {m.library for m in CONVERSION_METHODS.values()} <= set(LIBRARIES.values())

