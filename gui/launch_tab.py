@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QFileSystemWatcher, QSignalBlocker, Qt, Signal
+from PySide6.QtCore import QFileSystemWatcher, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QApplication,
@@ -166,6 +167,13 @@ class LaunchTab(QWidget):
         self.restart_button = QPushButton("Restart")
         self.copy_button = QPushButton("Copy `vllm serve` command")
         self.stage = plain_label("stopped")
+        # a start shows its sub-stage and the time since the click, ticking once a second (a
+        # CPU engine spends most of a minute importing before its first stage)
+        self._stage_text = "stopped"
+        self._started_at: float | None = None
+        self._elapsed = QTimer(self)
+        self._elapsed.setInterval(1000)
+        self._elapsed.timeout.connect(self._show_stage)
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.profiles = QComboBox()
@@ -329,7 +337,16 @@ class LaunchTab(QWidget):
             "crashed": "crashed",
             "attached": "attached",
         }
-        self.stage.setText(names.get(state, state) + (f" — {detail}" if detail else ""))
+        if state == "starting" and self._started_at is None:
+            self._started_at = time.monotonic()
+            self._elapsed.start()
+        text = names.get(state, state) + (f" — {detail}" if detail else "")
+        if state == "ready" and self._started_at is not None:
+            text += f" in {time.monotonic() - self._started_at:.0f} s"
+        if state in ("ready", "stopped", "crashed", "attached", "stopping"):
+            self._started_at = None
+            self._elapsed.stop()
+        self._show_stage(text)
         # the server's package is loaded by the time it reports a state (not before the window)
         from quantdeck.core.runtime import START_ORDER as order
 
@@ -341,8 +358,17 @@ class LaunchTab(QWidget):
 
     def set_progress(self, stage: str, pct: float) -> None:
         if stage == "loading_weights":
-            self.stage.setText(f"loading weights {pct:.0f}%")
+            self._show_stage(f"loading weights {pct:.0f}%")
             self.progress.setValue(int(20 * (1 + pct / 100)))
+
+    def _show_stage(self, text: str | None = None) -> None:
+        """The stage line: the sub-stage, and while starting the seconds since the click."""
+        if text is not None:
+            self._stage_text = text
+        elapsed = ""
+        if self._started_at is not None:
+            elapsed = f" · {time.monotonic() - self._started_at:.0f} s"
+        self.stage.setText(self._stage_text + elapsed)
 
     def _on_start_clicked(self) -> None:
         try:

@@ -227,3 +227,24 @@ def test_convert_engine_picker_runs_the_job_in_the_chosen_engine(
     qtbot.addWidget(again)
     assert again.convert.engine_box.currentText() == "bare"
     assert again.launch.engine_box.currentText() == "this Python"
+
+
+def test_a_start_shows_its_stage_and_the_seconds_since_the_click(qtbot, monkeypatch) -> None:
+    """Before: "starting 0%" for minutes, with no sub-stage or elapsed time."""
+    from quantdeck.gui import launch_tab
+    from quantdeck.gui.launch_tab import LaunchTab
+
+    clock = [1000.0]
+    monkeypatch.setattr(launch_tab.time, "monotonic", lambda: clock[0])
+    tab = LaunchTab(cpu_device())
+    qtbot.addWidget(tab)
+    tab.set_server_state("starting")
+    assert tab.stage.text() == "starting · 0 s"
+    clock[0] += 23
+    tab._elapsed.timeout.emit()  # the once-a-second tick
+    assert tab.stage.text() == "starting · 23 s"
+    tab.set_progress("loading_weights", 50.0)
+    assert tab.stage.text() == "loading weights 50% · 23 s"
+    clock[0] += 4
+    tab.set_server_state("ready")
+    assert tab.stage.text() == "ready in 27 s" and not tab._elapsed.isActive()
