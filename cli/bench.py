@@ -276,7 +276,7 @@ def register(add: AddCommand) -> None:
         metavar="LABEL=OPTIONS",
         required=True,
         help="an arm: the base config with these options on top (a model path, "
-        "--profile NAME, knobs), e.g. --arm eager=--enforce-eager --arm graphs=",
+        "--profile NAME, knobs), e.g. --arm eager=--enforce-eager --arm graphs=--no-enforce-eager",
     )
     add_load_options(sp, seed_flag="--load-seed")
     sp.add_argument("--warmup", type=int, default=2, help="warm-up requests per arm")

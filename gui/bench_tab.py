@@ -622,6 +622,7 @@ class BenchTab(QWidget):
                     self.progress.setMaximum(total)
                     self.progress.setValue(done)
                 case PointEvent(index=n, values=values, stage="starting"):
+                    self.progress.setValue(0)  # the bar counts this point's requests
                     self.status.setText(f"{self._point_text(n)} ({_values_text(values)}): starting")
                 case PointEvent(index=n, values=values, result=result):
                     from quantdeck.core.bench import point_outcome
@@ -637,6 +638,7 @@ class BenchTab(QWidget):
                     self.status.setText(f"{self._arm_text(i)}: {_stage_text(stage, error)}")
                     if stage == "starting":
                         self._reset_plot()
+                        self.progress.setValue(0)
                         changed = True
                 case ArmServerEvent(index=i, point=point, server=server):
                     who = self._point_text(point) if isinstance(point, int) else self._arm_text(i)
@@ -773,12 +775,14 @@ class BenchTab(QWidget):
             self.plot.setTitle("TTFT per request (live)", color="#333")
             self.plot.setLabel("bottom", "request (completion order)")
             self.plot.setLabel("left", "TTFT", units="ms")
+            self.plot.getAxis("bottom").setTickSpacing()  # automatic
             self.plot.enableAutoRange()
         else:
             self.plot.setTitle(
                 "Goodput per tuning point (★ best, × dropped or failed)", color="#333"
             )
             self.plot.setLabel("bottom", "tuning point")
+            self.plot.getAxis("bottom").setTickSpacing(1, 1)  # points are whole numbers
             self.plot.setLabel("left", "goodput", units="req/s")
 
     def _show_tune(self, points: Sequence[TunePoint], best: int | None = None) -> None:

@@ -295,7 +295,7 @@ def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
     font = QFont()
     font.setPointSizeF(7)
     fm = QFontMetrics(font)
-    row = max(20, fm.height())
+    row = fm.height() + 2  # compact: the y range leaves the legend its rows above the data
     w = 26 + max(fm.horizontalAdvance(c.label) for c in curves) + 4
     pm = QPixmap(int(w * ratio), int(row * len(curves) * ratio))
     pm.setDevicePixelRatio(ratio)
@@ -305,7 +305,7 @@ def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
     for i, c in enumerate(curves):
         y = i * row
         qp.setPen(QPen(c.pen().color(), 1))
-        qp.drawLine(0, y + 11, 20, y + 11)
+        qp.drawLine(0, y + row // 2, 20, y + row // 2)
         qp.setPen(pg.mkColor(pg.getConfigOption("foreground")))
         qp.drawText(26, y, w - 26, row, int(Qt.AlignLeft | Qt.AlignVCenter), c.label)
     qp.end()
@@ -803,7 +803,7 @@ class MonitorPanel(QWidget):
         height = p.vb.height()
         if legend is not None and legend.isVisible() and height > 0:
             # the legend's rows are a share of the plot's height: the range grows by it
-            share = min(0.6, (legend.boundingRect().height() + 14) / height)
+            share = min(0.4, (legend.boundingRect().height() + 14) / height)
             hi = lo + (hi - lo) / (1 - share)
         y0, y1 = p.vb.viewRange()[1]
         if force or lo != y0 or hi > y1 or (y1 - y0) > 2 * (hi - lo):

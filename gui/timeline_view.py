@@ -104,8 +104,16 @@ class MarkerLines:
                     p.addItem(line, ignoreBounds=True)
                     self.items.append((m, line, p))
             self._drawn = key
-        for m, line, _ in self.items:
+        for m, line, plot in self.items:
             line.setValue(m.t - now)
+            label = getattr(line, "label", None)
+            if label is not None:  # a label reads away from the nearer edge: never cut off
+                lo, hi = plot.vb.viewRange()[0]
+                left = (m.t - now) > (lo + hi) / 2
+                anchors = [(1, 0), (1, 0)] if left else [(0, 0), (0, 0)]
+                if label.anchors != anchors:
+                    label.anchors = anchors
+                    label.updatePosition()
 
 
 class ComparePanel(QWidget):

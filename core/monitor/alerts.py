@@ -14,6 +14,9 @@ import time
 from dataclasses import dataclass
 
 MAX_ALERTS = 500  # the oldest cleared alerts go first past this
+# An alert clears once its condition has stayed false this long (Grafana's "keep firing for"):
+# a reading that hovers at its limit is one alert, not one every other second.
+CLEAR_AFTER_S = 10.0
 
 
 @dataclass
@@ -51,29 +54,38 @@ def _clock(t: float) -> str:
 class AlertLog:
     """The alerts of one live source: raised, cleared, acknowledged. Used on one thread."""
 
-    def __init__(self, limit: int = MAX_ALERTS) -> None:
+    def __init__(self, limit: int = MAX_ALERTS, clear_after_s: float = CLEAR_AFTER_S) -> None:
         self.alerts: collections.deque[Alert] = collections.deque()
         self.limit = limit
+        self.clear_after_s = clear_after_s
         self._open: dict[str, Alert] = {}
+        self._ok_since: dict[str, float] = {}  # open alerts whose condition has ended: since
         self.version = 0
 
     def update(self, key: str, over: bool, message: str, t: float) -> Alert | None:
-        """The condition ``key`` is ``over`` its limit (or not) at ``t``: the alert it raises
-        or clears, else None."""
+        """The condition ``key`` is ``over`` its limit (or not) at ``t``: the alert it raises,
+        or clears (once the condition has stayed false ``clear_after_s``; its cleared time is
+        when it ended), else None."""
         alert = self._open.get(key)
-        if over and alert is None:
+        if over:
+            self._ok_since.pop(key, None)
+            if alert is not None:
+                return None
             alert = Alert(key, message, t)
             self._open[key] = alert
             self.alerts.append(alert)
             self._trim()
             self.version += 1
             return alert
-        if not over and alert is not None:
-            alert.cleared_t = t
-            del self._open[key]
-            self.version += 1
-            return alert
-        return None
+        if alert is None:
+            return None
+        since = self._ok_since.setdefault(key, t)
+        if t - since < self.clear_after_s:
+            return None
+        alert.cleared_t = since
+        del self._open[key], self._ok_since[key]
+        self.version += 1
+        return alert
 
     def _trim(self) -> None:
         while len(self.alerts) > self.limit:
@@ -81,6 +93,7 @@ class AlertLog:
             self.alerts.remove(oldest)
             if self._open.get(oldest.key) is oldest:
                 del self._open[oldest.key]
+                self._ok_since.pop(oldest.key, None)
 
     def acknowledge_all(self) -> int:
         """Mark every alert acknowledged; how many were not."""

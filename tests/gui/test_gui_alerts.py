@@ -31,7 +31,15 @@ def test_an_alert_is_raised_cleared_and_acknowledged(qtbot) -> None:
     assert model.text(0, "raised") == time.strftime("%H:%M:%S", time.localtime(t0))
     mon.add_event(metrics_event(t0 + 5, kv_usage_pct=40.0))
     mon.refresh(force=True)
-    assert model.text(0, "cleared") == time.strftime("%H:%M:%S", time.localtime(t0 + 5))
+    assert model.text(0, "cleared") == "active"  # not yet: it may come back (no flapping)
+    mon.add_event(metrics_event(t0 + 6, kv_usage_pct=99.0))  # back over: the same alert
+    mon.refresh(force=True)
+    mon.add_event(metrics_event(t0 + 7, kv_usage_pct=40.0))
+    mon.refresh(force=True)
+    mon.add_event(metrics_event(t0 + 17.5, kv_usage_pct=40.0))  # 10 s under: cleared
+    mon.refresh(force=True)
+    assert len(model.rows) == 1
+    assert model.text(0, "cleared") == time.strftime("%H:%M:%S", time.localtime(t0 + 7))
     assert model.text(0, "state") == "cleared"
     assert win.tabs.tabText(monitor_tab) == "Monitor ⚠ 1"  # cleared, not yet seen
     assert "0 alerts active, 1 not acknowledged" in win.alert_label.text()
@@ -42,14 +50,14 @@ def test_an_alert_is_raised_cleared_and_acknowledged(qtbot) -> None:
     assert win.tabs.tabText(monitor_tab) == "Monitor" and not win.alert_label.isVisibleTo(win)
     assert model.text(0, "state") == "cleared, acknowledged" and not view.ack_button.isEnabled()
     # the same condition again is a new alert
-    mon.add_event(metrics_event(t0 + 6, kv_usage_pct=99.9))
+    mon.add_event(metrics_event(t0 + 18, kv_usage_pct=99.9))
     mon.refresh(force=True)
     assert len(model.rows) == 2 and model.text(0, "cleared") == "active"
     win.close()
 
 
 def test_the_log_is_bounded_and_keeps_active_alerts() -> None:
-    log = AlertLog(limit=3)
+    log = AlertLog(limit=3, clear_after_s=0)
     assert log.update("a", True, "a over", 1.0) is not None
     assert log.update("a", True, "a still over", 2.0) is None  # one alert per episode
     for i, key in enumerate(("b", "c", "d")):
