@@ -33,7 +33,7 @@ def load_comparison(
     from quantdeck.core.monitor.timeline import parse_span
 
     recs = [read_recording(f) for f in files]
-    recs.sort(key=lambda r: r.header.get("t") or 0.0)
+    recs.sort(key=lambda r: r.header.when or 0.0)
     store = store_of(recs)
     timeline = timeline_of(recs)
     first, last = store.first_t, store.last_t

@@ -13,7 +13,6 @@ the others or the emitter, and its error is logged once, with its traceback: nev
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import threading
@@ -69,9 +68,9 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.t_first:
-            out["t"] = self.get("t")
-            if self.get("point") is not None:
-                out["point"] = self.get("point")
+            out["t"] = self._written("t")
+            if self._written("point") is not None:
+                out["point"] = self._written("point")
         out["event"] = self.kind
         for f in dataclasses.fields(self):
             if f.name in out:
@@ -85,15 +84,16 @@ class Event:
                 out[f.name] = value
         return out
 
-    def get(self, name: str, default: Any = None) -> Any:
-        """A key of :meth:`to_json` (a field, or a key of a flattened mapping): its value, or
-        ``default`` when the event does not carry it."""
+    def _written(self, name: str) -> Any:
+        """The value :meth:`to_json` writes for key ``name`` (a field, or a key of a flattened
+        mapping), or None when the event does not carry it: the A/B and tuning events write
+        their ``t`` and ``point`` first."""
         value = getattr(self, name, ABSENT) if name in self._names() else ABSENT
         if value is ABSENT:
             for f in dataclasses.fields(self):
                 if f.metadata.get("flatten") and name in getattr(self, f.name):
                     return getattr(self, f.name)[name]
-            return default
+            return None
         return value
 
     def describe(self) -> str:
@@ -132,7 +132,7 @@ _FIELD_NAMES: dict[type[Event], frozenset[str]] = {}
 
 
 def _field_names(cls: type[Event]) -> frozenset[str]:
-    """The field names of an event class (read on every ``get``: computed once per class)."""
+    """The field names of an event class (read on every ``to_json``: computed once per class)."""
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
@@ -268,11 +268,10 @@ class MetricsEvent(Event):
     gpu_layout: tuple[str, ...] | None = None  # each GPU's keys as written (None: the same)
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.kind, "t": self.t, **self.values}
+        return {"event": self.kind, "t": self.t, **self._flat()}
 
-    @functools.cached_property
-    def values(self) -> Mapping[str, Any]:
-        """The flat figures, as :meth:`to_json` writes them after ``t`` (for readers by key)."""
+    def _flat(self) -> dict[str, Any]:
+        """The flat figures, as :meth:`to_json` writes them after ``t``."""
         flat: dict[str, Any] = {}
         if self.metrics is not None:
             flat.update(self.metrics.to_json())
@@ -289,9 +288,6 @@ class MetricsEvent(Event):
             flat = {k: flat[k] for k in self.layout if k in flat}
         return flat
 
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.t if name == "t" else self.values.get(name, default)
-
     @classmethod
     def from_fields(cls, data: Mapping[str, Any]) -> Event:
         if "t" not in data:
@@ -301,9 +297,9 @@ class MetricsEvent(Event):
 
     @classmethod
     def from_values(cls, t: float, values: Mapping[str, Any]) -> MetricsEvent:
-        """The event whose flat figures (:attr:`values`) are ``values``: a snapshot is read
-        from its keys where ``values`` has any (those it lacks read None), ``error`` where it
-        is text; the rest goes to ``extra``."""
+        """The event whose flat figures (as :meth:`to_json` writes them after ``t``) are
+        ``values``: a snapshot is read from its keys where ``values`` has any (those it lacks
+        read None), ``error`` where it is text; the rest goes to ``extra``."""
         metrics = telemetry = error = None
         gpu_layout = None
         taken: set[str] = set()
@@ -325,7 +321,7 @@ class MetricsEvent(Event):
             taken.add("error")
         extra = {k: v for k, v in values.items() if k not in taken}
         ev = cls(t, metrics, telemetry, error, extra, gpu_layout=gpu_layout)
-        if list(ev.values) != list(values):
+        if list(ev._flat()) != list(values):
             ev = dataclasses.replace(ev, layout=tuple(values))
         return ev
 
@@ -554,9 +550,6 @@ class InstanceEvent(Event):
 
     def to_json(self) -> dict[str, Any]:
         return {**self.event.to_json(), "instance": self.instance}
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.instance if name == "instance" else self.event.get(name, default)
 
     def describe(self) -> str:
         return f"{self.instance}: {self.event.describe()}"

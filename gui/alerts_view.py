@@ -7,12 +7,16 @@ the badges on the Monitor tab and the status bar count."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from quantdeck.core.monitor.alerts import Alert
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
+
+if TYPE_CHECKING:
+    from quantdeck.gui.monitor import MonitorPanel
 
 
 def _clock(t: float | None) -> str:
@@ -30,7 +34,7 @@ ALERT_COLUMNS: tuple[Column[Alert], ...] = (
 class AlertsView(QWidget):
     """The alert list of a Monitor panel (newest first)."""
 
-    def __init__(self, monitor: QWidget, parent: QWidget | None = None) -> None:
+    def __init__(self, monitor: MonitorPanel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.monitor = monitor
         self.model: ObjectTableModel[Alert] = ObjectTableModel(ALERT_COLUMNS, self)

@@ -114,7 +114,7 @@ def close_on_signals(app: QApplication, win: MainWindow) -> QSocketNotifier:
     signal.set_wakeup_fd(writer.fileno())
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: None)  # the number reaches the socket; Qt acts on it
-    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Read, app)
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, app)
 
     def on_wakeup() -> None:
         try:
@@ -139,17 +139,17 @@ def offer_leftovers(win: MainWindow) -> Any:
         if not leases:
             return
         box = QMessageBox(
-            QMessageBox.Warning,
+            QMessageBox.Icon.Warning,
             "Processes left running",
             "An earlier Quantdeck left these running:\n"
             + "\n".join(x.describe() for x in leases)
             + "\n\nStop them?",
-            QMessageBox.Yes | QMessageBox.No,
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
             win,
         )
-        stop = box.button(QMessageBox.Yes)
+        stop = box.button(QMessageBox.StandardButton.Yes)
         stop.setText("Stop them")
-        box.button(QMessageBox.No).setText("Leave them")
+        box.button(QMessageBox.StandardButton.No).setText("Leave them")
         stop.clicked.connect(
             lambda: win.background().start(lambda: [stop_leftover(x) for x in leases])
         )
@@ -160,7 +160,8 @@ def offer_leftovers(win: MainWindow) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
+    running = QApplication.instance()
+    app = running if isinstance(running, QApplication) else QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("Quantdeck")
     # the launcher entry's name (core/desktop.py): Wayland's app id, the dock's grouping
     app.setDesktopFileName(APP_ID)

@@ -164,9 +164,15 @@ def tune_columns(knobs: Sequence[str]) -> tuple[Column[TunePoint], ...]:
     became of it (why a point has no goodput: dropped early, an error)."""
     from quantdeck.core.bench import point_outcome
 
+    def _point_name(p: TunePoint) -> str:
+        return f"{p.index} ★ best" if p.best else str(p.index)
+
+    def _knob(k: str) -> Column[TunePoint]:
+        return Column(_header(k), lambda p: _fmt(p.values.get(k), "s"))
+
     return (
-        Column("point", lambda p: f"{p.index} ★ best" if p.best else str(p.index)),
-        *(Column(_header(k), lambda p, k=k: _fmt(p.values.get(k), "s")) for k in knobs),
+        Column("point", _point_name),
+        *(_knob(k) for k in knobs),
         Column("goodput\nreq/s", lambda p: _fmt(p.goodput, ".2f"), align_right=True),
         Column("TTFT p99\nms", lambda p: _fmt(p.result.get("p99_ttft_ms"), ".1f")),
         Column("TPOT p99\nms", lambda p: _fmt(p.result.get("p99_tpot_ms"), ".2f")),
@@ -364,7 +370,7 @@ class BenchTab(QWidget):
         self.runs_model: ObjectTableModel[Path] = ObjectTableModel(RUN_COLUMNS, self)
         self.history = QListView()
         self.history.setModel(self.runs_model)
-        self.history.setSelectionMode(QAbstractItemView.ExtendedSelection)
+        self.history.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.compare_button = QPushButton("Compare two")
         self.report_button = QPushButton("HTML report…")
         self.refresh_button = QPushButton("Refresh")
@@ -522,12 +528,12 @@ class BenchTab(QWidget):
             from quantdeck.core.bench import ABRun, knob_diff
 
             arms = self._parse_arms(base)
-            job = ABRun(arms, self.load_spec(), slo=self.slo(), on_event=on_event)
+            ab = ABRun(arms, self.load_spec(), slo=self.slo(), on_event=on_event)
             self._arm_diffs = {
                 a.label: diff_text(knob_diff(base, a.config)) or "same as the Launch tab"
                 for a in arms
             }
-            return "ab", job
+            return "ab", ab
         from quantdeck.core.bench import Tuner, parse_space
         from quantdeck.core.launch import detect_device, profiles
 
@@ -536,7 +542,7 @@ class BenchTab(QWidget):
             profiles.profile_path(name)  # a bad name is refused now, not after the run
         items = [ln for ln in self.space.toPlainText().splitlines() if ln.strip()]
         spec = self.load_spec()
-        job = Tuner(
+        tuner = Tuner(
             base,
             spec,
             ttft_ms=self.tune_ttft.value(),
@@ -546,9 +552,9 @@ class BenchTab(QWidget):
             max_points=self.max_points.value(),
             on_event=on_event,
         )
-        self._tune_base, self._tune_knobs = job.base, list(job.space)
-        self._planned = job.planned_points()
-        return "tune", job
+        self._tune_base, self._tune_knobs = tuner.base, list(tuner.space)
+        self._planned = tuner.planned_points()
+        return "tune", tuner
 
     def _parse_arms(self, base: LaunchConfig) -> list[Any]:
         from quantdeck.core.bench import parse_arm

@@ -7,6 +7,7 @@ item model over the jobs (:data:`JOB_COLUMNS`)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ class ConvertTab(QWidget):
         self.device = device
         self.jobs = jobs or JobQueue()
         # queued: the slot runs on the GUI thread, in the order the queue emitted
-        self.job_event.connect(self._on_job_event, Qt.QueuedConnection)
+        self.job_event.connect(self._on_job_event, Qt.ConnectionType.QueuedConnection)
         self._unsubscribe = self.jobs.subscribe(self.job_event.emit)
         self._workers: WorkerSet | None = None
 
@@ -275,7 +276,7 @@ class ConvertTab(QWidget):
         self.quality_worker = self._workers.follow(
             lambda: compare_quality(src, out, max_tokens=1024, python=python),
             tick_s=0.25,
-            returned=lambda res, j=job: self._on_quality(j, res),
+            returned=functools.partial(self._on_quality, job),
             finished=self._on_quality_finished,
         )
 

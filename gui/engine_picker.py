@@ -24,7 +24,7 @@ class EnginePicker(QComboBox):
                 self.removeItem(1)
             for name, python in engines:
                 self.addItem(name, python)
-                self.setItemData(self.count() - 1, python, Qt.ToolTipRole)
+                self.setItemData(self.count() - 1, python, Qt.ItemDataRole.ToolTipRole)
             self.setCurrentIndex(max(self.findData(current), 0))
 
     def python(self) -> str | None:

@@ -247,7 +247,7 @@ class FleetView(QWidget):
             self.message.setText(str(e))
             return
         dialog = FleetEditDialog(path, doc, self)
-        if dialog.exec() == QDialog.Accepted:
+        if dialog.exec() == QDialog.DialogCode.Accepted:
             if self.job is None:
                 self.load(path)
             else:
@@ -385,7 +385,7 @@ class FleetView(QWidget):
             return
         if self.replayed:
             t = getattr(ev, "t", None)
-            stamp = time.localtime(t) if isinstance(t, int | float) else None
+            stamp = time.localtime(t if isinstance(t, int | float) else None)
             line = event_line(event)
             if line is not None:
                 self.events.appendPlainText(f"{time.strftime('%H:%M:%S', stamp)}  {line}")
@@ -506,9 +506,9 @@ class FleetEditDialog(QDialog):
         self.policy.setCurrentText(policy)
         self.table = QTableWidget(0, len(_FORM_COLUMNS))
         self.table.setHorizontalHeaderLabels(list(_FORM_COLUMNS))
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.Stretch)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         for form in instance_forms(doc):
             self.add_row(form)
         self.add_button = QPushButton("Add instance")
@@ -517,8 +517,10 @@ class FleetEditDialog(QDialog):
         self.error = plain_label()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #b71c1c")
-        buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
-        self.save_button = buttons.button(QDialogButtonBox.Save)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
+        )
+        self.save_button = buttons.button(QDialogButtonBox.StandardButton.Save)
         router = QFormLayout()
         router.addRow("Router port", self.port)
         router.addRow("Routing policy", self.policy)
@@ -588,7 +590,8 @@ class FleetEditDialog(QDialog):
             return item.text() if item is not None else ""
 
         def choice(n: int, col: int) -> str:
-            return self.table.cellWidget(n, col).currentText()
+            combo = self.table.cellWidget(n, col)
+            return combo.currentText() if isinstance(combo, QComboBox) else ""
 
         return [
             InstanceForm(

@@ -27,6 +27,9 @@ from quantdeck.core.launch import GROUPS, Knob, LaunchConfig, check_value, iter_
 _INT_MAX = 2**31 - 1
 _AUTO = "auto"
 
+# The widget a knob is edited with, by its type (see KnobField.__init__).
+KnobWidget = QCheckBox | QComboBox | QSpinBox | QDoubleSpinBox | QLineEdit
+
 
 class KnobEditor:
     """One widget bound to one knob: ``value()`` / ``set_value()`` and a change callback."""
@@ -35,8 +38,9 @@ class KnobEditor:
         self.knob = knob
         self.error: str | None = None
         k = knob
+        w: KnobWidget
         if k.base is bool and not k.optional:
-            w: QWidget = QCheckBox()
+            w = QCheckBox()
             w.toggled.connect(on_change)
         elif k.base is bool or k.choices is not None:
             w = QComboBox()
@@ -62,8 +66,8 @@ class KnobEditor:
             w = QDoubleSpinBox()
             w.setDecimals(3 if (k.le or 10) <= 1 else 2)
             w.setSingleStep(0.01 if (k.le or 10) <= 1 else 1.0)
-            lo = k.ge if k.ge is not None else (k.gt or 0) + 0.001
-            w.setRange(lo, k.le if k.le is not None else 1e6)
+            low = k.ge if k.ge is not None else (k.gt or 0) + 0.001
+            w.setRange(low, k.le if k.le is not None else 1e6)
             if k.unit:
                 w.setSuffix(f" {k.unit}")
             w.valueChanged.connect(on_change)
@@ -74,7 +78,7 @@ class KnobEditor:
             if k.unit == "bytes":
                 w.setPlaceholderText("auto (e.g. 128M, 4GiB)")
             if k.secret_env:
-                w.setEchoMode(QLineEdit.Password)
+                w.setEchoMode(QLineEdit.EchoMode.Password)
                 w.setPlaceholderText("none")
             w.textChanged.connect(on_change)
         w.setToolTip(f"{k.flag}\n{k.doc}\nvLLM default: {k.vllm_default}")

@@ -302,7 +302,7 @@ class KvView(QWidget):
         self.image = pg.ImageItem(axisOrder="row-major")
         self.map_box.addItem(self.image)
         self.legend = QLabel()
-        self.legend.setTextFormat(Qt.RichText)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.legend.setWordWrap(True)
 
         self.groups_model: ObjectTableModel[GroupRow] = ObjectTableModel(GROUP_COLUMNS, self)

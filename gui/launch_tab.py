@@ -88,7 +88,7 @@ class PlannerPanel(QWidget):
         self.bar = MemoryBar()
         self.legend = QLabel()
         self.figures = QLabel()
-        self.figures.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.advice = QLabel()
         self.advice.setWordWrap(True)
         for w in (QLabel("<b>Memory plan</b>"), self.bar, self.legend, self.figures, self.advice):
@@ -188,7 +188,7 @@ class LaunchTab(QWidget):
         self.attach_url.setPlaceholderText("http://host:8000 — monitor a server you do not own")
         self.attach_key = QLineEdit()
         self.attach_key.setPlaceholderText("API key (optional)")
-        self.attach_key.setEchoMode(QLineEdit.Password)
+        self.attach_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.attach_button = QPushButton("Attach")
         self.message = plain_label()
         self.message.setWordWrap(True)
@@ -223,8 +223,8 @@ class LaunchTab(QWidget):
             prof.addWidget(w)
         right.addLayout(prof)
         att = QHBoxLayout()
-        for w in (self.attach_url, self.attach_key, self.attach_button):
-            att.addWidget(w)
+        for aw in (self.attach_url, self.attach_key, self.attach_button):
+            att.addWidget(aw)
         right.addLayout(att)
         actions = QHBoxLayout()
         for w in (self.start_button, self.stop_button, self.restart_button, self.stage):

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListView,
     QMainWindow,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -121,7 +122,7 @@ def gui_settings() -> QSettings:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     path.chmod(0o600)
-    return QSettings(str(path), QSettings.IniFormat)
+    return QSettings(str(path), QSettings.Format.IniFormat)
 
 
 class MainWindow(QMainWindow):
@@ -148,7 +149,7 @@ class MainWindow(QMainWindow):
         self.library.setModel(self.library_model)
         self.library_info = plain_label()
         self.library_info.setWordWrap(True)
-        self.library_info.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.library_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.add_folder_button = QPushButton("Add folder…")
         self.tabs = QTabWidget()
         self.launch = LaunchTab(self.device)
@@ -157,12 +158,14 @@ class MainWindow(QMainWindow):
         self._monitor: Any = None
         self._kv_view: Any = None  # the KV view (gui/kv_view.py), a page beside the plots
         self._profile_view: Any = None  # the Trace page (gui/profile_view.py)
+        self.leftovers_box: QMessageBox | None = None  # servers left by an earlier run (app.py)
         self.alerts_view: Any = None  # the Alerts page (gui/alerts_view.py), with the plots
         self._monitor_box = QWidget()
-        QVBoxLayout(self._monitor_box).setContentsMargins(0, 0, 0, 0)
+        monitor_lay = QVBoxLayout(self._monitor_box)
+        monitor_lay.setContentsMargins(0, 0, 0, 0)
         self.monitor_pages = QTabWidget()  # inside the Monitor tab: plots, KV cache
         self.monitor_pages.setDocumentMode(True)
-        self._monitor_box.layout().addWidget(self.monitor_pages)
+        monitor_lay.addWidget(self.monitor_pages)
         self.logs = LogsPanel()
         self.playground = PlaygroundPanel(
             lambda: (self.controller.url, self.controller.model_name, self.controller.api_key)
@@ -173,7 +176,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.playground, "Playground")
         self._bench: Any = None
         self._bench_box = QWidget()
-        QVBoxLayout(self._bench_box).setContentsMargins(0, 0, 0, 0)
+        self._bench_lay = QVBoxLayout(self._bench_box)
+        self._bench_lay.setContentsMargins(0, 0, 0, 0)
         self.tabs.addTab(self._bench_box, "Benchmark")
         from quantdeck.gui.convert_tab import ConvertTab
 
@@ -259,7 +263,7 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self, self._start_unless_painting)
 
     def eventFilter(self, obj: Any, ev: Any) -> bool:
-        if obj is self and ev.type() == QEvent.Paint and not self._painted:
+        if obj is self and ev.type() == QEvent.Type.Paint and not self._painted:
             self._painted = True
             self.removeEventFilter(self)
             QTimer.singleShot(0, self, self._after_first_paint)  # after the whole paint pass
@@ -433,7 +437,7 @@ class MainWindow(QMainWindow):
                 lambda: self.controller.state not in ("stopped", "crashed"),
                 apply_profile=self.launch.select_profile,
             )
-            self._bench_box.layout().addWidget(self._bench)
+            self._bench_lay.addWidget(self._bench)
             # a benchmark run is a marker on the Monitor's timeline
             self._bench.finished.connect(lambda result: self.monitor.mark_bench(result))
         return self._bench
@@ -474,8 +478,8 @@ class MainWindow(QMainWindow):
         except QuantdeckError as e:
             self.library_info.setText(str(e))
             return
-        for e in found:
-            self.add_model(Path(e.path), info=e.info)  # an adapter is read by add_model
+        for entry in found:
+            self.add_model(Path(entry.path), info=entry.info)  # an adapter is read by add_model
         if not found:  # said, not added in silence
             self.library_info.setText(
                 f"No model found in {folder}: a model is a folder with a config.json (or a "
@@ -692,10 +696,10 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.fleet)
             self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
             return len(rec.events)
-        title = rec.header.get("title") or rec.header.get("model") or Path(path).name
+        title = rec.header.info.get("title") or rec.header.info.get("model") or Path(path).name
         window = ReplayWindow(rec, Path(str(title)).name if title else Path(path).name, self)
         window.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
-        window.setAttribute(Qt.WA_DeleteOnClose)
+        window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         window.destroyed.connect(lambda *_: self._forget_replay(window))
         self.replays.append(window)
         window.resize(self.size())

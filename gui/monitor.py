@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
+from numpy.typing import NDArray
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import (
@@ -183,7 +184,8 @@ class _Curve(QGraphicsPathItem):
         pen = QPen(color, 0)  # width 0: a cosmetic 1-px pen (wider or dashed pens are slow)
         self.setPen(pen)
         self.label = label
-        self.xData = self.yData = np.empty(0)
+        self.xData: NDArray[np.float64] = np.empty(0)
+        self.yData: NDArray[np.float64] = np.empty(0)
         self.bounds: tuple[float, float] | None = None  # y min, max; None: no finite data
 
     def setData(self, x: Any, y: Any) -> None:
@@ -270,7 +272,7 @@ class _AxisPixmap(QGraphicsPixmapItem):
     def __init__(self, axis: pg.AxisItem) -> None:
         super().__init__(axis)
         self.axis = axis
-        axis.setFlag(QGraphicsItem.ItemHasNoContents, True)
+        axis.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, True)
 
     def sync(self, ratio: float) -> None:
         if self.axis.picture is not None:
@@ -280,7 +282,7 @@ class _AxisPixmap(QGraphicsPixmapItem):
             max(1, int(np.ceil(br.width() * ratio))), max(1, int(np.ceil(br.height() * ratio)))
         )
         pm.setDevicePixelRatio(ratio)
-        pm.fill(Qt.transparent)
+        pm.fill(Qt.GlobalColor.transparent)
         qp = QPainter(pm)
         qp.translate(-br.topLeft())
         self.axis.paint(qp, None, None)  # records a new picture and plays it
@@ -299,7 +301,7 @@ def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
     w = 26 + max(fm.horizontalAdvance(c.label) for c in curves) + 4
     pm = QPixmap(int(w * ratio), int(row * len(curves) * ratio))
     pm.setDevicePixelRatio(ratio)
-    pm.fill(Qt.transparent)
+    pm.fill(Qt.GlobalColor.transparent)
     qp = QPainter(pm)
     qp.setFont(font)
     for i, c in enumerate(curves):
@@ -307,7 +309,14 @@ def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
         qp.setPen(QPen(c.pen().color(), 1))
         qp.drawLine(0, y + row // 2, 20, y + row // 2)
         qp.setPen(pg.mkColor(pg.getConfigOption("foreground")))
-        qp.drawText(26, y, w - 26, row, int(Qt.AlignLeft | Qt.AlignVCenter), c.label)
+        qp.drawText(
+            26,
+            y,
+            w - 26,
+            row,
+            int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+            c.label,
+        )
     qp.end()
     item = QGraphicsPixmapItem(pm)
     item.setZValue(1000)  # above the curves
@@ -447,11 +456,11 @@ class MonitorPanel(QWidget):
         self.compare_button.toggled.connect(self._on_compare_changed)
         self.compare_panel = ComparePanel()
         self.compare_panel.hide()
-        for w in (self.compare_button, self.open_button, self.png_button, self.csv_button):
-            bar.addWidget(w)
+        for button in (self.compare_button, self.open_button, self.png_button, self.csv_button):
+            bar.addWidget(button)
         if not live:  # a replay: no alerts, no other recording from here
-            for w in (*limits, self.open_button):
-                w.hide()
+            for hidden in (*limits, self.open_button):
+                hidden.hide()
         # whether the data still comes: a stopped, crashed, starting or stale source says so
         # above the plots (the curves hold what came until then)
         self.source_state = QLabel()
@@ -469,7 +478,7 @@ class MonitorPanel(QWidget):
         self.graphics.setBackground(BACKGROUND)
         # every frame changes every plot: one full repaint is cheaper than many update rects
         # (and than Qt's threaded blending of the many exposed pieces)
-        self.graphics.setViewportUpdateMode(QGraphicsView.FullViewportUpdate)
+        self.graphics.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.FullViewportUpdate)
         lay = QVBoxLayout(self)
         lay.addLayout(bar)
         lay.addWidget(self.source_state)
@@ -477,7 +486,7 @@ class MonitorPanel(QWidget):
         lay.addWidget(self.problem)
         # the plots and the span comparison share the height in a splitter (the operator
         # moves the line; the plots keep at least a readable height)
-        self.splitter = QSplitter(Qt.Vertical)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.graphics)
         self.splitter.addWidget(self.compare_panel)
         self.splitter.setChildrenCollapsible(False)
@@ -522,7 +531,7 @@ class MonitorPanel(QWidget):
             self._finish_plot(title, p, curves)
         self._instance_curves = []
         names = self._overlaid()
-        for n, (title, series) in enumerate(INSTANCE_PLOTS.items() if names else []):
+        for n, (title, figure) in enumerate(INSTANCE_PLOTS.items() if names else []):
             if n == 0:  # a row of their own
                 self.graphics.nextRow()
             p = self._add_plot(title)
@@ -530,11 +539,11 @@ class MonitorPanel(QWidget):
             for i, name in enumerate(names):
                 curve = _Curve(pg.mkColor(COLORS[i % len(COLORS)]), name)
                 p.vb.addItem(curve, ignoreBounds=True)
-                self._instance_curves.append((name, series, curve))
+                self._instance_curves.append((name, figure, curve))
                 curves.append(curve)
             self._finish_plot(title, p, curves)
         self._instances_drawn = names
-        self.graphics.ci.setFlag(QGraphicsItem.ItemHasNoContents, True)
+        self.graphics.ci.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, True)
         for key, plot, limit in (
             ("ttft", "Latency (ms)", self.ttft_limit),
             ("kv", "KV-cache usage %", self.kv_limit),
@@ -585,14 +594,14 @@ class MonitorPanel(QWidget):
         # redrawn only when they change, not on every frame of the curves (a parent's
         # cache does not cover its children: each item is set)
         for item in (p.getAxis("bottom").label, p.titleLabel, p.titleLabel.item):
-            item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+            item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self._axes += [_AxisPixmap(p.getAxis("left")), _AxisPixmap(p.getAxis("bottom"))]
         p.vb.sigRangeChanged.connect(self._sync_axes_soon)
         p.vb.sigResized.connect(self._sync_axes_soon)
         # pyqtgraph's containers paint nothing themselves, but Qt asks each of them for its
         # (Python) bounding rect on every frame unless told they have no contents
         for item in (p, p.vb, p.titleLabel):
-            item.setFlag(QGraphicsItem.ItemHasNoContents, True)
+            item.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, True)
         self.plots[title] = p
         self._grids[title] = _Grid(p, pg.mkColor(BACKGROUND))
 

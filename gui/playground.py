@@ -122,7 +122,7 @@ class PlaygroundPanel(QWidget):
 
     def _write(self, text: str) -> None:
         cur = self.transcript.textCursor()
-        cur.movePosition(QTextCursor.End)
+        cur.movePosition(QTextCursor.MoveOperation.End)
         cur.insertText(text)
         self.transcript.setTextCursor(cur)
 

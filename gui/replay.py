@@ -50,11 +50,11 @@ class ReplayWindow(QWidget):
     has KV events) and its lifecycle events, each a page."""
 
     def __init__(self, rec: Recording, title: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent, Qt.Window)
+        super().__init__(parent, Qt.WindowType.Window)
         self.recording = rec
         metrics = rec.of(MetricsEvent)
         ts = [e.t for e in metrics]
-        note = rec.header.get("note")
+        note = rec.header.info.get("note")
         self.heading = plain_label(
             f"{title} · replay (read-only) · {rec.duration_s:.0f} s recorded"
             + (f", {_clock(min(ts))} to {_clock(max(ts))}" if ts else "")
@@ -78,18 +78,18 @@ class ReplayWindow(QWidget):
             from quantdeck.gui.kv_view import KvView
 
             self.kv = KvView()
-            model = rec.header.get("model")
+            model = rec.header.info.get("model")
             self.kv.set_model(model if isinstance(model, str) and Path(model).is_dir() else None)
-            for ev in rec.events:
-                if isinstance(ev, MetricsEvent):
-                    self.kv.add_metrics(ev)
-                elif isinstance(ev, KvEvent):
-                    self.kv.add_event(ev)
+            for kv_ev in rec.events:
+                if isinstance(kv_ev, MetricsEvent):
+                    self.kv.add_metrics(kv_ev)
+                elif isinstance(kv_ev, KvEvent):
+                    self.kv.add_event(kv_ev)
             self.pages.addTab(self.kv, "KV cache")
         self.events = LogsPanel()
-        for ev in rec.events:
-            if isinstance(ev, StateEvent | FactEvent | LogEvent):
-                self.events.add_event(ev)
+        for log_ev in rec.events:
+            if isinstance(log_ev, StateEvent | FactEvent | LogEvent):
+                self.events.add_event(log_ev)
         self.pages.addTab(self.events, "Events")
         lay = QVBoxLayout(self)
         lay.addWidget(self.heading)
@@ -116,7 +116,7 @@ def main(
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
-    title = title or rec.header.get("title") or rec.header.get("model") or Path(path).name
+    title = title or rec.header.info.get("title") or rec.header.info.get("model") or Path(path).name
     box, panel = replay_view(rec, str(title))
     box.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
     box.resize(*size)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QCheckBox, QLineEdit
 
 from quantdeck.core.errors import ServerError
 from quantdeck.core.models import ensure_demo_model
@@ -39,7 +39,12 @@ def _wait(app: QApplication, cond: Callable[[], bool], timeout: float) -> bool:
     loop = QEventLoop()
     poll = QTimer()
     poll.setInterval(20)
-    poll.timeout.connect(lambda: cond() and loop.quit())
+
+    def check() -> None:
+        if cond():
+            loop.quit()
+
+    poll.timeout.connect(check)
     QTimer.singleShot(int(timeout * 1000), loop.quit)
     poll.start()
     loop.exec()
@@ -108,7 +113,8 @@ def main(argv: Sequence[str], size: tuple[int, int] = (1400, 900)) -> int:
     if argv and argv[0] == "--offline":  # profile.png and timeline.png alone, no server
         return offline(Path(argv[1] if len(argv) > 1 else "screenshots"))
     out = Path(argv[0] if argv else "screenshots").expanduser().absolute()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    running = QApplication.instance()
+    app = running if isinstance(running, QApplication) else QApplication(sys.argv[:1])
     try:
         with atomic_dir(out, "screenshots", overwrite=True) as tmp:
             _shoot(app, tmp, size)
@@ -130,7 +136,8 @@ def offline(out: Path) -> int:
     server, written into DIR (the other files there are kept)."""
     from quantdeck.gui.main_window import MainWindow
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    running = QApplication.instance()
+    app = running if isinstance(running, QApplication) else QApplication(sys.argv[:1])
     out = out.expanduser().absolute()
     out.mkdir(parents=True, exist_ok=True)
     win = MainWindow(probe=False)
@@ -196,9 +203,13 @@ def _shoot(app: QApplication, out: Path, size: tuple[int, int] = (1400, 900)) ->
     demo = ensure_demo_model()
     win.add_model(demo, select=True)
     launch = win.launch
-    launch.form.editors["kv_cache_memory_bytes"].widget.setText("64MiB")
+    kv_bytes = launch.form.editors["kv_cache_memory_bytes"].widget
+    assert isinstance(kv_bytes, QLineEdit)
+    kv_bytes.setText("64MiB")
     launch.eager.setChecked(True)
-    launch.form.editors["kv_events"].widget.setChecked(True)  # for the KV view (kv.png)
+    kv_events = launch.form.editors["kv_events"].widget
+    assert isinstance(kv_events, QCheckBox)
+    kv_events.setChecked(True)  # for the KV view (kv.png)
     win.monitor.ttft_limit.setValue(2000)
     win.monitor.kv_limit.setValue(1)  # the load crosses it: an alert raised and cleared
     _wait(app, lambda: False, 0.5)
@@ -213,7 +224,9 @@ def _shoot(app: QApplication, out: Path, size: tuple[int, int] = (1400, 900)) ->
         raise ServerError(f"the server did not become ready ({state})")
     _wait(app, lambda: False, 1.0)
     launch.grab().save(str(out / "launch.png"))
-    loader = _background_load(win.controller.url, win.controller.model_name, 25)
+    url, model = win.controller.url, win.controller.model_name
+    assert url is not None and model is not None  # set once the server is ready
+    loader = _background_load(url, model, 25)
     pg = win.playground
     win.tabs.setCurrentWidget(pg)
     for mode, text in (
@@ -282,7 +295,7 @@ def _shoot_kv(app: QApplication, win: Any, out: Path) -> None:
     kv = win.kv_view
     loader = _shared_prefix_load(win.controller.url, win.controller.model_name)
     _wait(app, lambda: not loader.is_alive(), 300)
-    if not _wait(app, lambda: kv.last is not None and bool(kv.last.get("top_prefixes")), 10):
+    if not _wait(app, lambda: kv.last is not None and bool(kv.last.top_prefixes), 10):
         raise ServerError("KV view: no shared prefix in the kv events")
     win.monitor_pages.setCurrentWidget(kv)
     _wait(app, lambda: kv.tokenizer is not None, 10)

@@ -35,7 +35,9 @@ SERVER_NICE = 10
 class QtServerController(QObject):
     """Start / stop / restart / attach, with every core event as the ``event`` signal."""
 
-    event = Signal(object)  # any core Event: state, fact, progress, log, advice, plan
+    # any core Event: state, fact, progress, log, advice, plan (a signal that shadows
+    # QObject.event(), which PySide6's stubs type as that method only)
+    event = Signal(object)  # type: ignore[assignment]
     metrics = Signal(object)  # MetricsEvent (telemetry included)
     kv = Signal(object)  # KvEvent, once a second while a server started with kv events is ready
     error = Signal(str)  # one-line user-facing errors

@@ -38,7 +38,7 @@ Index = QModelIndex | QPersistentModelIndex
 @dataclass(frozen=True)
 class Column(Generic[T]):
     """One column: its name (the header), the text of a row's cell, optionally its tooltip and
-    a value for delegates (``Qt.UserRole``, e.g. the percent a progress bar draws)."""
+    a value for delegates (``Qt.ItemDataRole.UserRole``, e.g. the percent a progress bar draws)."""
 
     name: str
     text: Callable[[T], str]
@@ -63,27 +63,27 @@ class ObjectTableModel(QAbstractTableModel, Generic[T]):
     def columnCount(self, parent: Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._columns)
 
-    def data(self, index: Index, role: int = Qt.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
         row, col = self._rows[index.row()], self._columns[index.column()]
-        if role == Qt.DisplayRole:
+        if role == Qt.ItemDataRole.DisplayRole:
             return col.text(row)
-        if role == Qt.ToolTipRole and col.tooltip is not None:
+        if role == Qt.ItemDataRole.ToolTipRole and col.tooltip is not None:
             return col.tooltip(row)
-        if role == Qt.UserRole and col.value is not None:
+        if role == Qt.ItemDataRole.UserRole and col.value is not None:
             return col.value(row)
-        if role == Qt.TextAlignmentRole and col.align_right:
-            return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == Qt.ForegroundRole and col.color is not None:
+        if role == Qt.ItemDataRole.TextAlignmentRole and col.align_right:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ForegroundRole and col.color is not None:
             color = col.color(row)
             return QColor(color) if color else None
         return None
 
     def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.DisplayRole
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
     ) -> Any:
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
             return self._columns[section].name
         return None
 
@@ -138,14 +138,14 @@ class ObjectTableModel(QAbstractTableModel, Generic[T]):
 
 
 class ProgressDelegate(QStyledItemDelegate):
-    """Draws a cell's ``Qt.UserRole`` value (0-100) as a progress bar."""
+    """Draws a cell's ``Qt.ItemDataRole.UserRole`` value (0-100) as a progress bar."""
 
     def sizeHint(self, option: QStyleOptionViewItem, index: Index) -> QSize:
         hint = super().sizeHint(option, index)
         return QSize(max(hint.width(), 90), hint.height())
 
     def paint(self, painter: Any, option: QStyleOptionViewItem, index: Index) -> None:
-        value = index.data(Qt.UserRole)
+        value = index.data(Qt.ItemDataRole.UserRole)
         if value is None:
             super().paint(painter, option, index)
             return
@@ -155,9 +155,9 @@ class ProgressDelegate(QStyledItemDelegate):
         bar.progress = int(value)
         bar.text = f"{value:.0f}%"
         bar.textVisible = True
-        bar.state = option.state | QStyle.State_Horizontal  # Qt 6: vertical without it
+        bar.state = option.state | QStyle.StateFlag.State_Horizontal  # Qt 6: vertical without it
         style = option.widget.style() if option.widget is not None else QApplication.style()
-        style.drawControl(QStyle.CE_ProgressBar, bar, painter)
+        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
 
 
 def row_table(model: ObjectTableModel[Any], progress_column: str | None = None) -> QTableView:
@@ -167,10 +167,10 @@ def row_table(model: ObjectTableModel[Any], progress_column: str | None = None) 
     table.setModel(model)
     if progress_column is not None:
         table.setItemDelegateForColumn(model.column(progress_column), ProgressDelegate(table))
-    table.setSelectionBehavior(QAbstractItemView.SelectRows)
-    table.setSelectionMode(QAbstractItemView.SingleSelection)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     table.setWordWrap(False)
     table.verticalHeader().setVisible(False)
-    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     table.horizontalHeader().setStretchLastSection(True)
     return table

@@ -88,7 +88,7 @@ class MarkerLines:
                     line = pg.InfiniteLine(
                         angle=90,
                         movable=False,
-                        pen=pg.mkPen(color, width=1, style=Qt.DashLine),
+                        pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
                         label=label if n < labelled else None,
                         # left of the line (the newest markers sit at the plots' right edge),
                         # stacked at four heights in turn (neighbours do not overwrite each
@@ -106,14 +106,14 @@ class MarkerLines:
             self._drawn = key
         for m, line, plot in self.items:
             line.setValue(m.t - now)
-            label = getattr(line, "label", None)
-            if label is not None:  # a label reads away from the nearer edge: never cut off
+            text = getattr(line, "label", None)
+            if text is not None:  # a label reads away from the nearer edge: never cut off
                 lo, hi = plot.vb.viewRange()[0]
                 left = (m.t - now) > (lo + hi) / 2
                 anchors = [(1, 0), (1, 0)] if left else [(0, 0), (0, 0)]
-                if label.anchors != anchors:
-                    label.anchors = anchors
-                    label.updatePosition()
+                if text.anchors != anchors:
+                    text.anchors = anchors
+                    text.updatePosition()
 
 
 class ComparePanel(QWidget):

@@ -21,6 +21,7 @@ it where they first start a worker.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -98,7 +99,7 @@ def follow_call(
         if isinstance(e, RuntimeError):
             raise CallFailed(str(e)) from e
         raise e
-    return outcome["result"]  # type: ignore[no-any-return]
+    return outcome["result"]
 
 
 class CallWorker(GeneratorWorker):
@@ -139,7 +140,7 @@ class WorkerSet:
                 getattr(worker, name).connect(slot)
         worker.errored.connect(lambda e: self._on_error(error_text(e)))
         self._running.add(worker)
-        worker.finished.connect(lambda: self._running.discard(worker))
+        worker.finished.connect(functools.partial(self._running.discard, worker))
         worker.start()
         return worker
 
@@ -177,7 +178,7 @@ class WorkerSet:
         ``events``) in batches on the GUI thread, ``returned`` its result."""
         worker = CallWorker(call, events, cancel=cancel, tick_s=tick_s)
         slots = {"returned": returned, "yielded": yielded, "aborted": aborted, "finished": finished}
-        return self._launch(worker, slots)  # type: ignore[no-any-return]
+        return self._launch(worker, slots)
 
     def quit(self) -> None:
         """Ask every running worker to stop (generators at their next ``yield``)."""
@@ -188,7 +189,7 @@ class WorkerSet:
         """Process events until every worker has finished (True) or the time is up (False)."""
         deadline = time.monotonic() + timeout_s
         while self._running and time.monotonic() < deadline:
-            QCoreApplication.processEvents(QEventLoop.AllEvents, 20)
+            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
             if self._running:
                 time.sleep(0.005)
         return not self._running

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# mypy over quantdeck.core and quantdeck.cli. mypy does not follow setuptools' editable-install
+# mypy over quantdeck.core, quantdeck.cli and quantdeck.gui. mypy does not follow setuptools' editable-install
 # finder (the package-dir mapping core/ -> quantdeck/core), so it reads the tree through a
 # folder of links laid out as installed: $tmp/quantdeck/core -> core/, and cli/ and gui/ the
-# same. quantdeck.gui is linked only so that the CLI's imports of it resolve: it is not checked
-# yet (follow_imports = "silent" for it in pyproject.toml), so its errors stay out of this run.
+# same.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-$here/.venv/bin/python}
@@ -14,4 +13,4 @@ for pkg in core cli gui; do
     ln -s "$here/$pkg" "$tmp/quantdeck/$pkg"
 done
 cd "$here"
-MYPYPATH="$tmp" "$py" -m mypy --config-file pyproject.toml -p quantdeck.core -p quantdeck.cli "$@"
+MYPYPATH="$tmp" "$py" -m mypy --config-file pyproject.toml -p quantdeck.core -p quantdeck.cli -p quantdeck.gui "$@"

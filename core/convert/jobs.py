@@ -143,7 +143,7 @@ def run_job(
         stderr_reader.start()
         watcher = threading.Thread(target=_watch_cancel, args=(proc, cancel), daemon=True)
         watcher.start()
-        done: Event | None = None
+        done: DoneEvent | None = None
         for ev in worker_events(stdout):
             if isinstance(ev, DoneEvent):
                 done = ev
@@ -168,7 +168,7 @@ def run_job(
         "bytes": info.weights_bytes,
         "source_bytes": src_info.weights_bytes,
         "seconds": round(time.time() - t0, 2),
-        "peak_rss_bytes": done.get("peak_rss_bytes"),
+        "peak_rss_bytes": done.result.get("peak_rss_bytes"),
     }
     emit(DoneEvent(result, t=time.time()))
     return result

@@ -507,9 +507,10 @@ def compare_spans(
 def default_spans(store: TimeSeriesStore, timeline: Timeline | None = None) -> tuple[Span, Span]:
     """Two equal spans either side of the operator's latest change: the newest launch, knob
     change, restart, failed start or fleet switch with samples on both sides (a benchmark
-    marker is load, not a change). Each side runs from the samples next to the change for as
-    long as the shorter side has samples (up to the change before, or the next one), so that
-    the spans weigh the same time. Without such a change, the two halves of the history.
+    marker is load, not a change). Both are as long as the shorter side has samples (up to
+    the change before, or the next one), so that they weigh the same time: the one before
+    ends at the change, the one after is where the load is nearest the one before's
+    (:func:`_comparable_after`). Without such a change, the two halves of the history.
     ConfigError when the store is empty."""
     first, last = store.first_t, store.last_t
     if first is None or last is None:
@@ -525,12 +526,34 @@ def default_spans(store: TimeSeriesStore, timeline: Timeline | None = None) -> t
         tb, ta = tb[tb < t], ta[ta > t]  # a sample at the change's time is on neither side
         if len(tb) and len(ta):
             width = min(float(tb[-1] - tb[0]), float(ta[-1] - ta[0]))
-            return (
-                Span(float(tb[-1]) - width, float(tb[-1])),
-                Span(float(ta[0]), float(ta[0]) + width),
-            )
+            before = Span(float(tb[-1]) - width, float(tb[-1]))
+            return before, _comparable_after(store, before, float(ta[0]), float(ta[-1]), width)
     mid = (first + last) / 2
     return Span(first, mid), Span(mid, last)
+
+
+def _comparable_after(
+    store: TimeSeriesStore, before: Span, first: float, last: float, width: float
+) -> Span:
+    """The ``width`` span after the change (samples ``first`` .. ``last``) whose load (mean
+    requests running) is nearest the ``before`` span's: a server that starts idle after a
+    restart is compared where it serves again, not during its ramp-up. The earliest such
+    span; the one next to the change when the load is unknown."""
+    _, cb = store.span(before.t0, before.t1, ["running"])
+    ta, ca = store.span(first, last, ["running"])
+    want = _reduce(cb["running"], "mean")
+    run = np.nan_to_num(ca["running"], nan=0.0)
+    if want is None or len(ta) < 2:
+        return Span(first, first + width)
+    csum = np.concatenate([[0.0], np.cumsum(run)])
+    ends = np.searchsorted(ta, ta + width, side="right")  # each start's window, exclusive end
+    fits = ta + width <= last + 1e-9
+    starts = np.flatnonzero(fits)
+    if not len(starts):
+        return Span(first, first + width)
+    means = (csum[ends[starts]] - csum[starts]) / (ends[starts] - starts)
+    best = int(starts[int(np.argmin(np.abs(means - want)))])
+    return Span(float(ta[best]), float(ta[best]) + width)
 
 
 def parse_span(text: str, origin: float, end: float) -> Span:

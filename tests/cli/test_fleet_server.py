@@ -27,7 +27,7 @@ import yaml
 from conftest import alive_pids, read_json_lines
 
 from quantdeck.cli.main import main
-from quantdeck.core.events import InstanceEvent
+from quantdeck.core.events import InstanceEvent, MetricsEvent
 from quantdeck.core.monitor import read_recording
 from quantdeck.core.monitor.metrics import MetricsScraper, parse_metrics
 from quantdeck.core.runtime import free_port
@@ -360,7 +360,7 @@ def test_the_recording_replays_what_happened(
     assert len(recorded) >= len(live) > 0
     for name in ("a", "b", "c"):
         mine = [e.event for e in recorded if e.instance == name]
-        served = [m for m in mine if "error" not in m.values]
-        assert served and all(m.values["kv_blocks_total"] > 0 for m in served), name
+        served = [m.metrics for m in mine if isinstance(m, MetricsEvent) and m.error is None]
+        assert served and all(m and (m.kv_blocks_total or 0) > 0 for m in served), name
         if name != "c":  # the backup may have served nothing
-            assert max(m.values["generation_tokens_total"] for m in served) > 0, name
+            assert max((m and m.generation_tokens_total) or 0 for m in served) > 0, name

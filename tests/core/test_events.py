@@ -85,18 +85,18 @@ def test_absent_and_null_stay_different() -> None:
         "t": 1.0,
     }
     assert stopped.to_json() == {"event": "state", "state": "stopped", "t": 2.0}
-    assert stopped.exit_code is ABSENT and stopped.get("exit_code", "none") == "none"
+    assert stopped.exit_code is ABSENT and "exit_code" not in stopped.to_json()
     assert from_json(crashed.to_json()) == crashed
 
 
-def test_flattened_fields_and_get() -> None:
+def test_flattened_fields() -> None:
     ev = from_json({"event": "progress", "stage": "quantize", "pct": 40.0, "layer": 3, "t": 5.0})
     assert isinstance(ev, ProgressEvent) and ev.extra == {"layer": 3}
-    assert ev.get("layer") == 3 and ev.get("stage") == "quantize" and ev.get("nope") is None
+    assert ev.stage == "quantize" and "nope" not in ev.extra
     m = MetricsEvent.from_values(1.0, {"kv_usage_pct": 12.5, "gpus": []})
     assert list(m.to_json()) == ["event", "t", "kv_usage_pct", "gpus"]
     assert m.metrics is not None and m.metrics.kv_usage_pct == 12.5 and m.metrics.running is None
-    assert m.telemetry is not None and m.telemetry.gpus == () and m.get("gpus") == []
+    assert m.telemetry is not None and m.telemetry.gpus == () and m.to_json()["gpus"] == []
     assert from_json({"event": "done", "out": "/x"}) == DoneEvent({"out": "/x"})
 
 
@@ -152,7 +152,7 @@ def test_recording_header_carries_its_fields() -> None:
         "source": "serve",
         "model": "/m",
     }
-    assert h.get("model") == "/m"
+    assert h.info["model"] == "/m"
 
 
 def test_publisher_logs_an_observer_error_once_and_delivers_on(
@@ -216,10 +216,10 @@ def test_a_metrics_event_is_written_flat_as_the_sampler_always_wrote_it() -> Non
         None,
         None,
     )
-    # the readers by key (the GUI, until it reads attributes) get the flat figures
-    assert back.get("ttft_slo_attainment") == snap.ttft_slo_attainment
-    assert back.get("gpus") == [GPU.to_json()] and back.get("t") == 7.5
-    assert back.get("nope", "none") == "none"
+    # read by attribute: the snapshots as they were written
+    assert back.metrics is not None and back.telemetry is not None and back.t == 7.5
+    assert back.metrics.ttft_slo_attainment == snap.ttft_slo_attainment
+    assert [g.to_json() for g in back.telemetry.gpus] == [GPU.to_json()]
 
 
 def test_a_metrics_event_of_another_version_reads_typed_and_writes_back_unchanged() -> None:

@@ -10,6 +10,7 @@ import pytest
 from ckpt import TINY_LLAMA, write_checkpoint
 from PySide6.QtCore import Qt
 
+from quantdeck.core.events import ProgressEvent
 from quantdeck.core.launch import cpu_device
 from quantdeck.core.models import inspect_model
 from quantdeck.gui.convert_tab import ConvertTab, eta_text
@@ -47,7 +48,7 @@ def test_convert_then_launch_signal(qtbot, tab: ConvertTab, tmp_path: Path) -> N
     assert inspect_model(out).quantization.scheme == "W8A8-INT8"
     assert tab.jobs_model.text(0, "state") == "done"
     assert "W8A8-INT8" in tab.jobs_model.text(0, "result")
-    stages = {e.get("stage") for e in job.events if e.kind == "progress"}
+    stages = {e.stage for e in job.events if isinstance(e, ProgressEvent)}
     assert {"load", "quantize", "save", "verify"} <= stages
     tab.table.selectRow(0)
     assert tab.launch_button.isEnabled()

@@ -120,8 +120,9 @@ def test_h200_recordings_replay_to_png(qtbot, tmp_path: Path) -> None:
     rec_path = ROOT / "docs" / "gpu-validation" / "record-bf16-graphs.jsonl.gz"
     rec = read_recording(rec_path)
     metrics = rec.of(MetricsEvent)
-    assert metrics and all(ev.get("gpus") for ev in metrics)
-    assert max(g["utilization_pct"] for ev in metrics for g in ev.get("gpus")) > 50
+    assert metrics and all(ev.telemetry and ev.telemetry.gpus for ev in metrics)
+    gpus = [g for ev in metrics if ev.telemetry for g in ev.telemetry.gpus]
+    assert max(g.utilization_pct for g in gpus) > 50
     out = tmp_path / "replay.png"
     assert cli_main(["replay", str(rec_path), "--png", str(out), "--size", "900x600"]) == 0
     from PySide6.QtGui import QImage

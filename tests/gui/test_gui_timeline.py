@@ -68,7 +68,7 @@ def test_compare_spans_either_side_of_the_change_then_a_dragged_span(
     # equal spans next to the knob change (the shorter side's length), with the load note
     assert cmp is not None and cmp.before.seconds == pytest.approx(cmp.after.seconds)
     assert 10 < cmp.samples[0] <= 55 and 10 < cmp.samples[1] < 232
-    assert panel.compare_panel.load_note.text().startswith("⚠ the spans differ in load")
+    assert panel.compare_panel.load_note.isHidden()  # spans of comparable load: no note
     model = panel.compare_panel.model
     assert [model.text(i, "metric") for i in range(len(model.rows))] == [c[0] for c in COMPARED]
     assert model.text(0, "change").endswith("worse")  # generated tok/s fell

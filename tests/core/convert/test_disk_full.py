@@ -10,7 +10,7 @@ import pytest
 from small_disk import small_disk
 
 from quantdeck.core.convert.jobs import JobQueue, QuantSpec
-from quantdeck.core.events import Event, ProgressEvent
+from quantdeck.core.events import Event, ProgressEvent, StateEvent
 from quantdeck.core.models import CONVERSION_METHODS, inspect_model
 
 
@@ -52,5 +52,5 @@ def test_disk_full_during_conversion(demo_model: Path, tmp_path: Path) -> None:
         assert "cannot write the converted model (" in error  # the worker's line, no traceback
         assert "no space left on device" in error.lower() or "file too large" in error.lower()
         assert disk.entries() == []  # no target, no temp folder, nothing marked done
-        assert [e.get("state") for e in job.events if e.kind == "state"][-1] == "failed"
+        assert [e.state for e in job.events if isinstance(e, StateEvent)][-1] == "failed"
     assert tree_hash(demo_model) == before

@@ -13,6 +13,7 @@ from ckpt import LLAMA3_8B, write_checkpoint
 from quantdeck.core.convert import jobs
 from quantdeck.core.convert.jobs import JobQueue, QuantSpec
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.events import StateEvent
 
 TINY = dict(
     LLAMA3_8B,
@@ -81,4 +82,5 @@ def test_a_job_failing_on_anything_ends_failed(
     q.wait(job.id, timeout=10)
     q.close()
     assert job.state == "failed" and "No space left on device" in (job.error or "")
-    assert job.events[-1].get("state") == "failed"
+    last = job.events[-1]
+    assert isinstance(last, StateEvent) and last.state == "failed"

@@ -18,7 +18,7 @@ from conftest import ROOT
 
 from quantdeck.core.convert.jobs import JobCancelled, JobQueue, QuantSpec, run_job
 from quantdeck.core.errors import ConfigError, ModelError
-from quantdeck.core.events import Event
+from quantdeck.core.events import Event, ProgressEvent, StateEvent
 from quantdeck.core.models import inspect_model
 from quantdeck.core.paths import output_kind
 
@@ -133,7 +133,7 @@ def test_cancel_mid_job_leaves_nothing(demo_model: Path, tmp_path: Path) -> None
     q.cancel(second.id)  # cancelled while still queued: never starts
     q.wait(first.id, 60)
     assert first.state == "cancelled" and second.state == "cancelled"
-    assert not any(e.get("state") == "running" for e in second.events)
+    assert not any(isinstance(e, StateEvent) and e.state == "running" for e in second.events)
     time.sleep(0.5)
     assert sorted(os.listdir(tmp_path)) == []  # no output, no temp folder
     assert tree_hash(demo_model) == before
@@ -424,7 +424,7 @@ def test_cancel_gptq_mid_quantization_leaves_nothing(demo_model: Path, tmp_path:
 
     def on_event(ev: Event) -> None:
         seen.append(ev.to_json())
-        if ev.get("stage") == "quantize":
+        if isinstance(ev, ProgressEvent) and ev.stage == "quantize":
             cancel.set()
 
     models = tmp_path / "models"  # tmp_path also holds the test's HF cache (conftest)

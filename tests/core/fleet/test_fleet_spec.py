@@ -229,7 +229,7 @@ def test_instance_events_carry_their_name_and_read_back() -> None:
     inner = StateEvent("ready", url="http://127.0.0.1:8001", t=1.0)
     ev = InstanceEvent("a", inner)
     assert ev.to_json() == {**inner.to_json(), "instance": "a"}
-    assert ev.get("state") == "ready" and ev.get("instance") == "a"
+    assert isinstance(ev.event, StateEvent) and ev.event.state == "ready" and ev.instance == "a"
     assert from_json(json.loads(json.dumps(ev.to_json()))) == ev
     # an event without an instance is written as it always was
     assert json.dumps(FactEvent("pid", 7, t=2.0).to_json()) == (

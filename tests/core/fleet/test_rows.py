@@ -222,8 +222,9 @@ def test_the_sampler_scrapes_each_target_and_none_for_one_that_does_not_answer(
     try:
         dead = f"http://127.0.0.1:{free_port()}"
         out = sampler.sample([("a", recorded_server, None), ("b", dead, "k")])
-        assert "error" in out["b"].values
-        assert out["a"].values["kv_blocks_total"] is not None and "error" not in out["a"].values
+        assert out["b"].error is not None
+        a = out["a"].metrics
+        assert a is not None and a.kv_blocks_total is not None and out["a"].error is None
         again = sampler.sample([("a", recorded_server, None)])
         assert again["a"].t >= out["a"].t  # the same scraper, kept
     finally:

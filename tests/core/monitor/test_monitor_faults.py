@@ -13,6 +13,7 @@ import pytest
 from conftest import metrics_event
 
 from quantdeck.core.errors import ServerError
+from quantdeck.core.events import MetricsEvent
 from quantdeck.core.monitor import MetricsScraper, Sampler, TimeSeriesStore, telemetry
 from quantdeck.core.monitor.metrics import (
     MAX_HISTORY,
@@ -58,8 +59,8 @@ def test_a_failing_telemetry_reader_is_reported_once_and_sampling_goes_on(
         assert all(x.telemetry is None for x in samples[:5])
         assert samples[0].error == "telemetry: NVML_ERROR_GPU_IS_LOST"
         ev = samples[0].to_event()  # the typed event every consumer gets, saying why
-        assert ev.kind == "metrics" and ev.get("error") == samples[0].error
-        assert ev.get("host_cpu_pct") is None
+        assert isinstance(ev, MetricsEvent) and ev.error == samples[0].error
+        assert ev.telemetry is None
         assert len(_warnings(caplog, "telemetry")) == 1  # once, not per tick
         assert _warnings(caplog, "telemetry")[0].exc_info is not None
         failing.clear()  # the driver came back: so does telemetry, on the same thread

@@ -70,4 +70,4 @@ def test_full_disk_stops_the_recording_with_one_error(tmp_path: Path) -> None:
         rec.close()
         assert not (disk.path / "r.jsonl").exists()  # never given the finished name
         kept = read_recording(rec.partial).of(MetricsEvent)
-        assert [ev.get("t") for ev in kept[:20]] == [float(i) for i in range(20)]
+        assert [ev.t for ev in kept[:20]] == [float(i) for i in range(20)]

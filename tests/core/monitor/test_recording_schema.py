@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.events import MetricsEvent
 from quantdeck.core.monitor import TimeSeriesStore, read_recording
 from quantdeck.core.monitor.recording import MAX_GPUS, MAX_LINE, replay
 
@@ -66,7 +67,9 @@ def test_bad_events(tmp_path: Path, event: dict, message: str) -> None:
 
 def test_a_gpu_list_at_the_bound_replays(tmp_path: Path) -> None:
     p = _write(tmp_path / "r.jsonl", HEADER, {**METRICS, "gpus": [GPU] * MAX_GPUS})
-    assert len(read_recording(p).events[0].get("gpus")) == MAX_GPUS
+    ev = read_recording(p).events[0]
+    assert isinstance(ev, MetricsEvent) and ev.telemetry is not None
+    assert len(ev.telemetry.gpus) == MAX_GPUS
 
 
 def test_lines_and_nesting_are_bounded(tmp_path: Path) -> None:
@@ -81,7 +84,9 @@ def test_lines_and_nesting_are_bounded(tmp_path: Path) -> None:
 
 def test_nan_the_writer_may_write_reads_as_no_value(tmp_path: Path) -> None:
     p = _write(tmp_path / "r.jsonl", HEADER, {**METRICS, "kv_usage_pct": float("nan")})
-    assert read_recording(p).events[0].get("kv_usage_pct") is None
+    ev = read_recording(p).events[0]
+    assert isinstance(ev, MetricsEvent) and ev.metrics is not None
+    assert ev.metrics.kv_usage_pct is None
 
 
 def test_damaged_gzip_is_one_line(tmp_path: Path) -> None:

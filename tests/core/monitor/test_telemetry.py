@@ -128,7 +128,7 @@ def test_recording_round_trip(tmp_path: Path) -> None:
         rec.write(from_json(e))
     rec.close()
     r = read_recording(p)
-    assert r.header.get("config") == {"max-num-seqs": 8}
+    assert r.header.info.get("config") == {"max-num-seqs": 8}
     assert [e.to_json() for e in r.events] == events
     assert r.duration_s == 1.5
     got: list = []

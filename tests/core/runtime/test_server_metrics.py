@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, alive_pids
 
 from quantdeck.core.errors import ServerError
-from quantdeck.core.events import MetricsEvent, StateEvent
+from quantdeck.core.events import MarkerEvent, MetricsEvent, StateEvent
 from quantdeck.core.monitor import MetricsScraper, read_recording
 from quantdeck.core.runtime import AttachedServer, ServerProcess
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
@@ -262,5 +262,5 @@ def test_serve_cli_events_and_clean_stop(
     assert alive_pids(tree) == []
     assert read_recording(rec).of(StateEvent)[-1].state == "stopped"
     launch = read_recording(rec).events[0]  # the tuning timeline's launch marker, first
-    assert (launch.kind, launch.get("what"), launch.get("diff")) == ("marker", "launch", {})
-    assert launch.get("config")["enforce-eager"] is True
+    assert isinstance(launch, MarkerEvent) and (launch.what, launch.diff) == ("launch", {})
+    assert isinstance(launch.config, dict) and launch.config["enforce-eager"] is True

@@ -10,6 +10,7 @@ import pytest
 from ckpt import TINY_LLAMA, write_checkpoint
 
 from quantdeck.core.errors import ConfigError, ServerError
+from quantdeck.core.events import StateEvent
 from quantdeck.core.launch import LaunchConfig, cpu_device, iter_knobs
 from quantdeck.core.runtime import server as server_mod
 from quantdeck.core.runtime.engine import Capabilities
@@ -47,8 +48,8 @@ def test_key_reaches_vllm_through_its_environment(tmp_path: Path, monkeypatch) -
     ((cmd, env),) = spawned
     assert env["VLLM_API_KEY"] == KEY
     assert not any(KEY in w for w in cmd)
-    (starting,) = [e for e in events if e.get("state") == "starting"]
-    assert not any(KEY in w for w in starting.command)
+    (starting,) = [e for e in events if isinstance(e, StateEvent) and e.state == "starting"]
+    assert isinstance(starting.command, list) and not any(KEY in w for w in starting.command)
     # no key: the server gets an empty one, not the user's own that Quantdeck does not know
     spawned.clear()
     with pytest.raises(ServerError):

@@ -18,7 +18,7 @@ import pytest
 
 from quantdeck.core import procs
 from quantdeck.core.errors import ServerError
-from quantdeck.core.events import AdviceEvent, Event, LogEvent
+from quantdeck.core.events import AdviceEvent, Event, LogEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.runtime import server as srv
 from quantdeck.core.runtime.server import ServerProcess, base_url, prune_run_dirs
@@ -99,7 +99,7 @@ def test_startup_deadline_brings_a_silent_server_down(tmp_path: Path) -> None:
         server._watch()
     assert server.state == "crashed"
     assert time.monotonic() - t0 < 10
-    reason = [e.get("reason") for e in server.events if e.get("state") == "crashed"]
+    reason = [e.reason for e in server.events if isinstance(e, StateEvent) and e.state == "crashed"]
     assert reason == ["not ready after 1 s (start-up deadline)"]
     assert gone(server.pid) and server.wait_exit(0)
 
@@ -110,7 +110,9 @@ def test_a_url_httpx_refuses_does_not_kill_the_watcher(tmp_path: Path) -> None:
     server = supervised(["sleep", "60"], "zz::1", 8000, tmp_path)
     server._watch()
     assert server.state == "crashed"
-    reason = next(e.get("reason") for e in server.events if e.get("state") == "crashed")
+    reason = next(
+        e.reason for e in server.events if isinstance(e, StateEvent) and e.state == "crashed"
+    )
     assert reason.startswith("the watcher failed: InvalidURL")
     assert gone(server.pid)
 
@@ -127,10 +129,10 @@ def test_log_reader_keeps_draining_when_the_log_cannot_be_written(tmp_path: Path
     assert server.log_tail[-1] == f"INFO line {n - 1}"
     logs = [e for e in server.events if isinstance(e, LogEvent)]
     assert sum(e.line.startswith("INFO line") for e in logs) == n
-    errors = [e for e in logs if e.get("level") == "ERROR"]
+    errors = [e for e in logs if e.level == "ERROR"]
     advice = [e for e in server.events if isinstance(e, AdviceEvent)]
     assert len(errors) == 1 and len(advice) == 1
-    assert "No space left on device" in advice[0].get("message")
+    assert "No space left on device" in advice[0].finding["message"]
 
 
 def test_run_folders_are_pruned_to_the_newest(tmp_path: Path) -> None:
