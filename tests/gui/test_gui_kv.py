@@ -348,9 +348,7 @@ def test_controller_feeds_kv_events_and_stops_with_the_server(qtbot) -> None:
         assert got == []  # not ready: nothing forwarded
         ctl.state = "ready"
         pub.publish(vkv.KVEventBatch(ts=time.time(), events=[stored(["a0", "a1"], None)]))
-        qtbot.waitUntil(
-            lambda: bool(got) and got[-1].get("blocks_stored_total") == 2, timeout=10_000
-        )
+        qtbot.waitUntil(lambda: bool(got) and got[-1].blocks_stored_total == 2, timeout=10_000)
     finally:
         pub.shutdown()
     assert all(isinstance(e, KvEvent) for e in got)
