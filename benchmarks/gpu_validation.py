@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quantdeck.core.events import from_json
+from quantdeck.core.events import FactEvent, StateEvent, from_json
 
 COMMON = ["--gpu-memory-utilization", "0.85", "--max-model-len", "2048"]
 CONFIGS: dict[str, tuple[str, list[str]]] = {
@@ -81,13 +81,13 @@ def wait_for(events: Path, proc: subprocess.Popen[bytes], timeout: float) -> dic
                     ev = from_json(json.loads(line))
                 except ValueError:
                     continue
-                if ev.kind == "fact":
-                    facts[ev.get("name")] = ev.get("value")
-                elif ev.kind == "state":
-                    state = ev.get("state")
+                if isinstance(ev, FactEvent):
+                    facts[ev.name] = ev.value
+                elif isinstance(ev, StateEvent):
+                    state = ev.state
                     if state == "crashed":
-                        facts["crash"] = ev.get("reason")
-                        facts["log_tail"] = ev.get("log_tail", [])[-40:]
+                        facts["crash"] = ev.reason
+                        facts["log_tail"] = list(ev.log_tail or [])[-40:]
         if state in ("ready", "crashed") or proc.poll() is not None:
             break
         time.sleep(1.0)

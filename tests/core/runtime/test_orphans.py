@@ -97,7 +97,7 @@ PANEL = textwrap.dedent(
     def on_event(ev):
         if ev.kind == "state":
             pid = win.controller.server.pid or 0
-            print('{"state": "%s", "pid": %d}' % (ev.get("state"), pid), flush=True)
+            print('{"state": "%s", "pid": %d}' % (ev.state, pid), flush=True)
 
     win.controller.event.connect(on_event)
     win.show()
