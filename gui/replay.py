@@ -19,12 +19,10 @@ from quantdeck.core.events import FactEvent, KvEvent, LogEvent, MetricsEvent, St
 from quantdeck.core.monitor import Recording, read_recording, timeline_of
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.logs import LogsPanel
-from quantdeck.gui.monitor import MonitorPanel
+from quantdeck.gui.monitor import WINDOWS, MonitorPanel
 
 
 def _window_for(rec: Recording) -> str:
-    from quantdeck.gui.monitor import WINDOWS
-
     ts = [e.t for e in rec.of(MetricsEvent)]
     span = (max(ts) - min(ts)) if ts else 0.0
     for name, seconds in WINDOWS.items():
