@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from quantdeck.cli._common import AddCommand, print_json
 
 if TYPE_CHECKING:
-    from quantdeck.core.runtime.engines import KnownEngine
+    from quantdeck.core.engines import KnownEngine
 
 
 def _row(k: KnownEngine) -> list[str]:
@@ -26,7 +26,7 @@ def _row(k: KnownEngine) -> list[str]:
 
 
 def cmd_engines(ns: argparse.Namespace) -> int:
-    from quantdeck.core.runtime import engines
+    from quantdeck.core import engines
 
     known = engines.list_engines(probe=not ns.no_check)
     if ns.json:
@@ -42,7 +42,7 @@ def cmd_engines(ns: argparse.Namespace) -> int:
 
 
 def cmd_engines_add(ns: argparse.Namespace) -> int:
-    from quantdeck.core.runtime import engines
+    from quantdeck.core import engines
 
     entry, engine = engines.add_engine(ns.python, ns.name)
     print(
@@ -53,7 +53,7 @@ def cmd_engines_add(ns: argparse.Namespace) -> int:
 
 
 def cmd_engines_remove(ns: argparse.Namespace) -> int:
-    from quantdeck.core.runtime import engines
+    from quantdeck.core import engines
 
     entry = engines.remove_engine(ns.name)
     print(f"removed engine {entry.name!r} ({entry.python})")

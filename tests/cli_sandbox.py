@@ -22,7 +22,7 @@ BENCH_RUN = {"completed": 4, "failed": 0, "output_throughput": 10.0, "median_ttf
 HEAVY = [
     "quantdeck.cli.gui.cmd_gui",
     "quantdeck.cli.gui.cmd_screenshots",
-    "quantdeck.gui.replay.main",
+    "quantdeck.gui.monitor.replay.main",
     "quantdeck.gui.report.write_report",
     "quantdeck.core.models.ensure_demo_model",
     "quantdeck.core.models.demo.ensure_demo_model",
@@ -36,7 +36,7 @@ HEAVY = [
     "quantdeck.core.runtime.lora.load_adapter",
     "quantdeck.core.runtime.lora.unload_adapter",
     "quantdeck.core.runtime.doctor.run_doctor",
-    "quantdeck.core.runtime.engines.check_engine",
+    "quantdeck.core.engines.registry.check_engine",
     "quantdeck.core.runtime.lora.loaded_adapters",
     "quantdeck.core.fleet.Fleet.start_instances",
 ]

@@ -28,12 +28,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from quantdeck.core.engines import default_engine
 from quantdeck.core.errors import ConfigError, ModelError, QuantdeckError
 from quantdeck.core.events import DoneEvent, Event, LogEvent, ProgressEvent, Publisher, StateEvent
 from quantdeck.core.models import CONVERSION_METHODS, ConversionMethod, ModelInfo, inspect_model
 from quantdeck.core.paths import atomic_dir, check_output_dir, refuse_overlap
 from quantdeck.core.procs import run_child, spawn, subprocess_env, worker_command, worker_events
-from quantdeck.core.runtime.engines import default_engine
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""The engine at run time: which vLLM runs, the registry of engines, the server subprocess and its
-log, the chat client, LoRA adapters on a running server."""
+"""The engine at run time: which vLLM runs, the server subprocess and its log, the chat client,
+LoRA adapters on a running server. (The registry of engines is :mod:`quantdeck.core.engines`.)"""
 
-from quantdeck.core.runtime import engines, lora
+from quantdeck.core.runtime import lora
 from quantdeck.core.runtime.chat import stream
 from quantdeck.core.runtime.engine import EngineEnv
 from quantdeck.core.runtime.server import AttachedServer, ServerProcess, free_port, warm_up
@@ -10,7 +10,6 @@ from quantdeck.core.runtime.server_log import START_ORDER
 __all__ = [
     "AttachedServer",
     "EngineEnv",
-    "engines",
     "free_port",
     "lora",
     "ServerProcess",

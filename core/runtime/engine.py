@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from quantdeck.core.engines import default_engine
 from quantdeck.core.errors import ServerError
 from quantdeck.core.paths import cache_dir, write_atomic
 from quantdeck.core.procs import subprocess_env, worker_command
@@ -64,17 +65,11 @@ _VERSION_CODE = (
 )
 
 
-def _default_engine() -> str:
-    from quantdeck.core.runtime.engines import default_engine  # (engines -> doctor -> here)
-
-    return default_engine()
-
-
 @dataclass(frozen=True)
 class EngineEnv:
     """An interpreter with vLLM installed (default: the app's own; a bundle's first engine)."""
 
-    python: str = field(default_factory=_default_engine)
+    python: str = field(default_factory=default_engine)
 
     def version(self) -> tuple[str, str]:
         """(distribution, version) without importing vLLM; ServerError if it has none."""

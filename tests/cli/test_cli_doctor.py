@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from fake_engines import make_broken_vllm
 
+from quantdeck.core.engines import Engine, Library
 from quantdeck.core.runtime import doctor
 
 QUANTDECK = str(Path(sys.executable).parent / "quantdeck")
@@ -180,12 +181,12 @@ def test_library_notes_say_what_each_conversion_needs() -> None:
     backend); llmcompressor converts nothing here (FP8 and W8A8 go through compressed-tensors
     itself), so its absence is not asked about."""
     libs = (
-        doctor.Library("bitsandbytes", False, None),
-        doctor.Library("gptqmodel", False, None),
-        doctor.Library("compressed-tensors", False, None),
-        doctor.Library("llmcompressor", False, None),
+        Library("bitsandbytes", False, None),
+        Library("gptqmodel", False, None),
+        Library("compressed-tensors", False, None),
+        Library("llmcompressor", False, None),
     )
-    engine = doctor.Engine(python="/py", vllm_imports=True, libraries=libs)
+    engine = Engine(python="/py", vllm_imports=True, libraries=libs)
     gpus = doctor.Gpus(False, "no driver", None, None)
     notes = {p.message: p for p in doctor._engine_problems(engine, gpus)}
     assert list(notes) == [

@@ -18,8 +18,8 @@ from cli_sandbox import make_sandbox, run_cli
 from fake_engines import make_broken_vllm
 
 from quantdeck.cli.main import main
+from quantdeck.core.engines import registry as engines
 from quantdeck.core.paths import config_dir
-from quantdeck.core.runtime import engines
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -431,7 +431,7 @@ def test_a_bundle_has_no_python_of_its_own(
     """Frozen (a PyInstaller bundle), this process is no interpreter: workers and servers run
     in an engine, the first registered one by default; none known is one line, exit 2."""
     from quantdeck.core import procs
-    from quantdeck.core.runtime.doctor import default_engines
+    from quantdeck.core.engines import default_engines
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)

@@ -2,11 +2,12 @@
 
 :func:`discover` lists candidate interpreters found on this machine without running any of
 them. The registry, ``config_dir()/engines.json``, remembers the engines the user added by name:
-:func:`add_engine` runs the doctor's engine check (:func:`~quantdeck.core.runtime.doctor.
-check_engine`, in the engine's own interpreter) and refuses, with one line, a path that is no
-program, a program that is no Python, a Python without vLLM and a vLLM that does not import.
+:func:`add_engine` runs the engine check (:func:`~quantdeck.core.engines.check.check_engine`,
+in the engine's own interpreter) and refuses, with one line, a path that is no program, a
+program that is no Python, a Python without vLLM and a vLLM that does not import.
 :func:`list_engines` gives the registered engines and then the discovered ones, each checked
-in parallel when asked. This process imports neither torch nor vLLM.
+in parallel when asked; :func:`default_engine` is the one that serves and converts when none is
+named. This process imports neither torch nor vLLM.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quantdeck.core.engines.check import Engine, check_engine, default_engines
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.paths import config_dir, write_atomic
 from quantdeck.core.procs import NO_PYTHON, frozen
-from quantdeck.core.runtime.doctor import Engine, check_engine, default_engines
 from quantdeck.core.schema import Fields, load_json, read_bounded
 
 REGISTRY_FILE = "engines.json"
