@@ -75,7 +75,7 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
-    from quantdeck.gui.kv_view import KvView
+    from quantdeck.gui.monitor import KvView
 
     view = KvView()
     view.resize(1400, 900)

@@ -23,7 +23,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     from quantdeck.core.monitor import read_recording
 
     read_recording(ns.file)  # one-line errors before Qt starts
-    from quantdeck.gui import replay
+    from quantdeck.gui.monitor import replay
 
     return int(replay.main(ns.file, ns.png, ns.size, ns.title))
 

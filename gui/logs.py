@@ -32,6 +32,7 @@ from quantdeck.core.events import (
     PlanEvent,
     StateEvent,
 )
+from quantdeck.gui.style import ALERT_TEXT, CRASH_TAIL_BACKGROUND, LOG_COLORS
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # What the tab keeps: the newest lines, each cut to a length (a server that prints a tensor
@@ -57,7 +58,7 @@ class LogsPanel(QWidget):
         self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.summary = QLabel()
         self.summary.setWordWrap(True)
-        self.summary.setStyleSheet("color:#8a1c1c;")
+        self.summary.setStyleSheet(f"color:{ALERT_TEXT};")
         self.summary.hide()
         self.error_button = QPushButton("Jump to first error")
         self.error_button.setToolTip("Scroll the log to the first error line of the crashed run")
@@ -68,7 +69,7 @@ class LogsPanel(QWidget):
         self.tail_view.setReadOnly(True)
         self.tail_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.tail_view.setMaximumHeight(160)
-        self.tail_view.setStyleSheet("background:#fdf3f2;")
+        self.tail_view.setStyleSheet(f"background:{CRASH_TAIL_BACKGROUND};")
         self.tail_view.hide()
         self.bottom_button = QPushButton("Follow tail")
         self.bottom_button.setToolTip("Scroll to the newest line and keep following it")
@@ -86,16 +87,8 @@ class LogsPanel(QWidget):
         lay.addWidget(self.view, 1)
         self.level.currentIndexChanged.connect(self._on_filter_changed)
         self.search.textChanged.connect(self._on_filter_changed)
-        self._fmt = {
-            "fact": _fmt("#1b5e20", bold=True),
-            "state": _fmt("#0d47a1", bold=True),
-            "run": _fmt("#37474f", bold=True),
-            "WARNING": _fmt("#a65e00"),
-            "ERROR": _fmt("#b71c1c"),
-            "CRITICAL": _fmt("#b71c1c", bold=True),
-            "INFO": _fmt(None),
-            "DEBUG": _fmt("#777777"),
-        }
+        bold = ("fact", "state", "run", "CRITICAL")
+        self._fmt = {kind: _fmt(color, kind in bold) for kind, color in LOG_COLORS.items()}
 
     def _min_level(self) -> int:
         return {0: 0, 1: 1, 2: 2, 3: 3}[self.level.currentIndex()]

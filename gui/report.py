@@ -25,7 +25,18 @@ import numpy as np
 from quantdeck.core.events import MarkerEvent
 from quantdeck.core.monitor.timeline import SpanComparison, diff_text, plain_number
 from quantdeck.core.paths import atomic_dir
-from quantdeck.gui.monitor import COLORS
+from quantdeck.gui.style import (
+    DROPPED_BAR,
+    GREEN,
+    MEETS_POINT,
+    MISSES_POINT,
+    PLOT_BACKGROUND,
+    PLOT_TEXT,
+    RED,
+    REPORT_TABLE_BORDER,
+    ROOFLINE_BAR,
+    SERIES_COLORS,
+)
 
 
 def flatten(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -90,8 +101,8 @@ def _save(widget: Any, path: Path) -> None:
 def _plot(title: str, xlabel: str, ylabel: str) -> Any:
     import pyqtgraph as pg
 
-    w = pg.PlotWidget(background="w")
-    w.setTitle(title, color="#333")
+    w = pg.PlotWidget(background=PLOT_BACKGROUND)
+    w.setTitle(title, color=PLOT_TEXT)
     w.setLabel("bottom", xlabel)
     w.setLabel("left", ylabel)
     w.showGrid(x=True, y=True, alpha=0.2)
@@ -108,7 +119,7 @@ def throughput_chart(items: list[dict[str, Any]], path: Path) -> None:
             x=np.arange(len(ys)),
             height=ys,
             width=0.6,
-            brushes=[COLORS[i % len(COLORS)] for i in range(len(ys))],
+            brushes=[SERIES_COLORS[i % len(SERIES_COLORS)] for i in range(len(ys))],
         )
     )
     ax = w.getAxis("bottom")
@@ -133,7 +144,7 @@ def cdf_chart(items: list[dict[str, Any]], field: str, title: str, path: Path) -
         w.plot(
             vals,
             ys,
-            pen=pg.mkPen(COLORS[i % len(COLORS)], width=2),
+            pen=pg.mkPen(SERIES_COLORS[i % len(SERIES_COLORS)], width=2),
             stepMode=None,
             name=it["label"],
         )
@@ -151,7 +162,7 @@ def roofline_chart(items: list[dict[str, Any]], path: Path) -> bool:
         roof = it["roofline"]
         w.addItem(
             pg.BarGraphItem(
-                x=[k - 0.15], height=[roof["roofline_tok_s"]], width=0.3, brush="#dddddd"
+                x=[k - 0.15], height=[roof["roofline_tok_s"]], width=0.3, brush=ROOFLINE_BAR
             )
         )
         w.addItem(
@@ -159,7 +170,7 @@ def roofline_chart(items: list[dict[str, Any]], path: Path) -> bool:
                 x=[k + 0.15],
                 height=[number(roof.get("decode_tok_s_per_seq")) or 0.0],
                 width=0.3,
-                brush=COLORS[i % len(COLORS)],
+                brush=SERIES_COLORS[i % len(SERIES_COLORS)],
             )
         )
     w.getAxis("bottom").setTicks([[(k, it["label"]) for k, (i, it) in enumerate(rows)]])
@@ -174,7 +185,8 @@ def tune_chart(run: dict[str, Any], path: Path) -> None:
     pts = run["points"]
     ys = [number(p.get("goodput")) or 0.0 for p in pts]
     brushes = [
-        "#59a14f" if p.get("meets") else ("#bbbbbb" if p.get("dropped") else "#e15759") for p in pts
+        MEETS_POINT if p.get("meets") else (DROPPED_BAR if p.get("dropped") else MISSES_POINT)
+        for p in pts
     ]
     w.addItem(pg.BarGraphItem(x=np.arange(1, len(ys) + 1), height=ys, width=0.6, brushes=brushes))
     _save(w, path)
@@ -234,7 +246,7 @@ def write_report(
     return out.expanduser().absolute() / "index.html"
 
 
-VERDICT_COLORS = {"better": "#2e7d32", "worse": "#c62828"}
+VERDICT_COLORS = {"better": GREEN, "worse": RED}
 
 
 def comparison_html(cmp: SpanComparison, markers: list[MarkerEvent]) -> list[str]:
@@ -279,7 +291,7 @@ def _write_report(
     parts = [
         "<!doctype html><meta charset='utf-8'><title>Quantdeck report</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+        f"td,th{{border:1px solid {REPORT_TABLE_BORDER};padding:3px 8px;text-align:right}}"
         "td:first-child,th:first-child{text-align:left}</style>",
         "<h1>Quantdeck benchmark report</h1>",
     ]

@@ -7,16 +7,13 @@ the badges on the Monitor tab and the status bar count."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from quantdeck.core.monitor.alerts import Alert
 from quantdeck.gui.labels import plain_label
+from quantdeck.gui.monitor.panel import MonitorPanel
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
-
-if TYPE_CHECKING:
-    from quantdeck.gui.monitor import MonitorPanel
 
 
 def _clock(t: float | None) -> str:

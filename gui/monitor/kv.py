@@ -42,7 +42,14 @@ from PySide6.QtWidgets import (
 from quantdeck.core.events import ABSENT, Event, KvEvent, MetricsEvent
 from quantdeck.core.monitor.kv_buckets import AGE_EDGES_S, REUSE_EDGES  # no pyzmq here
 from quantdeck.gui.labels import plain_label
-from quantdeck.gui.monitor import COLORS
+from quantdeck.gui.style import (
+    KV_AGE_COLORMAP,
+    KV_FREE_RGB,
+    KV_NOT_REUSED_RGB,
+    KV_REUSE_COLORMAP,
+    PLOT_BACKGROUND,
+    SERIES_COLORS,
+)
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 # cell codes: 0 past the capacity (the grid's last row), 1 free, 2 + bucket resident
@@ -56,19 +63,21 @@ PREFIX_CHARS = 400  # of a prefix's text shown
 def _lut(colors: np.ndarray) -> np.ndarray:
     """The RGBA table for cell codes: padding transparent, free light grey, then ``colors``."""
     lut = np.zeros((FIRST + len(colors), 4), np.uint8)
-    lut[FREE] = (236, 236, 236, 255)
+    lut[FREE] = (*KV_FREE_RGB, 255)
     lut[FIRST:, :3] = colors[:, :3]
     lut[FIRST:, 3] = 255
     return lut
 
 
 # age: young bright (yellow) to old dark (purple); reuse: none grey-blue, then warmer with more
-AGE_LUT = _lut(pg.colormap.get("viridis").getLookupTable(nPts=AGE_BUCKETS)[::-1])
+AGE_LUT = _lut(pg.colormap.get(KV_AGE_COLORMAP).getLookupTable(nPts=AGE_BUCKETS)[::-1])
 REUSE_LUT = _lut(
     np.vstack(
         [
-            np.array([[150, 170, 200]], np.uint8),
-            pg.colormap.get("plasma").getLookupTable(0.3, 0.95, nPts=REUSE_BUCKETS - 1)[:, :3],
+            np.array([KV_NOT_REUSED_RGB], np.uint8),
+            pg.colormap.get(KV_REUSE_COLORMAP).getLookupTable(0.3, 0.95, nPts=REUSE_BUCKETS - 1)[
+                :, :3
+            ],
         ]
     )
 )
@@ -297,7 +306,7 @@ class KvView(QWidget):
         bar.addWidget(self.color_box)
 
         self.map_widget = pg.GraphicsLayoutWidget()
-        self.map_widget.setBackground("w")
+        self.map_widget.setBackground(PLOT_BACKGROUND)
         self.map_box = self.map_widget.addViewBox(lockAspect=True, invertY=True, enableMouse=True)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.map_box.addItem(self.image)
@@ -313,7 +322,7 @@ class KvView(QWidget):
         self.lifetime_label.setWordWrap(True)
 
         self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setBackground("w")
+        self.plots.setBackground(PLOT_BACKGROUND)
         self.curves: dict[str, pg.PlotDataItem] = {}
         for title, series in (
             (
@@ -340,7 +349,9 @@ class KvView(QWidget):
             plot.setLabel("bottom", "s")
             plot.addLegend(offset=(5, 5))
             for name, label, color in series:
-                self.curves[name] = plot.plot(pen=pg.mkPen(COLORS[color], width=1), name=label)
+                self.curves[name] = plot.plot(
+                    pen=pg.mkPen(SERIES_COLORS[color], width=1), name=label
+                )
             self.plots.nextRow()
 
         left = QWidget()

@@ -1,33 +1,32 @@
-"""The Monitor tab: live pyqtgraph plots over a
+"""The Monitor's Plots page: live pyqtgraph plots over a
 :class:`quantdeck.core.monitor.timeseries.TimeSeriesStore`.
 
 Curves are created once and updated from one QTimer (10 Hz), only when the store changed, with
 peak-decimated data (about two points per pixel) that the store keeps ready for long windows.
-Frames are cheap because Qt draws them without calling into Python per item: curves, grid,
-axes and legends are plain Qt path / pixmap items, text is cached as pixmaps, and the ranges are
-set here (pyqtgraph's autorange scans every curve on every update). Live events and replayed
-recordings feed the same store, so a recording from a GPU host looks exactly as if live.
+Frames are cheap because Qt draws them without calling into Python per item
+(:mod:`quantdeck.gui.monitor.plot_items`): curves, grid, axes and legends are plain Qt path /
+pixmap items, text is cached as pixmaps, and the ranges are set here (pyqtgraph's autorange
+scans every curve on every update). Live events and replayed recordings feed the same store, so
+a recording from a GPU host looks exactly as if live. What is plotted is
+:mod:`~quantdeck.gui.monitor.charts`; where it comes from, :mod:`~quantdeck.gui.monitor.sources`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from numpy.typing import NDArray
-from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen, QPixmap
+from PySide6.QtCore import QRectF, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QGraphicsItem,
-    QGraphicsPathItem,
     QGraphicsPixmapItem,
     QGraphicsView,
     QHBoxLayout,
@@ -49,294 +48,26 @@ from quantdeck.core.monitor.timeline import (
     compare_spans,
     default_spans,
 )
-from quantdeck.gui.timeline_view import ComparePanel, MarkerLines
-
-BACKGROUND = "w"  # the plots' background (the grid's and light curves' shades are on it)
-LIGHT = 110 / 255  # the p99 curves' shade of their p50 colour
-WINDOWS = {"1 min": 60.0, "10 min": 600.0, "1 h": 3600.0}
-COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1")
-
-# plot title -> [(series, label, color index, light)]; GPU series are added per GPU.
-# p99 curves are drawn in the p50 colour, lighter.
-PLOTS: dict[str, list[tuple[str, str, int, bool]]] = {
-    "Host CPU %": [("host_cpu_pct", "CPU %", 0, False)],
-    "Memory (GiB)": [
-        ("host_ram_used_gib", "host RAM", 0, False),
-        ("server_rss_gib", "server RSS", 1, False),
-    ],
-    "KV-cache blocks": [
-        ("kv_blocks_used", "used", 4, False),
-        ("kv_blocks_total", "total", 4, True),
-    ],
-    "KV-cache usage %": [("kv_usage_pct", "usage %", 4, False)],
-    "Requests": [("running", "running", 0, False), ("waiting", "waiting", 1, False)],
-    "Latency (ms)": [
-        ("ttft_p50_ms", "TTFT p50", 0, False),
-        ("ttft_p99_ms", "TTFT p99", 0, True),
-        ("itl_p50_ms", "ITL p50", 1, False),
-        ("itl_p99_ms", "ITL p99", 1, True),
-        ("e2e_p50_ms", "E2E p50", 2, False),
-        ("e2e_p99_ms", "E2E p99", 2, True),
-    ],
-    "Tokens / s": [
-        ("prompt_tokens_per_s", "prompt", 0, False),
-        ("generation_tokens_per_s", "generation", 4, False),
-    ],
-    "Preemptions / s": [("preemptions_per_s", "preemptions", 2, False)],
-    # the operator's panels, as vLLM's own dashboards show them
-    "Request phases (ms)": [
-        ("queue_p50_ms", "queue p50", 0, False),
-        ("queue_p99_ms", "queue p99", 0, True),
-        ("prefill_p50_ms", "prefill p50", 1, False),
-        ("prefill_p99_ms", "prefill p99", 1, True),
-        ("decode_p50_ms", "decode p50", 2, False),
-        ("decode_p99_ms", "decode p99", 2, True),
-    ],
-    "Finished / s": [
-        ("finished_stop_per_s", "stop", 4, False),
-        ("finished_length_per_s", "length", 0, False),
-        ("finished_abort_per_s", "abort", 1, False),
-        ("finished_error_per_s", "error", 2, False),
-    ],
-    "Hits · SLO attainment (%)": [
-        ("prefix_hit_pct", "prefix-cache hits", 4, False),
-        ("ttft_slo_pct", "TTFT within SLO", 0, False),
-        ("itl_slo_pct", "ITL within SLO", 1, False),
-        ("e2e_slo_pct", "E2E within SLO", 2, False),
-        ("spec_accept_pct", "spec. accepted", 6, False),
-    ],
-}
+from quantdeck.gui.monitor.charts import INSTANCE_PLOTS, PLOTS, WINDOWS, gpu_plots, with_gaps
+from quantdeck.gui.monitor.plot_items import AxisPixmap, Curve, Grid, blend, legend_pixmap
+from quantdeck.gui.monitor.sources import SERVER_SOURCE, MonitorSource, source_cue
+from quantdeck.gui.monitor.timeline import ComparePanel, MarkerLines
+from quantdeck.gui.style import (
+    ALERT_BANNER_SHEET,
+    CUE_SHEET,
+    LIMIT_LINE,
+    P99_SHADE,
+    PLOT_BACKGROUND,
+    PROBLEM_SHEET,
+    SERIES_COLORS,
+    SPAN_ALPHA,
+    SPAN_COLORS,
+    SPAN_HOVER_ALPHA,
+)
 
 # vLLM's dashboard thresholds, always on (the limits in the bar are the operator's own)
 KV_ALERT_PCT = 98.0  # KV cache nearly full: preemptions follow
 SLO_ALERT_PCT = 99.0  # a window's attainment under this
-
-# a fleet's instances overlaid, one curve per instance: plot title -> series
-INSTANCE_PLOTS = {
-    "p99 TTFT by instance (ms)": "ttft_p99_ms",
-    "KV-cache % by instance": "kv_usage_pct",
-    "Generated tok/s by instance": "generation_tokens_per_s",
-    "Running by instance": "running",
-}
-
-
-# Samples further apart than this (and than 3 times their usual spacing) are a gap: the curve
-# breaks there instead of drawing a line across time with no data (a stop, a stalled scrape).
-GAP_S = 5.0
-# A live source whose newest sample is older than this is shown as stale.
-STALE_S = 5.0
-
-
-def with_gaps(
-    t: np.ndarray, cols: dict[str, np.ndarray], gap_s: float = GAP_S
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``t`` and ``cols`` with a NaN row inserted wherever consecutive times are more than
-    ``gap_s`` apart (and more than 3 times the median spacing: a decimated long window's
-    bins are wider than a sample), so that a curve drawn with ``connect="finite"`` breaks."""
-    if len(t) < 2:
-        return t, cols
-    dt = np.diff(t)
-    positive = dt[dt > 0]
-    limit = max(gap_s, 3 * float(np.median(positive))) if len(positive) else gap_s
-    at = np.flatnonzero(dt > limit) + 1
-    if not len(at):
-        return t, cols
-    mids = (t[at - 1] + t[at]) / 2
-    return np.insert(t, at, mids), {k: np.insert(v, at, np.nan) for k, v in cols.items()}
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
-
-
-def _gpu_plots(n: int) -> dict[str, list[tuple[str, str, int, bool]]]:
-    return {
-        "GPU utilisation %": [(f"gpu{i}_util_pct", f"GPU {i}", i % 7, False) for i in range(n)],
-        "GPU memory (GiB)": [
-            (f"gpu{i}_memory_used_gib", f"GPU {i}", i % 7, False) for i in range(n)
-        ],
-        "GPU power (W)": [(f"gpu{i}_power_w", f"GPU {i}", i % 7, False) for i in range(n)],
-    }
-
-
-def _blend(fg: QColor, alpha: float, bg: QColor) -> QColor:
-    """The opaque colour of ``fg`` at ``alpha`` (0..1) over ``bg``: the raster engine draws
-    opaque lines without reading the pixels under them, several times faster."""
-    return QColor.fromRgbF(
-        *(
-            b + (f - b) * alpha
-            for f, b in (
-                (fg.redF(), bg.redF()),
-                (fg.greenF(), bg.greenF()),
-                (fg.blueF(), bg.blueF()),
-            )
-        )
-    )
-
-
-class _Curve(QGraphicsPathItem):
-    """One series as a path in data coordinates, which Qt draws without calling into Python
-    (pyqtgraph's curve items run several Python methods per item and frame). It keeps the
-    data it shows and its bounds."""
-
-    def __init__(self, color: QColor, label: str) -> None:
-        super().__init__()
-        pen = QPen(color, 0)  # width 0: a cosmetic 1-px pen (wider or dashed pens are slow)
-        self.setPen(pen)
-        self.label = label
-        self.xData: NDArray[np.float64] = np.empty(0)
-        self.yData: NDArray[np.float64] = np.empty(0)
-        self.bounds: tuple[float, float] | None = None  # y min, max; None: no finite data
-
-    def setData(self, x: Any, y: Any) -> None:
-        self.xData, self.yData = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-        with np.errstate(invalid="ignore"):
-            lo = np.fmin.reduce(self.yData) if len(self.yData) else np.nan
-            hi = np.fmax.reduce(self.yData) if len(self.yData) else np.nan
-        self.bounds = None if np.isnan(lo) else (float(lo), float(hi))
-        if self.bounds is None:  # nothing finite to show
-            self.xData = self.yData = np.empty(0)
-        self.setPath(
-            pg.arrayToQPath(self.xData, self.yData, connect="finite")
-            if self.bounds
-            else QPainterPath()
-        )
-
-    def getData(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.xData, self.yData
-
-
-class _Grid:
-    """The plot's grid as paths in data coordinates, at the axes' ticks and in the shade
-    pyqtgraph's own grid gives them (which lives in each axis item: an axis then covers the
-    whole plot and, cached, blends a plot-sized pixmap per axis on every frame), as opaque
-    lines (:func:`_blend`)."""
-
-    ALPHA = 51  # pyqtgraph's grid alpha 0.2, in 0..255
-    # a tick level whose lines differ from the background by less than this (of full scale)
-    # is not drawn: pyqtgraph's finest level comes out 2 % off white, too faint to see, and
-    # its dozens of lines per plot were a third of a frame
-    FAINTEST = 0.03
-
-    def __init__(self, plot: pg.PlotItem, background: QColor) -> None:
-        self.plot = plot
-        self.background = background
-        self.items: list[QGraphicsPathItem] = []
-        plot.vb.sigRangeChanged.connect(self.update)
-        plot.vb.sigResized.connect(self.update)
-
-    def update(self, *_: Any) -> None:
-        vb = self.plot.vb
-        (x0, x1), (y0, y1) = vb.viewRange()
-        fg, bg = self.plot.getAxis("left").pen().color(), self.background
-        contrast = max(
-            abs(fg.redF() - bg.redF()), abs(fg.greenF() - bg.greenF()), abs(fg.blueF() - bg.blueF())
-        )
-        paths: list[tuple[int, QPainterPath]] = []
-        for axis, lo, hi, px in (("bottom", x0, x1, vb.width()), ("left", y0, y1, vb.height())):
-            if px <= 0 or hi <= lo:
-                continue
-            for i, (_, ticks) in enumerate(self.plot.getAxis(axis).tickValues(lo, hi, px)):
-                alpha = 255 / (i + 1) * self.ALPHA / 255 * min(1.0, 0.05 * px / (len(ticks) + 1))
-                if int(alpha) / 255 * fg.alphaF() * contrast < self.FAINTEST:
-                    continue  # finer levels are fainter still
-                path = QPainterPath()
-                for v in ticks:
-                    if lo <= v <= hi:
-                        if axis == "bottom":
-                            path.moveTo(v, y0)
-                            path.lineTo(v, y1)
-                        else:
-                            path.moveTo(x0, v)
-                            path.lineTo(x1, v)
-                paths.append((int(alpha), path))
-        while len(self.items) < len(paths):
-            item = QGraphicsPathItem()
-            item.setZValue(-100)  # under the curves
-            vb.addItem(item, ignoreBounds=True)
-            self.items.append(item)
-        for n, item in enumerate(self.items):
-            if n < len(paths):
-                item.setPen(QPen(_blend(fg, paths[n][0] / 255 * fg.alphaF(), bg), 0))
-                item.setPath(paths[n][1])
-            item.setVisible(n < len(paths))
-
-
-class _AxisPixmap(QGraphicsPixmapItem):
-    """A pyqtgraph axis shown as a pixmap child of it, drawn again only after the axis
-    changed. The axis itself is marked as having no contents, so Qt neither paints it nor
-    asks it (in Python) for its bounding rect on every frame. pyqtgraph drops its recorded
-    ``picture`` on every change of range, size or style and redraws it in ``paint``:
-    :meth:`sync` does that ``paint`` into the pixmap when the picture is gone."""
-
-    def __init__(self, axis: pg.AxisItem) -> None:
-        super().__init__(axis)
-        self.axis = axis
-        axis.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, True)
-
-    def sync(self, ratio: float) -> None:
-        if self.axis.picture is not None:
-            return
-        br = self.axis.boundingRect()
-        pm = QPixmap(
-            max(1, int(np.ceil(br.width() * ratio))), max(1, int(np.ceil(br.height() * ratio)))
-        )
-        pm.setDevicePixelRatio(ratio)
-        pm.fill(Qt.GlobalColor.transparent)
-        qp = QPainter(pm)
-        qp.translate(-br.topLeft())
-        self.axis.paint(qp, None, None)  # records a new picture and plays it
-        qp.end()
-        self.setPixmap(pm)
-        self.setPos(br.topLeft())
-
-
-def _legend(curves: list[_Curve], ratio: float) -> QGraphicsPixmapItem:
-    """The plot's legend as one pixmap: a 20-px line in the curve's pen and its label per
-    row, as pyqtgraph's LegendItem draws them (which is a dozen Python items per plot)."""
-    font = QFont()
-    font.setPointSizeF(7)
-    fm = QFontMetrics(font)
-    row = fm.height() + 2  # compact: the y range leaves the legend its rows above the data
-    w = 26 + max(fm.horizontalAdvance(c.label) for c in curves) + 4
-    pm = QPixmap(int(w * ratio), int(row * len(curves) * ratio))
-    pm.setDevicePixelRatio(ratio)
-    pm.fill(Qt.GlobalColor.transparent)
-    qp = QPainter(pm)
-    qp.setFont(font)
-    for i, c in enumerate(curves):
-        y = i * row
-        qp.setPen(QPen(c.pen().color(), 1))
-        qp.drawLine(0, y + row // 2, 20, y + row // 2)
-        qp.setPen(pg.mkColor(pg.getConfigOption("foreground")))
-        qp.drawText(
-            26,
-            y,
-            w - 26,
-            row,
-            int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
-            c.label,
-        )
-    qp.end()
-    item = QGraphicsPixmapItem(pm)
-    item.setZValue(1000)  # above the curves
-    return item
-
-
-@dataclass
-class MonitorSource:
-    """Where the plotted data comes from: the Launch tab's server (across its restarts), an
-    attached URL (a fleet's instance is one). Each keeps its own samples, markers and state,
-    so that following another never mixes or wipes them."""
-
-    key: str
-    label: str
-    store: TimeSeriesStore
-    timeline: Timeline = field(default_factory=Timeline)
-    state: tuple[str, float] | None = None  # (the server's state, since when)
-
-
-SERVER_SOURCE = "server"  # the key of the Launch tab's server
 
 
 class MonitorPanel(QWidget):
@@ -369,21 +100,21 @@ class MonitorPanel(QWidget):
         # INSTANCE_PLOTS while "Fleet instances" is ticked
         self.instances: dict[str, TimeSeriesStore] = {}
         self._instances_drawn: tuple[str, ...] = ()
-        self._instance_curves: list[tuple[str, str, _Curve]] = []  # (instance, series, curve)
+        self._instance_curves: list[tuple[str, str, Curve]] = []  # (instance, series, curve)
         self._drawn_version: Any = -1
         self._gpus_drawn = -1
         self.paused = False
         self.window_s = 60.0
-        self.curves: dict[str, _Curve] = {}
+        self.curves: dict[str, Curve] = {}
         self.plots: dict[str, pg.PlotItem] = {}
         self._alert_lines: dict[str, pg.InfiniteLine] = {}
         self.alerts = AlertLog()  # raised, cleared, acknowledged (the Alerts page lists them)
         self._alerts_seen: Any = None  # the live store's version the alerts were judged at
         self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
-        self._plot_curves: dict[str, list[_Curve]] = {}
+        self._plot_curves: dict[str, list[Curve]] = {}
         self._legends: dict[str, QGraphicsPixmapItem] = {}
-        self._grids: dict[str, _Grid] = {}
-        self._axes: list[_AxisPixmap] = []
+        self._grids: dict[str, Grid] = {}
+        self._axes: list[AxisPixmap] = []
         self._axes_timer = QTimer(self)  # a child: it goes with the panel
         self._axes_timer.setSingleShot(True)
         self._axes_timer.setInterval(0)
@@ -464,18 +195,18 @@ class MonitorPanel(QWidget):
         # whether the data still comes: a stopped, crashed, starting or stale source says so
         # above the plots (the curves hold what came until then)
         self.source_state = QLabel()
-        self.source_state.setStyleSheet("background:#eceff1; color:#37474f; padding:4px;")
+        self.source_state.setStyleSheet(CUE_SHEET)
         self.source_state.hide()
         self.banner = QLabel()
-        self.banner.setStyleSheet("background:#fde2e1; color:#8a1c1c; padding:4px;")
+        self.banner.setStyleSheet(ALERT_BANNER_SHEET)
         self.banner.hide()
         # why the last sample lacks figures (the sampler goes on; this says what it misses)
         self.problem = QLabel()
-        self.problem.setStyleSheet("color:#8a1c1c; padding:2px;")
+        self.problem.setStyleSheet(PROBLEM_SHEET)
         self.problem.setWordWrap(True)
         self.problem.hide()
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setBackground(BACKGROUND)
+        self.graphics.setBackground(PLOT_BACKGROUND)
         # every frame changes every plot: one full repaint is cheaper than many update rects
         # (and than Qt's threaded blending of the many exposed pieces)
         self.graphics.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.FullViewportUpdate)
@@ -514,15 +245,16 @@ class MonitorPanel(QWidget):
         self._alert_lines.clear()
         spec = dict(PLOTS)
         if gpus:
-            spec = {**_gpu_plots(gpus), **{k: v for k, v in PLOTS.items() if k != "Host CPU %"}}
+            spec = {**gpu_plots(gpus), **{k: v for k, v in PLOTS.items() if k != "Host CPU %"}}
         for n, (title, series) in enumerate(spec.items()):
             if n and n % 3 == 0:
                 self.graphics.nextRow()
             p = self._add_plot(title)
             curves = []
             for name, label, color, light in series:
-                c = pg.mkColor(COLORS[color])
-                curve = _Curve(_blend(c, LIGHT, pg.mkColor(BACKGROUND)) if light else c, label)
+                c = pg.mkColor(SERIES_COLORS[color])
+                shade = blend(c, P99_SHADE, pg.mkColor(PLOT_BACKGROUND))
+                curve = Curve(shade if light else c, label)
                 if light:
                     curve.setZValue(-1)  # a p99 under its p50, where they meet
                 p.vb.addItem(curve, ignoreBounds=True)
@@ -537,7 +269,7 @@ class MonitorPanel(QWidget):
             p = self._add_plot(title)
             curves = []
             for i, name in enumerate(names):
-                curve = _Curve(pg.mkColor(COLORS[i % len(COLORS)]), name)
+                curve = Curve(pg.mkColor(SERIES_COLORS[i % len(SERIES_COLORS)]), name)
                 p.vb.addItem(curve, ignoreBounds=True)
                 self._instance_curves.append((name, figure, curve))
                 curves.append(curve)
@@ -548,7 +280,7 @@ class MonitorPanel(QWidget):
             ("ttft", "Latency (ms)", self.ttft_limit),
             ("kv", "KV-cache usage %", self.kv_limit),
         ):
-            pen = pg.mkPen("#c00", width=1, style=pg.QtCore.Qt.DotLine)
+            pen = pg.mkPen(LIMIT_LINE, width=1, style=pg.QtCore.Qt.DotLine)
             line = pg.InfiniteLine(angle=0, pen=pen)
             line.setVisible(limit.value() > 0)
             line.setValue(limit.value())
@@ -583,9 +315,9 @@ class MonitorPanel(QWidget):
         p.setMouseEnabled(x=False, y=True)
         return p
 
-    def _finish_plot(self, title: str, p: pg.PlotItem, curves: list[_Curve]) -> None:
+    def _finish_plot(self, title: str, p: pg.PlotItem, curves: list[Curve]) -> None:
         self._plot_curves[title] = curves
-        legend = _legend(curves, self.graphics.devicePixelRatioF())
+        legend = legend_pixmap(curves, self.graphics.devicePixelRatioF())
         legend.setParentItem(p.vb)
         legend.setPos(13, 12)  # where pyqtgraph's legend at offset (5, 5) draws
         legend.setVisible(self.legend_box.isChecked())
@@ -595,7 +327,7 @@ class MonitorPanel(QWidget):
         # cache does not cover its children: each item is set)
         for item in (p.getAxis("bottom").label, p.titleLabel, p.titleLabel.item):
             item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-        self._axes += [_AxisPixmap(p.getAxis("left")), _AxisPixmap(p.getAxis("bottom"))]
+        self._axes += [AxisPixmap(p.getAxis("left")), AxisPixmap(p.getAxis("bottom"))]
         p.vb.sigRangeChanged.connect(self._sync_axes_soon)
         p.vb.sigResized.connect(self._sync_axes_soon)
         # pyqtgraph's containers paint nothing themselves, but Qt asks each of them for its
@@ -603,7 +335,7 @@ class MonitorPanel(QWidget):
         for item in (p, p.vb, p.titleLabel):
             item.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, True)
         self.plots[title] = p
-        self._grids[title] = _Grid(p, pg.mkColor(BACKGROUND))
+        self._grids[title] = Grid(p, pg.mkColor(PLOT_BACKGROUND))
 
     # -- a fleet's instances -----------------------------------------------------------------
     def set_instances(self, stores: dict[str, TimeSeriesStore]) -> None:
@@ -708,26 +440,7 @@ class MonitorPanel(QWidget):
         self._update_source_cue()
 
     def _update_source_cue(self) -> None:
-        text = ""
-        src = self._shown
-        if self.live and src.state is not None:
-            state, since = src.state
-            now, last = time.time(), src.store.last_t
-            if src is not self._live:
-                text = (
-                    f"■ {src.label}: not followed since {_clock(since)} ({state}); the plots "
-                    "hold what came until then"
-                )
-            elif state in ("stopped", "crashed"):
-                text = (
-                    f"■ {state} at {_clock(since)}: no new samples; the plots hold what came "
-                    "until then"
-                )
-            elif state == "starting":
-                text = f"… starting since {_clock(since)}: samples come once it is ready"
-            elif now - since > STALE_S and (last is None or now - last > STALE_S):
-                ago = "" if last is None else f" since {_clock(last)} ({now - last:.0f} s)"
-                text = f"⚠ no samples{ago}: the scrape is late or the server does not answer"
+        text = source_cue(self._shown, self._live, time.time()) if self.live else ""
         if text != self.source_state.text():
             self.source_state.setText(text)
             self.source_state.setVisible(bool(text))
@@ -818,12 +531,21 @@ class MonitorPanel(QWidget):
         if force or lo != y0 or hi > y1 or (y1 - y0) > 2 * (hi - lo):
             p.setYRange(lo, hi, padding=0)
 
+    def _legend_rect(self, plot: pg.PlotItem) -> QRectF | None:
+        """Where ``plot``'s legend is, in its view box's pixels (None: hidden or none)."""
+        for title, p in self.plots.items():
+            legend = self._legends.get(title)
+            if p is plot and legend is not None and legend.isVisible():
+                return legend.mapRectToParent(legend.boundingRect())
+        return None
+
     def _on_legends_toggled(self, on: bool) -> None:
         for legend in self._legends.values():
             legend.setVisible(on)
         for title, p in self.plots.items():  # the legends' rows given or taken back
             if title in self._plot_curves and title not in self._manual_y:
                 self._fit_y(title, p, force=True)
+        self._draw_timeline()  # the marker labels the legends pushed down come back up
 
     def add_event(self, ev: Event) -> None:
         """Feed one event (live or replayed); plots update on the next timer tick. Markers,
@@ -853,7 +575,9 @@ class MonitorPanel(QWidget):
         if now is None:
             self.marker_lines.clear()
             return
-        self.marker_lines.draw(self.timeline, list(self.plots.values()), 3, now)
+        self.marker_lines.draw(
+            self.timeline, list(self.plots.values()), 3, now, keep_clear=self._legend_rect
+        )
         if self.spans is not None:
             self._moving_regions = True
             try:
@@ -901,12 +625,12 @@ class MonitorPanel(QWidget):
         self._remove_regions()
         for p in self.plots.values():
             regions = []
-            for color in ("#4e79a7", "#f28e2b"):
+            for color in SPAN_COLORS:
                 r = pg.LinearRegionItem(pen=pg.mkPen(color))
                 c = QColor(color)
-                c.setAlpha(40)
+                c.setAlpha(SPAN_ALPHA)
                 r.setBrush(pg.mkBrush(c))
-                c.setAlpha(90)
+                c.setAlpha(SPAN_HOVER_ALPHA)
                 r.setHoverBrush(pg.mkBrush(c))
                 r.setZValue(-50)
                 r.sigRegionChangeFinished.connect(self._on_region_changed)

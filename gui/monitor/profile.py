@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from quantdeck.core.events import Event, FactEvent, StateEvent
 from quantdeck.core.monitor.profile import OpRow, TraceSummary
 from quantdeck.gui.labels import plain_label
+from quantdeck.gui.style import CAVEAT_SHEET, HINT_SHEET
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 NO_PROFILER = (
@@ -79,7 +80,7 @@ class ProfilePanel(QWidget):
         self.figures = plain_label("No trace yet.")
         self.figures.setWordWrap(True)
         self.hint = plain_label(f"Traces: {PERFETTO_HINT}.")
-        self.hint.setStyleSheet("color:#666;")
+        self.hint.setStyleSheet(HINT_SHEET)
         self.by_time: ObjectTableModel[OpRow] = ObjectTableModel(OP_COLUMNS, self)
         self.by_count: ObjectTableModel[OpRow] = ObjectTableModel(OP_COLUMNS, self)
         tables = QSplitter()
@@ -95,7 +96,7 @@ class ProfilePanel(QWidget):
             tables.addWidget(box)
         self.reason = plain_label("")
         self.reason.setWordWrap(True)
-        self.reason.setStyleSheet("color:#8a4b00;")
+        self.reason.setStyleSheet(CAVEAT_SHEET)
         bar = QHBoxLayout()
         for w in (self.steps, self.profile_button, self.open_button, self.folder_button):
             bar.addWidget(w)

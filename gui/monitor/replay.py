@@ -19,7 +19,9 @@ from quantdeck.core.events import FactEvent, KvEvent, LogEvent, MetricsEvent, St
 from quantdeck.core.monitor import Recording, read_recording, timeline_of
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.logs import LogsPanel
-from quantdeck.gui.monitor import WINDOWS, MonitorPanel
+from quantdeck.gui.monitor.charts import WINDOWS
+from quantdeck.gui.monitor.kv import KvView
+from quantdeck.gui.monitor.panel import MonitorPanel
 
 
 def _window_for(rec: Recording) -> str:
@@ -73,8 +75,6 @@ class ReplayWindow(QWidget):
         self.panel.window_box.setCurrentText(_window_for(rec))
         self.kv: Any = None
         if rec.of(KvEvent):
-            from quantdeck.gui.kv_view import KvView
-
             self.kv = KvView()
             model = rec.header.info.get("model")
             self.kv.set_model(model if isinstance(model, str) and Path(model).is_dir() else None)

@@ -10,11 +10,12 @@ as ``quantdeck timeline --report`` writes it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
@@ -28,16 +29,10 @@ from quantdeck.core.monitor.timeline import (
     plain_number,
 )
 from quantdeck.gui.labels import plain_label
+from quantdeck.gui.report import write_report
+from quantdeck.gui.style import CAVEAT_SHEET, MARKER_COLORS, OTHER_MARKER, PURPLE
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
-MARKER_COLORS = {
-    "launch": "#2e7d32",
-    "restart": "#757575",
-    "failed": "#c62828",
-    "knobs": "#6a1b9a",
-    "fleet": "#ef6c00",
-    "bench": "#1565c0",
-}
 LABEL_CHARS = 24  # a marker's label on the plot; the tooltip has it whole
 LABEL_ROWS = 4  # heights the labels of consecutive markers take in turn
 
@@ -65,23 +60,33 @@ class MarkerLines:
     def __init__(self) -> None:
         self.items: list[tuple[MarkerEvent, pg.InfiniteLine, pg.PlotItem]] = []
         self._drawn: Any = None
+        self._heights: dict[int, float] = {}  # a labelled line's label height (its row)
 
     def clear(self) -> None:
         for _, line, plot in self.items:
             if line.scene() is not None:
                 plot.removeItem(line)
         self.items = []
+        self._heights.clear()
         self._drawn = None
 
-    def draw(self, timeline: Timeline, plots: list[pg.PlotItem], labelled: int, now: float) -> None:
+    def draw(
+        self,
+        timeline: Timeline,
+        plots: list[pg.PlotItem],
+        labelled: int,
+        now: float,
+        keep_clear: Callable[[pg.PlotItem], QRectF | None] | None = None,
+    ) -> None:
         """Lines for every marker on every plot (labels on the first ``labelled`` plots),
-        at ``marker.t - now``."""
+        at ``marker.t - now``. ``keep_clear(plot)``: a rectangle of the plot's view box (in
+        its pixels: the legend) that no label may cover; a label that would goes under it."""
         key = (timeline.version, tuple(id(p) for p in plots))
         if key != self._drawn:
             self.clear()
             for n, p in enumerate(plots):
                 for i, m in enumerate(timeline.markers):
-                    color = QColor(MARKER_COLORS.get(m.what, "#555"))
+                    color = QColor(MARKER_COLORS.get(m.what, OTHER_MARKER))
                     label = (
                         m.label if len(m.label) <= LABEL_CHARS else m.label[: LABEL_CHARS - 1] + "…"
                     )
@@ -99,6 +104,7 @@ class MarkerLines:
                             "anchors": [(1, 0), (1, 0)],
                         },
                     )
+                    self._heights[id(line)] = 0.95 - 0.2 * (i % LABEL_ROWS)
                     line.setToolTip(describe(m))
                     line.setZValue(50)
                     p.addItem(line, ignoreBounds=True)
@@ -111,9 +117,17 @@ class MarkerLines:
                 lo, hi = plot.vb.viewRange()[0]
                 left = (m.t - now) > (lo + hi) / 2
                 anchors = [(1, 0), (1, 0)] if left else [(0, 0), (0, 0)]
-                if text.anchors != anchors:
+                height = self._heights.get(id(line), 0.95)
+                clear = keep_clear(plot) if keep_clear is not None else None
+                if clear is not None and not left and hi > lo:
+                    # a label reading right from a line under the legend starts below it
+                    w, h = plot.vb.width(), plot.vb.height()
+                    if h > 0 and (m.t - now - lo) / (hi - lo) * w < clear.right() + 4:
+                        below = 1 - (clear.bottom() + 4) / h
+                        height = max(0.05, min(height, below - (0.95 - height)))
+                if text.anchors != anchors or text.orthoPos != height:
                     text.anchors = anchors
-                    text.updatePosition()
+                    text.setPosition(height)
 
 
 class ComparePanel(QWidget):
@@ -127,11 +141,11 @@ class ComparePanel(QWidget):
         self.heading.setWordWrap(True)
         self.separated = plain_label("")
         self.separated.setWordWrap(True)
-        self.separated.setStyleSheet("color:#6a1b9a;")
+        self.separated.setStyleSheet(f"color:{PURPLE};")
         # why the spans may not be comparable (one idle, load apart): said, not hidden
         self.load_note = plain_label("")
         self.load_note.setWordWrap(True)
-        self.load_note.setStyleSheet("color:#8a4b00;")
+        self.load_note.setStyleSheet(CAVEAT_SHEET)
         self.load_note.hide()
         self.model: ObjectTableModel[MetricRow] = ObjectTableModel(COMPARE_COLUMNS, self)
         self.table = row_table(self.model)
@@ -165,8 +179,6 @@ class ComparePanel(QWidget):
         """Write the report folder (index.html); its path."""
         if self.comparison is None:
             return None
-        from quantdeck.gui.report import write_report
-
         return write_report([], Path(folder), comparison=self.comparison, markers=self.markers)
 
     def _ask_export(self) -> None:

@@ -25,8 +25,8 @@ from quantdeck.core.events import Event, FactEvent, KvEvent, StateEvent
 from quantdeck.core.launch.device import H200
 from quantdeck.core.monitor import Recorder
 from quantdeck.core.monitor import kv_events as qkv
-from quantdeck.gui import kv_view
-from quantdeck.gui.kv_view import AGE_LUT, FIRST, FREE, REUSE_LUT, KvView
+from quantdeck.gui.monitor import kv as kv_view
+from quantdeck.gui.monitor.kv import AGE_LUT, FIRST, FREE, REUSE_LUT, KvView
 
 BS = 4
 T0 = 1_000_000.0  # the engine clock of the streams

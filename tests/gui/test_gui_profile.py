@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 
 from quantdeck.core.events import FactEvent, StateEvent
 from quantdeck.core.runtime import AttachedServer
-from quantdeck.gui.profile_view import NO_PROFILER, NO_SERVER, ProfilePanel
+from quantdeck.gui.monitor.profile import NO_PROFILER, NO_SERVER, ProfilePanel
 from quantdeck.gui.server_control import QtServerController
 
 TRACE = FIXTURES / "vllm_cpu_demo_4_steps.pt.trace.json.gz"

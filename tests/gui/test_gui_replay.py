@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QLabel
 from quantdeck.core.launch.device import H200
 from quantdeck.core.monitor import read_recording
 from quantdeck.gui.main_window import MainWindow
-from quantdeck.gui.replay import replay_view
+from quantdeck.gui.monitor import replay_view
 
 HEADER = {"event": "recording", "version": 1, "t": 1.0}
 METRICS = {"event": "metrics", "t": 2.0, "kv_usage_pct": 5.0, "gpus": []}

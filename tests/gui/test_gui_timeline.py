@@ -17,8 +17,7 @@ from quantdeck.core.launch.device import H200
 from quantdeck.core.monitor import Recorder, read_recording, timeline_of
 from quantdeck.core.monitor.timeline import COMPARED
 from quantdeck.gui.main_window import MainWindow
-from quantdeck.gui.monitor import MonitorPanel
-from quantdeck.gui.replay import replay_view
+from quantdeck.gui.monitor import MonitorPanel, replay_view
 
 GPU = ROOT / "docs" / "gpu-validation"
 RECS = [GPU / "record-bf16-graphs.jsonl.gz", GPU / "record-bnb4-eager.jsonl.gz"]
@@ -57,6 +56,36 @@ def test_markers_are_lines_on_every_plot_with_their_diff(panel: MonitorPanel) ->
     panel.refresh(force=True)
     assert panel.timeline.markers[-1].what == "restart"
     assert len(panel.marker_lines.items) == 3 * len(panel.plots)
+
+
+def test_no_marker_label_covers_a_legend(qtbot, panel: MonitorPanel) -> None:
+    """The first launch sits at the plots' left edge, where the legends are: its label goes
+    under the legend instead of over it; with the legends hidden it goes back to the top."""
+    panel.show()
+    panel.window_box.setCurrentText("10 min")  # the launch near the left edge
+    last = panel.store.last_t
+    assert last is not None
+    panel.add_event(MarkerEvent("launch", "launch", config={}, t=last - 590))
+    qtbot.wait(50)
+    panel.refresh(force=True)
+    checked = 0
+    for _, line, plot in panel.marker_lines.items:
+        text = getattr(line, "label", None)
+        rect = panel._legend_rect(plot)
+        if text is None or rect is None or not text.isVisible():
+            continue
+        legend = plot.vb.mapRectToScene(rect)
+        assert not text.sceneBoundingRect().intersects(legend), (text.toPlainText(), legend)
+        checked += 1
+    assert checked >= 3
+    panel.legend_box.setChecked(False)
+    panel.refresh(force=True)
+    heights = {
+        round(line.label.orthoPos, 2)
+        for _, line, _ in panel.marker_lines.items
+        if getattr(line, "label", None)
+    }
+    assert max(heights) == 0.95
 
 
 def test_compare_spans_either_side_of_the_change_then_a_dragged_span(
