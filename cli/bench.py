@@ -13,17 +13,15 @@ from quantdeck.cli._common import (
     StopSignals,
     add_client_options,
     add_engine,
-    add_load_options,
     add_model_and_knobs,
     client_from,
     config_from,
     engine_from,
-    load_from,
     print_json,
     progress_printer,
     served_model,
-    slo_from,
 )
+from quantdeck.core.bench import add_load_options, load_from_options, slo_from_options
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.launch import detect_device, profiles
 
@@ -61,8 +59,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     if ns.json:
         check_result_target(Path(ns.json))
     client_from(ns)
-    spec = load_from(ns)
-    slo = slo_from(ns)
+    spec = load_from_options(ns)
+    slo = slo_from_options(ns)
     model = served_model(ns.url, ns.api_key, ns.model)
     bench = Bench(
         ns.url,
@@ -105,8 +103,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     arms = [parse_arm(a, base) for a in ns.arm or []]
     run = ABRun(
         arms,
-        load_from(ns),
-        slo=slo_from(ns),
+        load_from_options(ns),
+        slo=slo_from_options(ns),
         warmups=ns.warmup,
         engine=EngineEnv(engine_from(ns)),
         on_event=Progress(ns.json_events),
@@ -141,7 +139,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     if ns.json:
         check_result_target(Path(ns.json))
     base = config_from(ns)
-    spec = load_from(ns)
+    spec = load_from_options(ns)
     space = parse_space(ns.space, detect_device(), spec.concurrency)
     tuner = Tuner(
         base,
@@ -278,7 +276,7 @@ def register(add: AddCommand) -> None:
         help="an arm: the base config with these options on top (a model path, "
         "--profile NAME, knobs), e.g. --arm eager=--enforce-eager --arm graphs=--no-enforce-eager",
     )
-    add_load_options(sp, seed_flag="--load-seed")
+    add_load_options(sp, with_knobs=True)
     sp.add_argument("--warmup", type=int, default=2, help="warm-up requests per arm")
     sp.add_argument("--label")
     sp.add_argument("--json", metavar="FILE")
@@ -287,7 +285,7 @@ def register(add: AddCommand) -> None:
     sp = add("tune", cmd_tune, "search launch knobs for the most goodput under latency targets")
     add_model_and_knobs(sp)
     add_engine(sp, "serves every point")
-    add_load_options(sp, slo=False, seed_flag="--load-seed")
+    add_load_options(sp, with_knobs=True, slo=False)
     sp.add_argument("--ttft-ms", type=float, required=True, help="p99 TTFT target")
     sp.add_argument("--tpot-ms", type=float, required=True, help="p99 TPOT target")
     sp.add_argument(

@@ -21,7 +21,6 @@ half the width."""
 from __future__ import annotations
 
 import collections
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.bench import LoadSpec, SloLimits, load_fields, parse_slo
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import (
     ArmEvent,
@@ -66,8 +66,17 @@ from quantdeck.core.events import (
     StateEvent,
 )
 from quantdeck.core.launch import LaunchConfig
+from quantdeck.gui.knob_form import SettingRows
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.report import fmt as _fmt
+from quantdeck.gui.style import (
+    BEST_POINT,
+    DROPPED_POINT,
+    ERROR,
+    PLOT_BACKGROUND,
+    PLOT_TEXT,
+    POINT,
+)
 from quantdeck.gui.table_model import Column, ObjectTableModel
 from quantdeck.gui.workers import EventQueue, WorkerSet
 
@@ -209,6 +218,10 @@ def compare_columns(label_a: str, label_b: str) -> tuple[Column[dict[str, Any]],
 
 RUN_COLUMNS: tuple[Column[Path], ...] = (Column("run", lambda p: p.name, tooltip=str),)
 
+# The form's load at start: the CLI's defaults but eight in flight, fewer and shorter requests,
+# so that a first Run answers within seconds.
+PANEL_LOAD = LoadSpec(concurrency=8, num_prompts=32, output_len=64)
+
 # Requests the live TTFT plot shows: the newest (a 100 000-prompt run stays light to draw).
 MAX_LIVE_POINTS = 10000
 
@@ -269,47 +282,27 @@ class BenchTab(QWidget):
         self._planned = 0  # the most points the tuning run measures
         self._tune_base: LaunchConfig | None = None
 
-        # -- load ------------------------------------------------------------------------------
-        self.concurrency = QSpinBox()
-        self.concurrency.setRange(0, 4096)
-        self.concurrency.setValue(8)
-        self.concurrency.setSpecialValueText("unbounded")
-        self.rate = QDoubleSpinBox()
-        self.rate.setRange(0, 1e5)
-        self.rate.setSpecialValueText("all at once")
-        self.rate.setSuffix(" req/s")
-        self.num_prompts = QSpinBox()
-        self.num_prompts.setRange(1, 100000)
-        self.num_prompts.setValue(32)
-        self.input_len = QSpinBox()
-        self.input_len.setRange(1, 1 << 20)
-        self.input_len.setValue(128)
-        self.output_len = QSpinBox()
-        self.output_len.setRange(1, 1 << 20)
-        self.output_len.setValue(64)
-        self.dataset = QComboBox()
-        self.dataset.addItem("English text", "corpus")
-        self.dataset.addItem("random token ids (as vllm bench)", "random")
-        self.dataset.setToolTip(
-            "Synthetic prompts: windows of English text, or runs of token "
-            "ids from random offsets as vllm bench serve's random dataset "
-            "(read from the model's tokenizer.json)"
-        )
-        self.slo_ttft = QDoubleSpinBox()
-        self.slo_tpot = QDoubleSpinBox()
-        for w in (self.slo_ttft, self.slo_tpot):
-            w.setRange(0, 1e7)
-            w.setSuffix(" ms")
-            w.setSpecialValueText("off")
+        # -- load: a row per field of the load and of the SLO limits (their declarations) ------
         load = QFormLayout()
-        load.addRow("Concurrency", self.concurrency)
-        load.addRow("Request rate", self.rate)
-        load.addRow("Prompts", self.num_prompts)
-        load.addRow("Input tokens", self.input_len)
-        load.addRow("Output tokens", self.output_len)
-        load.addRow("Prompt text", self.dataset)
-        load.addRow("SLO TTFT (goodput)", self.slo_ttft)
-        load.addRow("SLO TPOT (goodput)", self.slo_tpot)
+        self.load_rows = SettingRows(load, load_fields())
+        self.slo_rows = SettingRows(load, load_fields(SloLimits))
+        self.load_rows.set_values(PANEL_LOAD)
+        self.slo_rows.set_values(SloLimits())
+        self.concurrency = self.load_rows.widget("concurrency", QSpinBox)
+        self.rate = self.load_rows.widget("request_rate", QDoubleSpinBox)
+        self.num_prompts = self.load_rows.widget("num_prompts", QSpinBox)
+        self.input_len = self.load_rows.widget("input_len", QSpinBox)
+        self.output_len = self.load_rows.widget("output_len", QSpinBox)
+        self.dataset = self.load_rows.widget("dataset", QComboBox)
+        self.slo_ttft = self.slo_rows.widget("ttft", QDoubleSpinBox)
+        self.slo_tpot = self.slo_rows.widget("tpot", QDoubleSpinBox)
+        self.more_load = QCheckBox("More load options")
+        self.more_load.setToolTip(
+            "Arrival burstiness, prompt files, warm-up, sampling, seed, timeout, E2E SLO"
+        )
+        self.more_load.toggled.connect(self._on_more_load_changed)
+        load.addRow("", self.more_load)
+        self._on_more_load_changed(False)
 
         # -- modes -----------------------------------------------------------------------------
         self.modes = QTabWidget()
@@ -332,7 +325,7 @@ class BenchTab(QWidget):
         self.arm_diffs.setWordWrap(True)
         self.arm_warning = plain_label()
         self.arm_warning.setWordWrap(True)
-        self.arm_warning.setStyleSheet("color:#c00; font-weight:bold")
+        self.arm_warning.setStyleSheet(f"color:{ERROR}; font-weight:bold")
         al = QVBoxLayout(ab_page)
         al.addWidget(
             _wrapped(
@@ -393,20 +386,32 @@ class BenchTab(QWidget):
         self.status.setWordWrap(True)
 
         # -- results: the plot (live TTFT per request, or goodput per tuning point), the table --
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = pg.PlotWidget(background=PLOT_BACKGROUND)
         self.curve = self.plot.plot(
-            [], [], pen=None, symbol="o", symbolSize=5, symbolBrush="#4e79a7", symbolPen=None
+            [], [], pen=None, symbol="o", symbolSize=5, symbolBrush=POINT, symbolPen=None
         )
         self.goodput_curve = self.plot.plot(
-            [], [], pen=None, symbol="o", symbolSize=9, symbolBrush="#4e79a7", symbolPen=None
+            [], [], pen=None, symbol="o", symbolSize=9, symbolBrush=POINT, symbolPen=None
         )
         self.no_goodput_curve = self.plot.plot(
-            [], [], pen=None, symbol="x", symbolSize=14, symbolBrush="#777", symbolPen="#777"
+            [],
+            [],
+            pen=None,
+            symbol="x",
+            symbolSize=14,
+            symbolBrush=DROPPED_POINT,
+            symbolPen=DROPPED_POINT,
         )
         self.best_marker = self.plot.plot(
-            [], [], pen=None, symbol="star", symbolSize=20, symbolBrush="#e15759", symbolPen="#333"
+            [],
+            [],
+            pen=None,
+            symbol="star",
+            symbolSize=20,
+            symbolBrush=BEST_POINT,
+            symbolPen=PLOT_TEXT,
         )
-        self.best_text = pg.TextItem("best", color="#e15759", anchor=(0.5, 1.6))
+        self.best_text = pg.TextItem("best", color=BEST_POINT, anchor=(0.5, 1.6))
         self.plot.addItem(self.best_text)
         self._plot_mode = ""
         self._set_plot_mode("ttft")
@@ -476,24 +481,17 @@ class BenchTab(QWidget):
         self._on_arms_changed()
 
     # -- building the job ----------------------------------------------------------------------
-    def load_spec(self) -> Any:
-        from quantdeck.core.bench import LoadSpec
-
-        return LoadSpec(
-            num_prompts=self.num_prompts.value(),
-            input_len=self.input_len.value(),
-            output_len=self.output_len.value(),
-            dataset=self.dataset.currentData(),
-            concurrency=self.concurrency.value() or None,
-            request_rate=self.rate.value() or math.inf,
-        )
+    def load_spec(self) -> LoadSpec:
+        """The load the form asks for (checked when the job starts); ConfigError names a bad
+        field."""
+        return LoadSpec(**self.load_rows.values())
 
     def slo(self) -> dict[str, float]:
-        return {
-            k: w.value()
-            for k, w in (("ttft", self.slo_ttft), ("tpot", self.slo_tpot))
-            if w.value() > 0
-        }
+        return parse_slo(None, **self.slo_rows.values())
+
+    def _on_more_load_changed(self, shown: bool) -> None:
+        self.load_rows.set_advanced_visible(shown)
+        self.slo_rows.set_advanced_visible(shown)
 
     def _make_job(self, on_event: Callable[[Event], None]) -> tuple[str, Any]:
         """The job the chosen mode runs, and its kind (bench, ab, tune); ``on_event`` gets its
@@ -778,14 +776,14 @@ class BenchTab(QWidget):
         for item in (self.goodput_curve, self.no_goodput_curve, self.best_marker, self.best_text):
             item.setVisible(not ttft)
         if ttft:
-            self.plot.setTitle("TTFT per request (live)", color="#333")
+            self.plot.setTitle("TTFT per request (live)", color=PLOT_TEXT)
             self.plot.setLabel("bottom", "request (completion order)")
             self.plot.setLabel("left", "TTFT", units="ms")
             self.plot.getAxis("bottom").setTickSpacing()  # automatic
             self.plot.enableAutoRange()
         else:
             self.plot.setTitle(
-                "Goodput per tuning point (★ best, × dropped or failed)", color="#333"
+                "Goodput per tuning point (★ best, × dropped or failed)", color=PLOT_TEXT
             )
             self.plot.setLabel("bottom", "tuning point")
             self.plot.getAxis("bottom").setTickSpacing(1, 1)  # points are whole numbers

@@ -1,12 +1,16 @@
-"""The launch form, generated from the knob schema (no hand-written field list).
+"""Forms generated from declared settings (no hand-written field list): the launch form over the
+knob schema, and rows for any other declared dataclass (the Benchmark tab's load and SLO limits).
 
-bool -> checkbox (optional bool -> auto/on/off), Literal -> combo, bounded number -> spin box
-(optional -> "auto" at the bottom of the range), byte sizes and lists -> text with parsing. The form
-reads and writes a :class:`quantdeck.core.launch.config.LaunchConfig`; edits emit ``changed``."""
+bool -> checkbox (optional bool -> auto/on/off), Literal -> combo, bounded number -> spin box (the
+unset value, "auto" or the setting's own word for it, at the bottom of the range), byte sizes,
+text and lists -> text with parsing. :class:`KnobForm` reads and writes a
+:class:`quantdeck.core.launch.config.LaunchConfig`; edits emit ``changed``."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtWidgets import (
@@ -22,21 +26,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.launch import GROUPS, Knob, LaunchConfig, check_value, iter_knobs, parse_text
+from quantdeck.core.fields import Setting, check_value, parse_text
+from quantdeck.core.launch import GROUPS, LaunchConfig, iter_knobs
 
 _INT_MAX = 2**31 - 1
-_AUTO = "auto"
+_FLOAT_MAX = 1e7
 
-# The widget a knob is edited with, by its type (see KnobField.__init__).
+# The widget a setting is edited with, by its type (see KnobEditor.__init__).
 KnobWidget = QCheckBox | QComboBox | QSpinBox | QDoubleSpinBox | QLineEdit
+W = TypeVar("W", bound=QWidget)
 
 
 class KnobEditor:
-    """One widget bound to one knob: ``value()`` / ``set_value()`` and a change callback."""
+    """One widget bound to one setting: ``value()`` / ``set_value()`` and a change callback."""
 
-    def __init__(self, knob: Knob, on_change: Any) -> None:
+    def __init__(self, knob: Setting, on_change: Callable[..., Any]) -> None:
         self.knob = knob
         self.error: str | None = None
+        self._unset: Any = None  # the value shown as the setting's "auto" text
         k = knob
         w: KnobWidget
         if k.base is bool and not k.optional:
@@ -48,9 +55,10 @@ class KnobEditor:
             self._items = ([None] if k.optional else []) + items
             for it in self._items:
                 w.addItem(
-                    _AUTO
+                    k.auto
                     if it is None
-                    else ("on" if it is True else "off" if it is False else str(it))
+                    else ("on" if it is True else "off" if it is False else k.choice_title(it)),
+                    it,
                 )
             w.currentIndexChanged.connect(on_change)
         elif k.base is int and k.unit != "bytes" and (k.le or 0) <= _INT_MAX:
@@ -58,30 +66,36 @@ class KnobEditor:
             lo = int(k.ge if k.ge is not None else (k.gt or 0) + 1)
             w.setRange(lo - 1 if k.optional else lo, int(k.le) if k.le else _INT_MAX)
             if k.optional:
-                w.setSpecialValueText(_AUTO)
+                w.setSpecialValueText(k.auto)
             if k.unit:
                 w.setSuffix(f" {k.unit}")
             w.valueChanged.connect(on_change)
         elif k.base is float:
             w = QDoubleSpinBox()
             w.setDecimals(3 if (k.le or 10) <= 1 else 2)
-            w.setSingleStep(0.01 if (k.le or 10) <= 1 else 1.0)
-            low = k.ge if k.ge is not None else (k.gt or 0) + 0.001
-            w.setRange(low, k.le if k.le is not None else 1e6)
+            step = 0.01 if (k.le or 10) <= 1 else 1.0
+            w.setSingleStep(step)
+            # the lowest value allowed; the unset value (None, or infinity) sits just below it
+            low = k.ge if k.ge is not None else (k.gt or 0) + 10 ** -w.decimals()
+            if k.optional or k.inf:
+                self._unset = None if k.optional else math.inf
+                low = k.ge - step if k.ge is not None else k.gt or 0
+                w.setSpecialValueText(k.auto)
+            w.setRange(low, k.le if k.le is not None else _FLOAT_MAX)
             if k.unit:
                 w.setSuffix(f" {k.unit}")
             w.valueChanged.connect(on_change)
         else:  # str, lists, byte sizes: text
             w = QLineEdit()
             if k.optional or k.base is list:
-                w.setPlaceholderText(_AUTO if k.base is not list else "none")
+                w.setPlaceholderText(k.auto if k.base is not list else "none")
             if k.unit == "bytes":
                 w.setPlaceholderText("auto (e.g. 128M, 4GiB)")
-            if k.secret_env:
+            if k.secret:
                 w.setEchoMode(QLineEdit.EchoMode.Password)
                 w.setPlaceholderText("none")
             w.textChanged.connect(on_change)
-        w.setToolTip(f"{k.flag}\n{k.doc}\nvLLM default: {k.vllm_default}")
+        w.setToolTip(f"{k.flag}\n{k.doc}\n{k.default_text}")
         w.setObjectName(f"knob_{k.name}")
         self.widget = w
 
@@ -95,7 +109,8 @@ class KnobEditor:
         if isinstance(w, QSpinBox):
             return None if k.optional and w.value() == w.minimum() else w.value()
         if isinstance(w, QDoubleSpinBox):
-            return float(w.value())
+            unset = (k.optional or k.inf) and w.value() == w.minimum()
+            return self._unset if unset else float(w.value())
         text = w.text()
         if k.base is list:
             if not text.strip():  # "auto" (None) where the knob has it: [] is a value to vLLM
@@ -119,11 +134,61 @@ class KnobEditor:
             elif isinstance(w, QSpinBox):
                 w.setValue(w.minimum() if v is None else int(v))
             elif isinstance(w, QDoubleSpinBox):
-                w.setValue(float(v))
+                w.setValue(w.minimum() if v is None or v == math.inf else float(v))
             elif k.base is list:
                 w.setText(", ".join(str(x) for x in (v or [])))
             else:
                 w.setText("" if v is None else str(v))
+
+
+def _ignore(*_: Any) -> None:
+    pass
+
+
+class SettingRows:
+    """One editor per setting, each a row (its title, its widget) of ``form``; the rows of
+    advanced settings can be hidden. ``values()`` / ``set_values()`` read and write the fields
+    of a declared dataclass."""
+
+    def __init__(
+        self,
+        form: QFormLayout,
+        settings: Iterable[Setting],
+        on_change: Callable[..., Any] = _ignore,
+        *,
+        skip: tuple[str, ...] = (),
+    ) -> None:
+        self.editors: dict[str, KnobEditor] = {}
+        self._labels: dict[str, QLabel] = {}
+        for k in settings:
+            if k.name in skip:
+                continue
+            ed = KnobEditor(k, on_change)
+            label = QLabel(k.title)
+            label.setToolTip(k.doc)
+            form.addRow(label, ed.widget)
+            self.editors[k.name] = ed
+            self._labels[k.name] = label
+
+    def values(self) -> dict[str, Any]:
+        """Each setting's value by its name; ConfigError names a bad field."""
+        return {name: ed.value() for name, ed in self.editors.items()}
+
+    def set_values(self, obj: Any) -> None:
+        for ed in self.editors.values():
+            ed.set_value(ed.knob.get(obj))
+
+    def widget(self, name: str, kind: type[W]) -> W:
+        """The editor widget of setting ``name``, which is a ``kind``."""
+        w = self.editors[name].widget
+        assert isinstance(w, kind), f"{name} is edited with a {type(w).__name__}"
+        return w
+
+    def set_advanced_visible(self, visible: bool) -> None:
+        for name, ed in self.editors.items():
+            if ed.knob.advanced:
+                self._labels[name].setVisible(visible)
+                ed.widget.setVisible(visible)
 
 
 class KnobForm(QWidget):
@@ -139,20 +204,15 @@ class KnobForm(QWidget):
         self._config = LaunchConfig()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self._rows: dict[str, tuple[QLabel, QWidget]] = {}
+        self._groups: list[SettingRows] = []
         for group in GROUPS:
             box = QGroupBox({"lora": "LoRA"}.get(group, group.capitalize()))
             box.setObjectName(f"group_{group}")
             form = QFormLayout(box)
-            for k in iter_knobs():
-                if k.group != group or k.name in skip:
-                    continue
-                ed = KnobEditor(k, self._on_widget_changed)
-                self.editors[k.name] = ed
-                label = QLabel(k.title)
-                label.setToolTip(k.doc)
-                form.addRow(label, ed.widget)
-                self._rows[k.name] = (label, ed.widget)
+            knobs = [k for k in iter_knobs() if k.group == group]
+            rows = SettingRows(form, knobs, self._on_widget_changed, skip=skip)
+            self._groups.append(rows)
+            self.editors.update(rows.editors)
             if form.rowCount():
                 lay.addWidget(box)
         lay.addStretch(1)
@@ -160,8 +220,8 @@ class KnobForm(QWidget):
 
     def set_config(self, cfg: LaunchConfig) -> None:
         self._config = cfg.copy()
-        for ed in self.editors.values():
-            ed.set_value(ed.knob.get(self._config))
+        for rows in self._groups:
+            rows.set_values(self._config)
 
     def config(self) -> LaunchConfig:
         """The form's values over the last set config; ConfigError names a bad field."""
@@ -171,23 +231,19 @@ class KnobForm(QWidget):
         return cfg
 
     def set_advanced_visible(self, visible: bool) -> None:
-        for name, (label, w) in self._rows.items():
-            if self.editors[name].knob.advanced:
-                label.setVisible(visible)
-                w.setVisible(visible)
+        for rows in self._groups:
+            rows.set_advanced_visible(visible)
 
     def set_supported(self, flags: set[str] | None) -> None:
         """Grey out the knobs the chosen engine does not have."""
-        for ed in self.editors.values():
-            flag = (
-                ed.knob.flag.split(".")[0]
-                if ed.knob.flag.startswith("--compilation-config.")
-                else ed.knob.flag
-            )
-            ok = flags is None or flag in flags or ed.knob.quantdeck_only
+        knobs = {k.name: k for k in iter_knobs()}
+        for name, ed in self.editors.items():
+            k = knobs[name]
+            flag = k.flag.split(".")[0] if k.flag.startswith("--compilation-config.") else k.flag
+            ok = flags is None or flag in flags or k.quantdeck_only
             ed.widget.setEnabled(ok)
             if not ok:
-                ed.widget.setToolTip(f"{ed.knob.flag}: this vLLM has no such option")
+                ed.widget.setToolTip(f"{k.flag}: this vLLM has no such option")
 
     def _on_widget_changed(self, *_: Any) -> None:
         self.changed.emit()

@@ -1,8 +1,22 @@
-"""Benchmarks: the load, its prompts and statistics, the client, A/B runs, tuning, saved runs."""
+"""Benchmarks: the load, its prompts and statistics, the client, A/B runs, tuning, saved runs.
 
-from quantdeck.core.bench.ab import ABRun, Arm, check_arms, knob_diff, parse_arm
-from quantdeck.core.bench.client import Bench
-from quantdeck.core.bench.load import LoadSpec, parse_slo
+The jobs (client, A/B, tuning, statistics) are imported on first use: a command line that only
+declares the load's options (:func:`add_load_options`) does not load numpy and httpx."""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from quantdeck.core.bench.load import (
+    LoadField,
+    LoadSpec,
+    SloLimits,
+    add_load_options,
+    load_args,
+    load_fields,
+    load_from_options,
+    parse_slo,
+    slo_from_options,
+)
 from quantdeck.core.bench.runs import (
     check_result_target,
     compare,
@@ -13,11 +27,23 @@ from quantdeck.core.bench.runs import (
     save_run,
     write_result,
 )
-from quantdeck.core.bench.stats import summary_lines
-from quantdeck.core.bench.tune import Tuner, apply_point, parse_space, point_outcome
+
+if TYPE_CHECKING:
+    from quantdeck.core.bench.ab import ABRun, Arm, check_arms, knob_diff, parse_arm
+    from quantdeck.core.bench.client import Bench
+    from quantdeck.core.bench.stats import summary_lines
+    from quantdeck.core.bench.tune import Tuner, apply_point, parse_space, point_outcome
+
+_JOBS = {
+    "ab": ("ABRun", "Arm", "check_arms", "knob_diff", "parse_arm"),
+    "client": ("Bench",),
+    "stats": ("summary_lines",),
+    "tune": ("Tuner", "apply_point", "parse_space", "point_outcome"),
+}
 
 __all__ = [
     "ABRun",
+    "add_load_options",
     "apply_point",
     "Arm",
     "Bench",
@@ -27,7 +53,11 @@ __all__ = [
     "environment",
     "knob_diff",
     "list_runs",
+    "load_args",
+    "load_fields",
+    "load_from_options",
     "load_run",
+    "LoadField",
     "LoadSpec",
     "parse_arm",
     "parse_slo",
@@ -35,7 +65,16 @@ __all__ = [
     "point_outcome",
     "runs_dir",
     "save_run",
+    "slo_from_options",
+    "SloLimits",
     "summary_lines",
     "Tuner",
     "write_result",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _JOBS.items():
+        if name in names:
+            return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

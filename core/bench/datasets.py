@@ -14,6 +14,7 @@ import numpy as np
 from quantdeck.core.bench.load import LoadSpec, Request
 from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.paths import CORPUS
+from quantdeck.core.schema import Fields, load_json, read_bounded, shown
 
 
 class _Tokenizer:
@@ -64,22 +65,37 @@ def exact_prompt(tok: _Tokenizer, source: list[int], length: int, rng: random.Ra
     return Request(ids, length, 0)  # token ids: exact by construction
 
 
+MAX_TOKENIZER_BYTES = 64 * 2**20  # tokenizer.json: Llama 3's is 9 MB, Gemma 3's 33 MB
+MAX_VOCAB = 2**22  # tokens in its vocabulary: the largest in use have about 260 000
+
+
 def tokenizer_vocab(folder: str | Path) -> tuple[int, list[int]]:
     """What ``vllm bench serve``'s random dataset draws from: the tokenizer's base vocabulary
     size (``vocab_size``) and its ids less the special tokens, read from ``tokenizer.json``
-    (no tokenizer library needed)."""
+    (no tokenizer library needed). The file is checked before it is read (a regular file of
+    at most :data:`MAX_TOKENIZER_BYTES`: a FIFO or a device is refused, never waited on) and
+    read with the schema check: any damage is one ConfigError line."""
     path = Path(folder) / "tokenizer.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        vocab = data["model"]["vocab"]  # a dict (BPE, WordPiece) or a list (Unigram)
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise ConfigError(
             f"{path}: not found; --dataset-name random needs the tokenizer's "
             "folder (--tokenizer PATH)"
-        ) from None
-    except (ValueError, KeyError, TypeError):
-        raise ConfigError(f"{path}: not a tokenizer.json with a model vocabulary") from None
-    special = {int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special")}
+        )
+    raw = read_bounded(path, MAX_TOKENIZER_BYTES, "tokenizer.json")
+    top = Fields(load_json(raw, str(path)), str(path))
+    model = top.sub("model", required=True)
+    assert model is not None  # required
+    vocab = model.data.get("vocab")  # a dict (BPE, WordPiece) or a list (Unigram)
+    if not isinstance(vocab, dict | list) or not vocab:
+        model.fail(f"'vocab' must be a non-empty object or list of tokens, got {shown(vocab)}")
+    if len(vocab) > MAX_VOCAB:
+        model.fail(f"'vocab' has over {MAX_VOCAB} tokens")
+    special: set[int] = set()
+    for n, t in enumerate(top.items("added_tokens", max_len=MAX_VOCAB) or []):
+        token = Fields(t, f"{path}: 'added_tokens' {n + 1}")
+        token_id = token.integer("id", lo=0, required=True)
+        if token.boolean("special"):
+            special.add(int(token_id or 0))
     ids = [i for i in range(len(vocab)) if i not in special]
     if not ids:
         raise ConfigError(f"{path}: no ordinary tokens")

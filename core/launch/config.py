@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from quantdeck.core.fields import setting
+
 _UNSET = object()
 
 
@@ -21,19 +23,14 @@ def knob(
     default: Any,
     doc: str,
     *,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    flag: str | None = None,
     vllm_default: Any = _UNSET,
-    title: str | None = None,
-    unit: str | None = None,
-    advanced: bool = False,
     positional: bool = False,
     secret_env: str | None = None,
     quantdeck_only: bool = False,
+    **common: Any,
 ) -> Any:
-    """Declare one launch setting.
+    """Declare one launch setting: :func:`quantdeck.core.fields.setting` (bounds, ``flag``,
+    ``title``, ``unit``, ``advanced`` in ``common``) and vLLM's side of it.
 
     ``flag`` defaults to ``--`` + the field name with dashes (vLLM's own naming);
     ``vllm_default`` defaults to ``default`` and decides whether the value is passed at all.
@@ -41,23 +38,13 @@ def knob(
     user can read a process's argv in ``/proc``) and never written to a file or shown.
     ``quantdeck_only``: Quantdeck's own setting, never passed to vLLM.
     """
-    meta = {
-        "doc": doc,
-        "ge": ge,
-        "gt": gt,
-        "le": le,
-        "flag": flag,
+    vllm = {
         "vllm_default": default if vllm_default is _UNSET else vllm_default,
-        "title": title,
-        "unit": unit,
-        "advanced": advanced,
         "positional": positional,
         "secret_env": secret_env,
         "quantdeck_only": quantdeck_only,
     }
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
+    return setting(default, doc, extra=vllm, **common)
 
 
 DType = Literal["auto", "bfloat16", "float16", "half", "float32", "float"]
@@ -285,9 +272,18 @@ class ServerConfig:
     port: int = knob(8000, "TCP port of the OpenAI API and /metrics.", ge=1, le=65535)
     api_key: str | None = knob(
         None,
-        "Key the API requires as a Bearer token (guards /v1 only: /metrics stays open).",
+        "Key every route of the server requires as a Bearer token (Quantdeck's guard, not only "
+        "vLLM's /v1): only /health answers without it, and /metrics while Open /metrics is on.",
         secret_env="VLLM_API_KEY",
         title="API key",
+    )
+    open_metrics: bool = knob(
+        True,
+        "With an API key, /metrics still answers without it, as on vLLM (a Prometheus scraper "
+        "sends none unless told to); off, /metrics wants the key too.",
+        quantdeck_only=True,
+        advanced=True,
+        title="Open /metrics",
     )
     allow_open: bool = knob(
         False,
@@ -299,7 +295,8 @@ class ServerConfig:
         False,
         "Let the server be profiled: vLLM's torch profiler (--profiler-config), its "
         "/start_profile and /stop_profile endpoints, traces in the run folder's profiles/ "
-        "(quantdeck trace; docs/monitor.md). For development: any API client may start it.",
+        "(quantdeck trace; docs/monitor.md). For development: any client with the API key (any "
+        "client at all, without one) may start it.",
         quantdeck_only=True,
         advanced=True,
         title="Profiler",

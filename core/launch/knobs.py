@@ -8,22 +8,26 @@ and (in ``gui/``) the form widgets. Nothing here lists knobs by hand.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import re
 import shlex
-import types
-import typing
 import unicodedata
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
 import yaml
 
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.fields import (
+    Setting,
+    add_option,
+    check_value,
+    declared,
+    option_words,
+    parse_text,
+)
 from quantdeck.core.launch.config import GROUPS, LaunchConfig
 from quantdeck.core.launch.ray import check_address
 from quantdeck.core.schema import shown
@@ -33,25 +37,11 @@ MASK = "***"  # what a secret shows as wherever a command or config is shown
 
 
 @dataclass(frozen=True)
-class Knob:
-    """One launch setting: where it lives, its type, bounds and vLLM flag."""
+class Knob(Setting):
+    """One launch setting: a :class:`Setting` with its group and vLLM's side of it."""
 
     group: str
-    name: str
-    base: type  # bool, int, float, str or list
-    item: type | None  # element type of a list
-    optional: bool  # None is allowed and means "auto"
-    choices: tuple[Any, ...] | None
-    default: Any
     vllm_default: Any
-    doc: str
-    flag: str
-    ge: float | None
-    gt: float | None
-    le: float | None
-    title: str
-    unit: str | None
-    advanced: bool
     positional: bool
     secret_env: str | None  # a secret, passed to vLLM in this environment variable
     quantdeck_only: bool  # never passed to vLLM
@@ -60,6 +50,14 @@ class Knob:
     def key(self) -> str:
         """The ``group.name`` path used in error messages and CLI dests."""
         return f"{self.group}.{self.name}"
+
+    @property
+    def secret(self) -> bool:
+        return self.secret_env is not None
+
+    @property
+    def default_text(self) -> str:
+        return f"vLLM default: {self.vllm_default}"
 
     @property
     def yaml_key(self) -> str:
@@ -72,95 +70,22 @@ class Knob:
     def set(self, cfg: LaunchConfig, value: Any) -> None:
         setattr(getattr(cfg, self.group), self.name, value)
 
-    @property
-    def numeric(self) -> bool:
-        return self.base in (int, float) and self.choices is None
-
-
-def _resolve(tp: Any) -> tuple[type, type | None, bool, tuple[Any, ...] | None]:
-    """Reduce an annotation to (base type, list item type, optional, choices)."""
-    optional = False
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(tp))
-        if len(args) != 1:
-            raise TypeError(f"unsupported union {tp}")
-        tp = args[0]
-        origin = typing.get_origin(tp)
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        return type(choices[0]), None, optional, choices
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        return list, item, optional, None
-    if tp in (bool, int, float, str):
-        return tp, None, optional, None
-    raise TypeError(f"unsupported knob type {tp}")
-
-
-_WORDS = {
-    "kv": "KV",
-    "gpu": "GPU",
-    "cpu": "CPU",
-    "gb": "GiB",
-    "lora": "LoRA",
-    "loras": "LoRAs",
-    "api": "API",
-    "cudagraph": "CUDA-graph",
-    "num": "number of",
-    "max": "max",
-    "seqs": "sequences",
-    "dtype": "dtype",
-}
-
-
-def _title(name: str) -> str:
-    words = [_WORDS.get(w, w) for w in name.split("_")]
-    if words[:2] == ["max", "number of"]:
-        words = ["max", *words[2:]]
-    text = " ".join(words)
-    return text[0].upper() + text[1:]
-
 
 @lru_cache(maxsize=1)
 def iter_knobs() -> tuple[Knob, ...]:
     """Every launch setting, in declaration order, group by group."""
-    out: list[Knob] = []
-    for group, cls in GROUPS.items():
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            base, item, optional, choices = _resolve(hints[f.name])
-            m = f.metadata
-            if f.default is not dataclasses.MISSING:
-                default = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                default = f.default_factory()
-            else:
-                raise TypeError(f"knob {group}.{f.name} has no default")
-            out.append(
-                Knob(
-                    group=group,
-                    name=f.name,
-                    base=base,
-                    item=item,
-                    optional=optional,
-                    choices=choices,
-                    default=default,
-                    vllm_default=m["vllm_default"],
-                    doc=m["doc"],
-                    flag=m["flag"] or "--" + f.name.replace("_", "-"),
-                    ge=m["ge"],
-                    gt=m["gt"],
-                    le=m["le"],
-                    title=m["title"] or _title(f.name),
-                    unit=m["unit"],
-                    advanced=m["advanced"],
-                    positional=m["positional"],
-                    secret_env=m["secret_env"],
-                    quantdeck_only=m["quantdeck_only"],
-                )
-            )
+    out = [
+        Knob(
+            **attrs,
+            group=group,
+            vllm_default=f.metadata["vllm_default"],
+            positional=f.metadata["positional"],
+            secret_env=f.metadata["secret_env"],
+            quantdeck_only=f.metadata["quantdeck_only"],
+        )
+        for group, cls in GROUPS.items()
+        for f, attrs in declared(cls)
+    ]
     names = [k.name for k in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -176,42 +101,6 @@ def knob_by_name(name: str) -> Knob:
 
 
 # -- values ---------------------------------------------------------------------------------
-
-
-def check_value(k: Knob, value: Any) -> None:
-    """Raise ConfigError unless ``value`` has the knob's type, bounds and choices."""
-    if value is None:
-        if k.optional:
-            return
-        raise ConfigError(f"{k.key}: a value is required")
-    if k.base is list:
-        assert k.item is not None  # _resolve gives every list knob its item type
-        if not isinstance(value, list) or not all(_is(k.item, v) for v in value):
-            raise ConfigError(f"{k.key}: expected a list of {k.item.__name__}, got {shown(value)}")
-        return
-    if not _is(k.base, value):
-        raise ConfigError(f"{k.key}: expected {k.base.__name__}, got {shown(value)}")
-    if k.base is float and not math.isfinite(value):
-        raise ConfigError(f"{k.key}: {value} is not a finite number")
-    if k.choices is not None and value not in k.choices:
-        allowed = ", ".join(str(c) for c in k.choices)
-        raise ConfigError(f"{k.key}: {shown(value)} is not one of {allowed}")
-    if k.ge is not None and value < k.ge:
-        raise ConfigError(f"{k.key}: {value} is below the minimum {k.ge:g}")
-    if k.gt is not None and value <= k.gt:
-        raise ConfigError(f"{k.key}: {value} must be greater than {k.gt:g}")
-    if k.le is not None and value > k.le:
-        raise ConfigError(f"{k.key}: {value} is above the maximum {k.le:g}")
-
-
-def _is(tp: type | None, v: Any) -> bool:
-    if tp is bool:
-        return isinstance(v, bool)
-    if tp is int:
-        return isinstance(v, int) and not isinstance(v, bool)
-    if tp is float:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-    return tp is not None and isinstance(v, tp)
 
 
 def validate(cfg: LaunchConfig) -> LaunchConfig:
@@ -315,51 +204,6 @@ def _check_lora(spec: str) -> None:
         raise ConfigError(f"{where}: adapter path {shown(path)} is not an existing absolute folder")
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def parse_text(k: Knob, text: str) -> Any:
-    """Turn a command-line string into the knob's value ('auto' or '' means None)."""
-    t = text.strip()
-    if k.choices is not None and t in [str(c) for c in k.choices]:
-        return k.choices[[str(c) for c in k.choices].index(t)]
-    if k.optional and t.lower() in ("", "auto", "none", "null"):
-        return None
-    try:
-        if k.base is bool:
-            if t.lower() in _TRUE:
-                return True
-            if t.lower() in _FALSE:
-                return False
-            raise ValueError
-        if k.base is int:
-            return _parse_int(t)
-        if k.base is float:
-            return float(t)
-        if k.base is list:
-            parts = [p for p in t.replace(",", " ").split() if p]
-            return [_parse_int(p) if k.item is int else p for p in parts]
-    except ValueError:
-        raise ConfigError(f"{k.key}: '{text}' is not a valid {k.base.__name__}") from None
-    return t
-
-
-_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
-
-
-def _parse_int(t: str) -> int:
-    """An int, with vLLM's size suffixes (``128M``, ``4GiB``, ``32k``)."""
-    s = t.strip().lower().removesuffix("b")
-    for suf in sorted(_SUFFIX, key=len, reverse=True):
-        if s.endswith(suf) and s[: -len(suf)].replace(".", "", 1).isdigit():
-            value = float(s[: -len(suf)]) * _SUFFIX[suf]
-            if not math.isfinite(value):  # 400 digits and a suffix: no size
-                raise ValueError(t)
-            return int(value)
-    return int(s)
-
-
 def _coerce(k: Knob, value: Any, where: str) -> Any:
     """A value read from YAML: accept what YAML types as the knob's type."""
     if isinstance(value, str) and k.base is not str:
@@ -404,12 +248,7 @@ def vllm_args(cfg: LaunchConfig, *, supported: set[str] | None = None) -> list[s
         flag = k.flag
         if supported is not None and flag not in supported:
             raise ConfigError(f"{k.key}: this vLLM has no {flag} option")
-        if k.base is bool:
-            args.append(flag if v else "--no-" + flag[2:])
-        elif k.base is list:
-            args.extend([flag, *(str(x) for x in v)])
-        else:
-            args.append(f"{flag}={v}")
+        args.extend(option_words(k, v))
     if compilation:
         if supported is not None and "--compilation-config" not in supported:
             raise ConfigError("compilation: this vLLM has no --compilation-config option")
@@ -537,56 +376,8 @@ def add_cli_options(parser: argparse.ArgumentParser, *, with_model: bool = False
         for k in iter_knobs():
             if k.group != group or (k.positional and not with_model):
                 continue
-            help_ = k.doc + (f" [vLLM default: {k.vllm_default}]" if not k.positional else "")
-            dest = "knob:" + k.name
-            if k.base is bool:
-                g.add_argument(
-                    k.flag,
-                    dest=dest,
-                    action=argparse.BooleanOptionalAction,
-                    default=argparse.SUPPRESS,
-                    help=help_,
-                )
-            elif k.base is list:
-                assert k.item is not None  # _resolve gives every list knob its item type
-                g.add_argument(
-                    k.flag,
-                    dest=dest,
-                    nargs="+",
-                    default=argparse.SUPPRESS,
-                    metavar=k.item.__name__.upper(),
-                    help=help_,
-                    type=partial(_cli_item, k),
-                )
-            else:
-                g.add_argument(
-                    k.flag,
-                    dest=dest,
-                    default=argparse.SUPPRESS,
-                    help=help_,
-                    metavar=k.base.__name__.upper()
-                    if not k.choices
-                    else "{" + ",".join(map(str, k.choices)) + "}",
-                    type=partial(_cli_value, k),
-                )
-
-
-def _cli_value(k: Knob, text: str) -> Any:
-    try:
-        v = parse_text(k, text)
-        if v is not None and k.choices is not None and k.base is int:
-            v = int(v)
-        check_value(k, v)
-    except (ConfigError, ValueError) as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return v
-
-
-def _cli_item(k: Knob, text: str) -> Any:
-    try:
-        return _parse_int(text) if k.item is int else text
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{k.key}: '{text}' is not an integer") from None
+            help_ = k.doc + (f" [{k.default_text}]" if not k.positional else "")
+            add_option(g, k, dest="knob:" + k.name, help=help_)
 
 
 def apply_cli_options(cfg: LaunchConfig, ns: argparse.Namespace) -> LaunchConfig:
