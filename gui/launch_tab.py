@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import Event, FactEvent, PlanEvent, ProgressEvent, StateEvent
 from quantdeck.core.http import plain_http_warning
 from quantdeck.core.launch import (
     DeviceFacts,
@@ -33,6 +34,7 @@ from quantdeck.core.launch import (
     LaunchConfig,
     advise,
     command_line,
+    engine_checks,
     local_vllm_version,
     plan,
     profiles,
@@ -42,14 +44,15 @@ from quantdeck.core.models import ModelInfo
 from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.knob_form import KnobForm
 from quantdeck.gui.labels import plain_label
+from quantdeck.gui.style import ERROR, FREE_MEMORY, QUIET_TEXT, SERIES_COLORS, WARNING
 
 SEGMENTS = (
-    ("weights", "weights_bytes", "#4e79a7"),
-    ("activations", "activation_bytes", "#f28e2b"),
-    ("CUDA graphs", "cudagraph_bytes", "#e15759"),
-    ("non-torch", "non_torch_bytes", "#76b7b2"),
-    ("KV cache", "kv_cache_bytes", "#59a14f"),
-    ("free", "free_bytes", "#d0d0d0"),
+    ("weights", "weights_bytes", SERIES_COLORS[0]),
+    ("activations", "activation_bytes", SERIES_COLORS[1]),
+    ("CUDA graphs", "cudagraph_bytes", SERIES_COLORS[2]),
+    ("non-torch", "non_torch_bytes", SERIES_COLORS[3]),
+    ("KV cache", "kv_cache_bytes", SERIES_COLORS[4]),
+    ("free", "free_bytes", FREE_MEMORY),
 )
 
 
@@ -91,17 +94,45 @@ class PlannerPanel(QWidget):
         self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.advice = QLabel()
         self.advice.setWordWrap(True)
-        for w in (QLabel("<b>Memory plan</b>"), self.bar, self.legend, self.figures, self.advice):
+        # the running server's launch: what the planner said for it beside what the engine
+        # reported once it had measured (its log's KV cache size and maximum concurrency)
+        self.engine = plain_label()
+        self.engine.setWordWrap(True)
+        self.engine.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        for w in (
+            QLabel("<b>Memory plan</b>"),
+            self.bar,
+            self.legend,
+            self.figures,
+            self.advice,
+            self.engine,
+        ):
             lay.addWidget(w)
         lay.addStretch(1)
         self.legend.setText(
             "  ".join(f"<span style='color:{c}'>■</span> {n}" for n, _, c in SEGMENTS)
         )
 
+    def show_engine(self, planned: dict[str, Any], facts: dict[str, Any], state: str) -> None:
+        """The running launch's plan beside the engine's own figures (empty: no server of
+        this panel's, or one that has not reported them yet)."""
+        checks = engine_checks(planned, facts)
+        if not planned or state in ("stopped", "attached"):
+            self.engine.setText("")
+            return
+        head = "Running server" if state == "ready" else f"This launch ({state})"
+        lines = [c.describe() for c in checks]
+        if not checks:
+            lines = ["the engine reports its KV cache size and concurrency once it has measured"]
+        at = facts.get("max_model_len")
+        if at and checks:
+            lines.append(f"concurrency at {int(at):,} tokens a request")
+        self.engine.setText(head + " — the plan against the engine:\n" + "\n".join(lines))
+
     def show_plan(self, p: KvPlan | None, findings: list[Any], error: str | None) -> None:
         self.bar.set_plan(p)
         if error:
-            self.figures.setText(f"<span style='color:#c00'>{html.escape(error)}</span>")
+            self.figures.setText(f"<span style='color:{ERROR}'>{html.escape(error)}</span>")
             self.advice.setText("")
             return
         assert p is not None
@@ -126,7 +157,7 @@ class PlannerPanel(QWidget):
         )
         self.advice.setText(
             "<br>".join(
-                f"<span style='color:{'#c00' if f.level == 'error' else '#a60'}'>{f.level}: "
+                f"<span style='color:{ERROR if f.level == 'error' else WARNING}'>{f.level}: "
                 f"{html.escape(f.message)}</span>"
                 for f in findings
             )
@@ -156,7 +187,7 @@ class LaunchTab(QWidget):
             "The Python whose vLLM serves: register others with `quantdeck engines add PATH`"
         )
         self.engine_label = plain_label("engine: probing…")
-        self.engine_label.setStyleSheet("color:#555")
+        self.engine_label.setStyleSheet(f"color:{QUIET_TEXT}")
         self.eager = QCheckBox("Eager mode (no CUDA graphs / torch.compile)")
         self.eager.setStyleSheet("font-size: 13pt; font-weight: bold")
         self.eager_note = QLabel()
@@ -256,6 +287,8 @@ class LaunchTab(QWidget):
         self._profiles_watch = QFileSystemWatcher(self)
         self._profiles_watch.directoryChanged.connect(self._on_profiles_folder_changed)
         self._on_profiles_folder_changed()
+        self._planned: dict[str, Any] = {}  # the running launch's plan (its PlanEvent)
+        self._facts: dict[str, Any] = {}  # what its engine reported (FactEvents)
         self.set_server_state("stopped")
 
     # -- model and knobs ---------------------------------------------------------------------
@@ -312,6 +345,30 @@ class LaunchTab(QWidget):
         self._update_start()
 
     # -- server state ------------------------------------------------------------------------
+    def follow(self, controller: Any) -> None:
+        """Take a :class:`~quantdeck.gui.server_control.QtServerController`'s states, progress,
+        plan and facts (the tab subscribes itself: the window does not relay)."""
+        controller.event.connect(self._on_server_event)
+
+    def _on_server_event(self, ev: Event) -> None:
+        match ev:
+            case PlanEvent(plan=planned):  # a start: its plan, the engine's figures to come
+                self._planned, self._facts = dict(planned), {}
+            case FactEvent(name=name, value=value):
+                self._facts[name] = value
+            case ProgressEvent(stage=stage, pct=pct):
+                self.set_progress(stage, pct)
+            case StateEvent(state=state, reason=reason):
+                why = reason if isinstance(reason, str) else ""
+                self.set_server_state(state, why if state == "crashed" else "")
+                if state == "crashed":
+                    self.message.setText(
+                        f"The server crashed: {why}. Its last log lines are in the Logs tab."
+                    )
+            case _:
+                return
+        self.planner.show_engine(self._planned, self._facts, self._state)
+
     def _blocking(self) -> list[str]:
         return [f.message for f in self.findings if f.level == "error"]
 

@@ -19,7 +19,14 @@ from quantdeck.core.launch.knobs import (
     vllm_args,
     vllm_env,
 )
-from quantdeck.core.launch.planner import CPU_DEFAULT_KV_BYTES, KvPlan, local_vllm_version, plan
+from quantdeck.core.launch.planner import (
+    CPU_DEFAULT_KV_BYTES,
+    EngineCheck,
+    KvPlan,
+    engine_checks,
+    local_vllm_version,
+    plan,
+)
 from quantdeck.core.launch.ray import RayFacts, probe_ray, uses_ray, with_ray
 
 __all__ = [
@@ -32,6 +39,8 @@ __all__ = [
     "cuda_device",
     "detect_device",
     "DeviceFacts",
+    "EngineCheck",
+    "engine_checks",
     "errors",
     "Finding",
     "from_yaml",

@@ -29,6 +29,7 @@ import functools
 import importlib.metadata
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -487,4 +488,36 @@ def same_groups(groups: list[Any]) -> list[tuple[int, Any]]:
             out[-1] = (out[-1][0] + 1, g)
         else:
             out.append((1, g))
+    return out
+
+
+@dataclass(frozen=True)
+class EngineCheck:
+    """One figure of a running launch: what the planner said, what the engine reported."""
+
+    what: str
+    planned: float
+    engine: float
+
+    @property
+    def error_pct(self) -> float:
+        """The plan's error against the engine, in percent of the engine's figure."""
+        return 100.0 * (self.planned - self.engine) / self.engine if self.engine else 0.0
+
+    def describe(self) -> str:
+        unit = "×" if self.what == "max concurrency" else " tokens"
+        figure = f"{self.engine:,.2f}" if unit == "×" else f"{self.engine:,.0f}"
+        planned = f"{self.planned:,.2f}" if unit == "×" else f"{self.planned:,.0f}"
+        return f"{self.what}: engine {figure}{unit}, plan {planned}{unit} ({self.error_pct:+.1f} %)"
+
+
+def engine_checks(planned: Mapping[str, Any], facts: Mapping[str, Any]) -> list[EngineCheck]:
+    """The planner's KV tokens and concurrency for a launch (:meth:`KvPlan.to_json`'s keys)
+    beside the engine's own (the facts its log gave: ``kv_cache_tokens``, ``max_concurrency``),
+    for the figures both have. The engine's concurrency is at its own ``max_model_len``."""
+    out = []
+    for what, key in (("KV cache", "kv_cache_tokens"), ("max concurrency", "max_concurrency")):
+        p, e = planned.get(key), facts.get(key)
+        if isinstance(p, int | float) and isinstance(e, int | float):
+            out.append(EngineCheck(what, float(p), float(e)))
     return out

@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 from PySide6.QtCore import Qt
 
-from quantdeck.core.launch import cpu_device
+from quantdeck.core.launch import cpu_device, engine_checks
 from quantdeck.core.runtime import free_port
 from quantdeck.gui.main_window import MainWindow
 
@@ -69,6 +69,13 @@ def test_the_operators_day(qtbot, window: MainWindow) -> None:
     ctl = window.controller
     url, model = ctl.url, ctl.model_name
     assert url is not None and model is not None
+    # the plan beside the engine's own KV tokens and concurrency, as its log reported them
+    checks = engine_checks(ctl.server.plan.to_json(), ctl.server.facts)
+    assert [c.what for c in checks] == ["KV cache", "max concurrency"]
+    assert checks[0].engine == ctl.server.facts["kv_cache_tokens"]
+    assert abs(checks[0].error_pct) < 1.0  # the planner's blocks are the engine's on CPU
+    shown = launch.planner.engine.text()
+    assert shown.startswith("Running server") and all(c.describe() in shown for c in checks)
 
     # load: the plots fill; the KV limit is crossed and the alert list has it
     load = _load(url, model, 12)  # the UI thread goes on meanwhile, as for a person

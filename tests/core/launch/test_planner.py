@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ckpt import LLAMA3_8B, write_checkpoint
 
-from quantdeck.core.launch import LaunchConfig, advise, errors, plan
+from quantdeck.core.launch import LaunchConfig, advise, engine_checks, errors, plan
 from quantdeck.core.launch.device import H200, DeviceFacts, cuda_device
 from quantdeck.core.models.info import inspect_model, parse_quantization
 
@@ -189,3 +189,16 @@ def test_hybrid_prefix_caching_follows_the_vllm_version(tmp_path: Path) -> None:
     assert mamba_blocks("0.26.0") == mamba_blocks("0.27.1") == {1}
     assert mamba_blocks("0.28.0") == mamba_blocks("0.32.0+cpu") == mamba_blocks(None) == {3}
     assert mamba_blocks("0.32.0", enable_prefix_caching=False) == {1}
+
+
+def test_engine_checks_set_the_plan_beside_the_engines_figures() -> None:
+    planned = {"kv_cache_tokens": 4096, "max_concurrency": 2.0, "num_blocks": 256}
+    facts = {"kv_cache_tokens": 4000, "max_concurrency": 1.95, "kv_device": "cpu"}
+    kv, conc = engine_checks(planned, facts)
+    assert (kv.what, kv.planned, kv.engine) == ("KV cache", 4096, 4000)
+    assert kv.error_pct == pytest.approx(2.4)
+    assert kv.describe() == "KV cache: engine 4,000 tokens, plan 4,096 tokens (+2.4 %)"
+    assert conc.describe() == "max concurrency: engine 1.95×, plan 2.00× (+2.6 %)"
+    # before the engine has measured, or a plan without figures: nothing to set beside
+    assert engine_checks(planned, {"kv_device": "cpu"}) == []
+    assert engine_checks({}, facts) == []
