@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from quantdeck.core.errors import ConfigError, QuantdeckError
+from quantdeck.core.errors import ConfigError, QuantdeckError, mask_credentials
 from quantdeck.core.events import (
     ArmEvent,
     ArmServerEvent,
@@ -145,103 +145,6 @@ def config_from(ns: argparse.Namespace) -> LaunchConfig:
     return validate(cfg)
 
 
-def add_load_options(
-    p: argparse.ArgumentParser, slo: bool = True, seed_flag: str = "--seed"
-) -> None:
-    g = p.add_argument_group("load")
-    mode = g.add_mutually_exclusive_group()
-    mode.add_argument("--concurrency", type=int, help="fixed number of requests in flight")
-    mode.add_argument(
-        "--request-rate",
-        type=float,
-        default=float("inf"),
-        metavar="R",
-        help="Poisson arrivals per second (default: all at once)",
-    )
-    g.add_argument(
-        "--burstiness",
-        type=float,
-        default=1.0,
-        help="gamma shape of arrival gaps (1: Poisson, <1 burstier)",
-    )
-    g.add_argument("--num-prompts", type=int, default=64)
-    g.add_argument(
-        "--input-len",
-        type=int,
-        default=128,
-        help="prompt tokens (exact, through the server's tokenizer)",
-    )
-    g.add_argument("--output-len", type=int, default=128, help="max_tokens (with ignore_eos)")
-    g.add_argument(
-        "--prompts-file",
-        metavar="JSONL",
-        help='prompts instead of random ones: {"prompt": ..., "output_len": ...} per line',
-    )
-    g.add_argument("--sharegpt", metavar="JSON", help="a ShareGPT file")
-    g.add_argument(
-        "--dataset-name",
-        choices=("corpus", "random"),  # quantdeck.core.bench.client.DATASETS
-        default="corpus",
-        help="synthetic prompts: windows of English text (corpus) or runs of "
-        "token ids from random offsets, as vllm bench serve's random dataset",
-    )
-    g.add_argument(
-        "--tokenizer",
-        metavar="PATH",
-        help="random dataset: the tokenizer's "
-        "folder (default: the served model's, when it is on this machine)",
-    )
-    g.add_argument("--warmups", type=int, default=1, help="requests before the measurement")
-    g.add_argument("--no-ignore-eos", action="store_true", help="stop at end of sequence")
-    g.add_argument("--temperature", type=float)
-    g.add_argument(
-        seed_flag,
-        dest="load_seed",
-        type=int,
-        default=0,
-        help="seed of the prompts and arrival times",
-    )
-    if not slo:
-        return
-    s = p.add_argument_group("SLO (goodput)")
-    s.add_argument("--slo-ttft-ms", type=float)
-    s.add_argument("--slo-tpot-ms", type=float)
-    s.add_argument("--slo-e2el-ms", type=float)
-    s.add_argument(
-        "--goodput",
-        nargs="*",
-        metavar="KEY:MS",
-        help="as vllm bench serve: ttft:MS tpot:MS e2el:MS",
-    )
-
-
-def load_from(ns: argparse.Namespace) -> Any:
-    from quantdeck.core.bench import LoadSpec
-
-    return LoadSpec(
-        num_prompts=ns.num_prompts,
-        input_len=ns.input_len,
-        output_len=ns.output_len,
-        concurrency=ns.concurrency,
-        request_rate=ns.request_rate,
-        burstiness=ns.burstiness,
-        prompts_file=ns.prompts_file,
-        sharegpt=ns.sharegpt,
-        dataset=ns.dataset_name,
-        tokenizer=ns.tokenizer,
-        warmups=ns.warmups,
-        ignore_eos=not ns.no_ignore_eos,
-        temperature=ns.temperature,
-        seed=ns.load_seed,
-    )
-
-
-def slo_from(ns: argparse.Namespace) -> dict[str, float]:
-    from quantdeck.core.bench import parse_slo
-
-    return parse_slo(ns.goodput, ttft=ns.slo_ttft_ms, tpot=ns.slo_tpot_ms, e2el=ns.slo_e2el_ms)
-
-
 def progress_printer(quiet: bool) -> Any:
     import threading
 
@@ -307,13 +210,17 @@ class EventPrinter:
         if self.recorder is not None:
             try:
                 self.recorder.write(event)
-            except QuantdeckError as e:  # raised once (a full disk...): say so, keep serving
-                print(f"quantdeck: error: {e}", file=sys.stderr, flush=True)
+            except QuantdeckError as e:  # raised once (a full disk, its cap): say so, go on
+                from quantdeck.core.monitor import RecordingCapped
+
+                what = "" if isinstance(e, RecordingCapped) else "error: "  # a cap: a note
+                print(f"quantdeck: {what}{e}", file=sys.stderr, flush=True)
         with self._lock:
             if self.json_events:
-                print(json.dumps(event.to_json(), default=str), flush=True)
+                text = json.dumps(event.to_json(), default=str)
             else:
-                print(human_event(event), flush=True)
+                text = human_event(event)
+            print(mask_credentials(text), flush=True)
 
 
 def human_event(event: Event) -> str:
@@ -399,9 +306,36 @@ def add_engine(p: argparse.ArgumentParser, does: str) -> None:
 def engine_from(ns: argparse.Namespace) -> str:
     """The interpreter ``--engine`` names (one ConfigError line when it names none), or the
     default engine."""
-    from quantdeck.core.runtime.engines import default_engine, resolve_engine
+    from quantdeck.core.engines import default_engine, resolve_engine
 
     return resolve_engine(ns.engine) if ns.engine is not None else default_engine()
+
+
+RECORD_MAX_MIB = 128  # a recording's cap: the most a replay reads (core.monitor.recording)
+
+
+def record_mib(text: str) -> int:
+    """An argparse type: a recording's cap in MiB, 1 to :data:`RECORD_MAX_MIB`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of MiB") from None
+    if not 1 <= value <= RECORD_MAX_MIB:
+        raise argparse.ArgumentTypeError(
+            f"{value}: a recording's cap is 1 to {RECORD_MAX_MIB} MiB (what a replay reads)"
+        )
+    return value
+
+
+def add_record_cap(p: argparse.ArgumentParser) -> None:
+    """``--record-max-mib N``: where a recording stops (None: at the most a replay reads)."""
+    p.add_argument(
+        "--record-max-mib",
+        type=record_mib,
+        metavar="N",
+        help=f"stop recording at N MiB, its last line saying so (default {RECORD_MAX_MIB}: "
+        "what a replay reads)",
+    )
 
 
 def positive_seconds(text: str) -> float:

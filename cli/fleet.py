@@ -7,17 +7,19 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantdeck.cli._common import (
     AddCommand,
+    add_record_cap,
     positive_seconds,
     print_json,
     until_signal,
 )
-from quantdeck.core.errors import ConfigError, ServerError
-from quantdeck.core.events import Event, InstanceEvent, LogEvent, MetricsEvent
+from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError, mask_credentials
+from quantdeck.core.events import Event, InstanceEvent, LogEvent, MetricsEvent, StateEvent
 
 if TYPE_CHECKING:
     from quantdeck.core.monitor import Recorder
@@ -34,15 +36,61 @@ def cmd_check(ns: argparse.Namespace) -> int:
 
 class FleetPrinter:
     """The fleet's events: JSON lines (``"instance"`` on each), or ``NAME: line`` for a person;
-    log lines only with ``--logs``."""
+    log lines only with ``--logs``; URLs without their credentials.
 
-    def __init__(self, json_events: bool, logs: bool, recorder: Recorder | None = None) -> None:
-        self.json_events, self.logs, self.recorder = json_events, logs, recorder
+    ``record``: makes the recording, called once the fleet has passed its checks (its first
+    ``starting`` event: a refused fleet writes no file); the events before are kept until
+    then. A recording that fails (a full disk) or reaches its cap says so in one line on
+    stderr and stops; the fleet goes on."""
+
+    def __init__(
+        self, json_events: bool, logs: bool, record: Callable[[], Recorder] | None = None
+    ) -> None:
+        self.json_events, self.logs = json_events, logs
+        self.recorder: Recorder | None = None
+        self._record, self._early = record, list[Event]()
         self._lock = threading.Lock()
+        self._rec_lock = threading.Lock()
+
+    def _recorded(self, event: Event) -> None:
+        """Record ``event`` (everything, log lines too), making the recording when due."""
+        with self._rec_lock:
+            try:
+                if self.recorder is None and self._record is not None:
+                    inner = event.event if isinstance(event, InstanceEvent) else event
+                    self._early.append(event)
+                    if not (isinstance(inner, StateEvent) and inner.state == "starting"):
+                        return
+                    make, self._record = self._record, None
+                    self.recorder = make()
+                    early, self._early = self._early, []
+                    for e in early:
+                        self.recorder.write(e)
+                elif self.recorder is not None:
+                    self.recorder.write(event)
+            except QuantdeckError as e:  # raised once: the recording stops, the fleet goes on
+                self._record = None
+                self._say(e)
+
+    @staticmethod
+    def _say(e: QuantdeckError) -> None:
+        from quantdeck.core.monitor import RecordingCapped
+
+        what = "" if isinstance(e, RecordingCapped) else "error: "  # a note, not an error
+        print(f"quantdeck: {what}{e}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Finish the recording; a failure is said in one line."""
+        with self._rec_lock:
+            try:
+                if self.recorder is not None:
+                    self.recorder.close()
+            except QuantdeckError as e:
+                self._say(e)
 
     def __call__(self, event: Event) -> None:
-        if self.recorder is not None:
-            self.recorder.write(event)  # everything, log lines too (thread-safe)
+        if self._record is not None or self.recorder is not None:
+            self._recorded(event)
         inner = event.event if isinstance(event, InstanceEvent) else event
         if isinstance(inner, LogEvent) and not self.logs:
             return
@@ -55,7 +103,7 @@ class FleetPrinter:
         else:
             text = f"fleet: {event.describe()}"
         with self._lock:
-            print(text, flush=True)
+            print(mask_credentials(text), flush=True)
 
 
 def cmd_up(ns: argparse.Namespace) -> int:
@@ -63,18 +111,28 @@ def cmd_up(ns: argparse.Namespace) -> int:
     from quantdeck.core.monitor import Recorder
 
     spec = load_fleet(ns.file)
-    fleet = Fleet(spec)
-    recorder = None
+    record = None
     if ns.record:
-        recorder = Recorder(ns.record, {"source": "fleet", "file": str(spec.path)})
-    fleet.subscribe(FleetPrinter(ns.json_events, ns.logs, recorder))
+        Recorder.check_target(ns.record)  # refused before anything starts, made once it has
+        max_bytes = ns.record_max_mib * 2**20 if ns.record_max_mib else None
+        header = {"source": "fleet", "file": str(spec.path)}
+
+        def record() -> Recorder:
+            return Recorder(ns.record, header, max_bytes=max_bytes)
+
+    fleet = Fleet(spec)
+    printer = FleetPrinter(ns.json_events, ns.logs, record)
+    fleet.subscribe(printer)
     stop = threading.Event()
     until_signal(stop)  # as serve: a stop signal ends it cleanly, with exit code 0
     try:
-        return 0 if fleet.serve(stop) else 3
+        if fleet.serve(stop):
+            return 0
+        # never silent: why the fleet ended (its events said it too)
+        print(f"quantdeck: fleet: {fleet.failure or 'an instance failed'}", file=sys.stderr)
+        return 3
     finally:
-        if recorder is not None:
-            recorder.close()
+        printer.close()
 
 
 def cmd_replay(ns: argparse.Namespace) -> int:
@@ -153,6 +211,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
     rows = [{"name": "router", "url": state["router"], "role": "router"}, *state["instances"]]
     for row in rows:
         row["state"] = probe(str(row["url"]))
+        row["url"] = mask_credentials(str(row["url"]))  # shown, in either form
     if ns.json:
         print_json({"running": True, "pid": state["pid"], "file": state.get("file"), "rows": rows})
     else:
@@ -205,6 +264,7 @@ def register(add: AddCommand) -> None:
     p.add_argument(
         "--record", metavar="OUT", help="record every event (JSONL) for `fleet replay` / the GUI"
     )
+    add_record_cap(p)
     p = sub.add_parser(
         "status", help="the running fleet: router, instances and their health (exit 3: none)"
     )

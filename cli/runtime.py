@@ -12,6 +12,7 @@ from quantdeck.cli._common import (
     add_client_options,
     add_engine,
     add_model_and_knobs,
+    add_record_cap,
     client_from,
     config_from,
     engine_from,
@@ -37,7 +38,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     recorder = None
     if ns.record:
         recorder = Recorder(
-            ns.record, {"source": "serve", "config": knobs.to_dict(cfg), "model": cfg.model.model}
+            ns.record,
+            {"source": "serve", "config": knobs.to_dict(cfg), "model": cfg.model.model},
+            max_bytes=record_cap(ns),
         )
         from quantdeck.core.monitor import Timeline
 
@@ -101,6 +104,7 @@ class KvEvents:
                 ready=lambda: self.server.state == "ready",
                 on_error=lambda msg: print(f"quantdeck: error: {msg}", file=sys.stderr),
                 capture=self.capture,
+                api_key=self.server.cfg.server.api_key,  # /metrics may want it (open_metrics)
             )
         self.feed.on_server_event(ev)
 
@@ -121,7 +125,11 @@ def cmd_monitor(ns: argparse.Namespace) -> int:
     stop = threading.Event()
     until_signal(stop)  # from here a stop signal ends it cleanly, with exit code 0
     recorder = (
-        Recorder(ns.record, {"source": "monitor", "url": att.url, "models": models})
+        Recorder(
+            ns.record,
+            {"source": "monitor", "url": att.url, "models": models},
+            max_bytes=record_cap(ns),
+        )
         if ns.record
         else None
     )
@@ -139,6 +147,11 @@ def cmd_monitor(ns: argparse.Namespace) -> int:
         if recorder is not None:
             recorder.close()
     return 0
+
+
+def record_cap(ns: argparse.Namespace) -> int | None:
+    """``--record-max-mib`` in bytes (None: the recorder's own cap)."""
+    return ns.record_max_mib * 2**20 if ns.record_max_mib else None
 
 
 def say_leftovers() -> None:
@@ -185,6 +198,7 @@ def register(add: AddCommand) -> None:
     )
     sp.add_argument("--json-events", action="store_true", help="one JSON object per line")
     sp.add_argument("--record", metavar="FILE", help="record the session (JSONL) for replay")
+    add_record_cap(sp)
     sp.add_argument("--hz", type=float, default=1.0, help="metrics events per second")
     sp.add_argument(
         "--window",
@@ -215,6 +229,7 @@ def register(add: AddCommand) -> None:
     sp.add_argument("--json-events", action="store_true")
     sp.add_argument("--duration", type=float, default=None, metavar="S")
     sp.add_argument("--record", metavar="FILE")
+    add_record_cap(sp)
     sp.add_argument("--hz", type=float, default=1.0)
     sp.add_argument("--window", type=float, default=60.0, metavar="S")
 

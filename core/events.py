@@ -642,6 +642,8 @@ def from_json(data: Mapping[str, Any]) -> Event:
         return cls.from_fields(data)
     except TypeError as e:
         raise ValueError(f"'{kind}' event: {e}") from None
+    except KeyError as e:  # a nested event's key (arm_server's 'server')
+        raise ValueError(f"'{kind}' event: no {e}") from None
 
 
 @dataclass(frozen=True)

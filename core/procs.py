@@ -55,7 +55,7 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 # without Quantdeck, another Python version) runs them from their file. ``runpy.run_path``
 # runs a file without putting its folder on sys.path (``python FILE`` would, and the workers'
 # folder would then shadow top-level modules named like them).
-STANDALONE_WORKERS = frozenset({"engine", "probe"})
+STANDALONE_WORKERS = frozenset({"engine", "probe", "router"})
 CORE_DIR = Path(__file__).resolve().parent
 WORKERS_DIR = CORE_DIR / "workers"
 RUN_FILE = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"

@@ -9,15 +9,21 @@ raised as the reader's own user error (exit 2), never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import reprlib
 import stat
+import types
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn, TypeGuard
+from typing import Any, NoReturn, TypeGuard, Union
 
 from quantdeck.core.errors import ConfigError, QuantdeckError
+from quantdeck.core.events import ABSENT, Event, _Absent, _Unknown
+from quantdeck.core.snapshots import GpuSnapshot, MetricsSnapshot, TelemetrySnapshot
 
 MAX_DEPTH = 64  # nesting of any file Quantdeck reads; theirs is under 10
 
@@ -57,16 +63,23 @@ def read_bounded(
 ) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes`` of them: a bigger file is
     no ``what`` (a one-line error, read no further), a FIFO is refused before it can block."""
+    too_big = f"{path}: over {max_bytes // 2**20} MiB (not a {what} file)"
     try:
-        regular_file(path, error=error)
-        with open(path, "rb") as f:
+        if regular_file(path, error=error) > max_bytes:
+            raise error(too_big)
+        # O_NONBLOCK: a FIFO put in its place since the stat opens without blocking (and is
+        # refused below); it changes nothing for a regular file
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise error(f"{path}: not a regular file")
             raw = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise error(f"{path}: no such {what} file") from None
     except OSError as e:
         raise error(f"{path}: cannot read ({e.strerror or e})") from None
     if len(raw) > max_bytes:
-        raise error(f"{path}: over {max_bytes // 2**20} MiB (not a {what} file)")
+        raise error(too_big)
     return raw
 
 
@@ -96,7 +109,8 @@ def load_json(
     try:
         data = json.loads(text, parse_constant=nonfinite, parse_float=parse_float)
     except RecursionError:
-        raise error(f"{where}: corrupt JSON (nested too deeply)") from None
+        deep = f"nested too deeply: over {MAX_DEPTH} levels"
+        raise error(f"{where}: corrupt JSON ({deep})") from None
     except UnicodeDecodeError:
         raise error(f"{where}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
@@ -212,3 +226,203 @@ def _bounded(kind: str, lo: float | None, hi: float | None) -> str:
     if hi is not None:
         return f"{kind} <= {n(hi)}"
     return kind
+
+
+# -- events: every field as its class declares it ---------------------------------------------
+# An event read from JSON (a recording's line, a worker's) is built from whatever the line held.
+# check_event holds each field to the type its dataclass declares (core/events.py, and the
+# snapshots a metrics event carries), so what a reader accepts is what an emitter could have
+# made, and a consumer never meets text where a number belongs.
+
+# A compiled check: True (it fits), False (not of the type: the caller says what was expected)
+# or the one-line problem found inside it (naming the inner key).
+_Check = Callable[[Any, str], bool | str]
+
+
+def check_event(ev: Event, where: str, *, error: type[QuantdeckError] = ConfigError) -> None:
+    """Refuse, with ``error("<where>: '<field>' must be ..., got ...")``, an event whose fields
+    are not of their declared types, or of a kind this version does not know (its fields
+    cannot be checked). Field names are the JSON keys (``gpus[1].power_w``, ``server.state``)."""
+    problem = _nested(Event)[1](ev, "")
+    if isinstance(problem, str):
+        raise error(f"{where}: {problem}")
+
+
+def _mismatch(path: str, kind: str, value: Any) -> str:
+    if value is ABSENT:
+        return f"'{path}' missing (expected {kind})"
+    return f"'{path}' must be {kind}, got {shown(value)}"
+
+
+def _fields_check(cls: type) -> _Check:
+    """The check of every field of the dataclass ``cls`` (an event or a snapshot), made
+    once per class."""
+    check = _FIELD_CHECKS.get(cls)
+    if check is None:
+        check = _FIELD_CHECKS[cls] = _make_fields_check(cls)
+    return check
+
+
+_FIELD_CHECKS: dict[type, _Check] = {}
+
+
+def _make_fields_check(cls: type) -> _Check:
+    hints = typing.get_type_hints(cls)
+    lenient = cls in _SNAPSHOTS  # a figure an older recording lacks (or wrote NaN) reads None
+    scalars: list[tuple[str, str, Callable[[Any], bool]]] = []
+    others: list[tuple[str, bool, str, _Check]] = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if cls is GpuSnapshot:  # declared Any (a reading may be NA): as to_json writes them
+            hint = _GPU_FIELDS.get(f.name, float)
+        if lenient:
+            hint = hint | None
+        elif f.name == "t" and f.default_factory is not dataclasses.MISSING:
+            # a time stamp the line did not carry reads ABSENT (Event.from_fields invents none)
+            hint = hint | _Absent
+        scalar = _scalar(hint)
+        if scalar is not None:  # most are: a metrics event has 60, checked on every line
+            scalars.append((f.name, *scalar))
+            continue
+        # written inline, its keys beside the event's own: a metrics event's snapshots, an
+        # instance's event, a flattened mapping
+        inline = f.metadata.get("flatten") or f.name == "event" or hint in _SNAPSHOT_HINTS
+        others.append((f.name, bool(inline), *_compile(hint)))
+
+    def check(obj: Any, prefix: str) -> bool | str:
+        for name, kind, test in scalars:
+            value = getattr(obj, name)
+            if not test(value):
+                return _mismatch(f"{prefix}{name}", kind, value)
+        for name, inline, kind, fn in others:
+            value = getattr(obj, name)
+            path = prefix if inline else f"{prefix}{name}"
+            ok = fn(value, path)
+            if ok is False:
+                return _mismatch(path or name, kind, value)
+            if isinstance(ok, str):
+                return ok
+        return True
+
+    return check
+
+
+_SNAPSHOTS = (MetricsSnapshot, TelemetrySnapshot, GpuSnapshot)
+_SNAPSHOT_HINTS = (MetricsSnapshot | None, TelemetrySnapshot | None)
+_GPU_FIELDS: dict[str, Any] = {"index": int, "name": str}  # the rest: numbers
+_SCALAR_KINDS: dict[Any, str] = {  # in the order an error line names them
+    Any: "anything",
+    bool: "true or false",
+    int: "an integer",
+    float: "a finite number",
+    str: "a string",
+    type(None): "null",
+    _Absent: "absent",
+}
+
+
+def _scalar(hint: Any) -> tuple[str, Callable[[Any], bool]] | None:
+    """(its name, its test) for a type of JSON scalars (``int``, ``float | None``, ``str |
+    _Absent``...); None for any other."""
+    union = typing.get_origin(hint) in (Union, types.UnionType)
+    members = set(typing.get_args(hint) if union else (hint,))
+    if not members <= set(_SCALAR_KINDS):
+        return None
+    kind = " or ".join(v for k, v in _SCALAR_KINDS.items() if k in members and k is not _Absent)
+    if Any in members:
+        return kind, lambda v: True
+    none, absent, number = type(None) in members, _Absent in members, float in members
+    # by exact type: JSON's values are of these; bool is no int (JSON's true is not a count)
+    exact = {t for t in (str, bool, int) if t in members} | ({int} if number else set())
+
+    def test(v: Any) -> bool:
+        t = type(v)
+        if t in exact:
+            return True
+        if t is float:
+            return number and math.isfinite(v)
+        if v is None:
+            return none
+        if v is ABSENT:
+            return absent
+        return str in exact and isinstance(v, str)
+
+    return kind or "absent", test
+
+
+def _compile(hint: Any) -> tuple[str, _Check]:
+    """(what the type is called in an error line, its check)."""
+    scalar = _scalar(hint)
+    if scalar is not None:
+        test = scalar[1]
+        return scalar[0], lambda v, p: test(v)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return _union([_compile(a) for a in args])
+    if origin in (list, tuple):
+        return _sequence(origin, _compile(args[0]))
+    if origin in (dict, Mapping):
+        return _mapping(_compile(args[1]))
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _nested(hint)
+    raise TypeError(f"no schema check for the type {hint!r}")
+
+
+def _union(members: list[tuple[str, _Check]]) -> tuple[str, _Check]:
+    kind = " or ".join(k for k, _ in members if k != "absent")
+
+    def check(v: Any, path: str) -> bool | str:
+        for _, fn in members:
+            ok = fn(v, path)
+            if ok is not False:  # it fits, or it is of this member's type with a bad inside
+                return ok
+        return False
+
+    return kind, check
+
+
+def _sequence(
+    origin: type[list[Any]] | type[tuple[Any, ...]], item: tuple[str, _Check]
+) -> tuple[str, _Check]:
+    item_kind, item_check = item
+
+    def check(v: Any, path: str) -> bool | str:
+        if not isinstance(v, origin):
+            return False
+        for i, x in enumerate(v):
+            ok = item_check(x, f"{path}[{i}]")
+            if ok is not True:
+                return ok or _mismatch(f"{path}[{i}]", item_kind, x)
+        return True
+
+    return ("a list" if origin is list else "a tuple"), check
+
+
+def _mapping(value: tuple[str, _Check]) -> tuple[str, _Check]:
+    value_kind, value_check = value
+
+    def check(v: Any, path: str) -> bool | str:
+        if not isinstance(v, dict | Mapping):  # dict first: the ABC's check is slow
+            return False
+        for k, x in v.items():
+            if not isinstance(k, str):  # JSON's keys are text: a value built otherwise
+                return _mismatch(path, "an object with text keys", v)
+            ok = value_check(x, f"{path}.{k}" if path else k)
+            if ok is not True:
+                return ok or _mismatch(f"{path}.{k}" if path else k, value_kind, x)
+        return True
+
+    return "a JSON object", check
+
+
+def _nested(cls: type) -> tuple[str, _Check]:
+    kind = "an event" if issubclass(cls, Event) else "a JSON object"
+
+    def check(v: Any, path: str) -> bool | str:
+        if not isinstance(v, cls):
+            return False
+        if isinstance(v, _Unknown):
+            return f"unknown event {shown(v.name)} (not one this Quantdeck writes)"
+        return _fields_check(type(v))(v, f"{path}." if path else "")
+
+    return kind, check

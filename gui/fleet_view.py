@@ -51,6 +51,7 @@ from quantdeck.core.events import (
 )
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.server_control import SERVER_NICE
+from quantdeck.gui.style import FORM_ERROR, GREEN, ORANGE, RED
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 if TYPE_CHECKING:
@@ -66,8 +67,8 @@ LOG_REPLAY = 500  # the chosen instance's last log lines, shown in Logs when it 
 MAX_EVENT_LINES = 2000
 
 
-# the state column's colours: a crashed row reads red, with its reason beside the state
-STATE_COLORS = {"crashed": "#c62828", "ready": "#2e7d32", "starting": "#ef6c00"}
+# the state column's colours: a crashed or hung row reads red, with its reason beside the state
+STATE_COLORS = {"crashed": RED, "hung": RED, "ready": GREEN, "starting": ORANGE}
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
@@ -401,8 +402,8 @@ class FleetView(QWidget):
             failed_route = isinstance(ev, RouteEvent) and not ev.ok
             if isinstance(ev, FallbackEvent | RestartEvent) or failed_route:
                 self.message.setText(line)  # what an operator must not miss
-        if isinstance(ev, StateEvent) and ev.state == "crashed":
-            self.message.setText(f"{name} crashed: {ev.reason or 'no reason given'}")
+        if isinstance(ev, StateEvent) and ev.state in ("crashed", "hung"):
+            self.message.setText(f"{name} {ev.state}: {ev.reason or 'no reason given'}")
         if name == self.chosen:
             self.instance_event.emit(ev)
         self._update_buttons()
@@ -463,7 +464,9 @@ class FleetView(QWidget):
         self.inst_stop.setEnabled(
             acts and row is not None and not row.down and row.state != "stopping"
         )
-        self.inst_restart.setEnabled(acts and row is not None and row.state in ("ready", "crashed"))
+        self.inst_restart.setEnabled(
+            acts and row is not None and row.state in ("ready", "crashed", "hung")
+        )
         self.open_monitor.setEnabled(
             row is not None
             and not row.is_router
@@ -516,7 +519,7 @@ class FleetEditDialog(QDialog):
         self.profile_button = QPushButton("Profile file…")
         self.error = plain_label()
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #b71c1c")
+        self.error.setStyleSheet(f"color: {FORM_ERROR}")
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
         )

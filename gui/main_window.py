@@ -27,7 +27,6 @@ from quantdeck.core.events import (
     FallbackEvent,
     InstanceEvent,
     MetricsEvent,
-    ProgressEvent,
     RouteEvent,
     StateEvent,
 )
@@ -41,6 +40,7 @@ from quantdeck.gui.launch_tab import LaunchTab
 from quantdeck.gui.logs import LogsPanel
 from quantdeck.gui.playground import PlaygroundPanel
 from quantdeck.gui.server_control import QtServerController
+from quantdeck.gui.style import ALERT_TEXT, GREEN, ORANGE, RED, STOPPED
 from quantdeck.gui.table_model import Column, ObjectTableModel
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ def _probe_engine(python: str = "") -> Any:
     once can meet its import cycle (``runtime/__init__`` <-> ``runtime/server``) half-initialised
     (an ImportError)."""
     _warm_imports()
+    from quantdeck.core.engines import default_engine
     from quantdeck.core.runtime import EngineEnv
-    from quantdeck.core.runtime.engines import default_engine
 
     try:
         return EngineEnv(python or default_engine()).capabilities()
@@ -156,10 +156,10 @@ class MainWindow(QMainWindow):
         # pyqtgraph takes most of the start-up time: the Monitor is built right after the
         # window's first paint (or on first use), inside this container
         self._monitor: Any = None
-        self._kv_view: Any = None  # the KV view (gui/kv_view.py), a page beside the plots
-        self._profile_view: Any = None  # the Trace page (gui/profile_view.py)
+        self._kv_view: Any = None  # the KV view (gui/monitor/kv.py), a page beside the plots
+        self._profile_view: Any = None  # the Trace page (gui/monitor/profile.py)
         self.leftovers_box: QMessageBox | None = None  # servers left by an earlier run (app.py)
-        self.alerts_view: Any = None  # the Alerts page (gui/alerts_view.py), with the plots
+        self.alerts_view: Any = None  # the Alerts page (gui/monitor/alerts.py), with the plots
         self._monitor_box = QWidget()
         monitor_lay = QVBoxLayout(self._monitor_box)
         monitor_lay.setContentsMargins(0, 0, 0, 0)
@@ -215,7 +215,7 @@ class MainWindow(QMainWindow):
         self.url_label = QLabel("")
         self.status_label = plain_label(self.device.label)
         self.alert_label = QLabel("")  # the alerts not yet acknowledged (a badge)
-        self.alert_label.setStyleSheet("color:#8a1c1c; font-weight:bold;")
+        self.alert_label.setStyleSheet(f"color:{ALERT_TEXT}; font-weight:bold;")
         self.alert_label.hide()
         for w in (self.state_label, self.url_label, self.alert_label):
             self.statusBar().addWidget(w)
@@ -232,6 +232,7 @@ class MainWindow(QMainWindow):
         )
         self.launch.profile_model_requested.connect(self._on_profile_model)
         self.controller.event.connect(self._on_server_event)
+        self.launch.follow(self.controller)
         self.controller.metrics.connect(self._on_metrics)
         self.controller.kv.connect(self._on_kv)
         self.controller.error.connect(self._on_server_error)
@@ -253,7 +254,8 @@ class MainWindow(QMainWindow):
             )
         )
         self.workers: WorkerSet | None = None  # see background()
-        self.replays: list[Any] = []  # the recordings open, each in its window (gui/replay.py)
+        # the recordings open, each in its window (gui/monitor/replay.py)
+        self.replays: list[Any] = []
         self._probe = probe
         self._painted = False
         self._background_started = False
@@ -318,7 +320,7 @@ class MainWindow(QMainWindow):
     def _load_engines(self, remembered: str, remembered_convert: str = "") -> None:
         """The registered engines (``quantdeck engines add``) into the Launch and Convert
         tabs' pickers; the remembered ones chosen while they are still registered."""
-        from quantdeck.core.runtime.engines import load_registry
+        from quantdeck.core.engines import load_registry
 
         try:
             entries = load_registry()
@@ -384,7 +386,7 @@ class MainWindow(QMainWindow):
     def monitor(self) -> Any:
         """The Monitor panel (built on first use)."""
         if self._monitor is None:
-            from quantdeck.gui.monitor import MonitorPanel
+            from quantdeck.gui.monitor import AlertsView, MonitorPanel
 
             self._monitor = MonitorPanel()
             self._monitor.follow(self.controller)
@@ -393,8 +395,6 @@ class MainWindow(QMainWindow):
             self._monitor.alert.connect(
                 lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
             )
-            from quantdeck.gui.alerts_view import AlertsView
-
             self.alerts_view = AlertsView(self._monitor)
             self.monitor_pages.addTab(self.alerts_view, "Alerts")
             self._monitor.alerts_changed.connect(self._on_alerts_changed)
@@ -407,7 +407,7 @@ class MainWindow(QMainWindow):
         """The KV view, the Monitor tab's second page (built on first use, after the plots)."""
         if self._kv_view is None:
             self.monitor  # noqa: B018 (the plots' page first)
-            from quantdeck.gui.kv_view import KvView
+            from quantdeck.gui.monitor import KvView
 
             self._kv_view = KvView()
             self.monitor_pages.addTab(self._kv_view, "KV cache")
@@ -419,7 +419,7 @@ class MainWindow(QMainWindow):
         view): "profile" names a saved launch config on the Launch tab."""
         if self._profile_view is None:
             self.kv_view  # noqa: B018 (the pages in order)
-            from quantdeck.gui.profile_view import ProfilePanel
+            from quantdeck.gui.monitor import ProfilePanel
 
             self._profile_view = ProfilePanel(self.controller)
             self.monitor_pages.addTab(self._profile_view, "Trace")
@@ -546,18 +546,11 @@ class MainWindow(QMainWindow):
         self.logs.add_event(ev)
         if self._monitor is None:  # built now, it follows the controller from the next event
             self.monitor._on_server_event(ev)
-        if isinstance(ev, ProgressEvent):
-            self.launch.set_progress(ev.stage, ev.pct)
         if not isinstance(ev, StateEvent):
             return
         st = ev.state
-        colors = {
-            "ready": "#2e7d32",
-            "crashed": "#c62828",
-            "stopped": "#777",
-            "attached": "#2e7d32",
-        }
-        self._server_state = f"<span style='color:{colors.get(st, '#ef6c00')}'>●</span> {st}"
+        colors = {"ready": GREEN, "crashed": RED, "stopped": STOPPED, "attached": GREEN}
+        self._server_state = f"<span style='color:{colors.get(st, ORANGE)}'>●</span> {st}"
         self._show_serving()
         if st in ("ready", "attached"):
             self.url_label.setText(self.controller.url or "")
@@ -569,12 +562,6 @@ class MainWindow(QMainWindow):
             self.kv_view.set_model(server.cfg.model.model if server is not None else None)
         elif st in ("stopped", "crashed"):
             self.url_label.setText("")
-        reason = ev.reason or ""
-        self.launch.set_server_state(st, reason if st == "crashed" else "")
-        if st == "crashed":
-            self.launch.message.setText(
-                f"The server crashed: {reason}. Its last log lines are in the Logs tab."
-            )
 
     def _on_metrics(self, ev: MetricsEvent) -> None:
         self.kv_view.add_metrics(ev)
@@ -638,7 +625,7 @@ class MainWindow(QMainWindow):
         fleet = self.fleet.phase
         text = self._server_state
         if fleet in ("starting", "serving", "stopping"):
-            color = "#2e7d32" if fleet == "serving" else "#ef6c00"
+            color = GREEN if fleet == "serving" else ORANGE
             text += f" · <span style='color:{color}'>●</span> fleet {fleet}"
         self.state_label.setText(text)
 
@@ -684,7 +671,7 @@ class MainWindow(QMainWindow):
         before). Returns its number of events (0: it could not be read, and the Launch tab
         says why)."""
         from quantdeck.core.monitor import read_recording
-        from quantdeck.gui.replay import ReplayWindow
+        from quantdeck.gui.monitor import ReplayWindow
 
         try:
             rec = read_recording(path)

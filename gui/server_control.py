@@ -107,7 +107,11 @@ class QtServerController(QObject):
             from quantdeck.core.monitor.kv_events import KvFeed
 
             self._kv = KvFeed(
-                self.kv.emit, ready=lambda: self.state == "ready", on_error=self.error.emit
+                self.kv.emit,
+                ready=lambda: self.state == "ready",
+                on_error=self.error.emit,
+                # /metrics may want the key (the server's open_metrics off)
+                api_key=self.server.cfg.server.api_key if self.server else None,
             )
         self._kv.on_server_event(ev)
 

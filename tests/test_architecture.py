@@ -8,18 +8,21 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from conftest import source_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_contracts() -> None:
-    """import-linter (pyproject.toml): the layers cli > gui > core jobs > shared core; core
-    never imports Qt or the front end; only the worker subprocesses import torch/vLLM."""
+    """import-linter (pyproject.toml): the layers cli > gui > core jobs > shared core; core.convert
+    never imports core.runtime; core never imports Qt or the front end; only the worker
+    subprocesses import torch/vLLM; inside the GUI, layers from start-up down to gui.style (no
+    import circle), the Monitor's own, and gui.style importing nothing."""
     exe = Path(sys.executable).with_name("lint-imports")
     r = subprocess.run([str(exe)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 3 kept, 0 broken" in r.stdout
+    assert "Contracts: 7 kept, 0 broken" in r.stdout
 
 
 def _loaded_after(code: str) -> list[str]:
@@ -41,9 +44,19 @@ def _loaded_after(code: str) -> list[str]:
 
 def test_core_loads_no_qt_torch_or_vllm() -> None:
     """``import quantdeck.core`` and every package face of it stay plain Python."""
-    faces = ["launch", "models", "runtime", "monitor", "bench", "convert", "workers"]
+    faces = ["launch", "models", "engines", "runtime", "monitor", "bench", "convert", "workers"]
     code = "import quantdeck.core\n" + "".join(f"import quantdeck.core.{f}\n" for f in faces)
     assert _loaded_after(code) == []
+
+
+@pytest.mark.parametrize("module", ["quantdeck.core.runtime.server", "quantdeck.core.convert"])
+def test_serving_and_converting_leave_the_doctor_unloaded(module: str) -> None:
+    """Starting a server or a conversion takes its engine from core.engines, below them both:
+    the doctor (every check of the machine, ``quantdeck doctor``'s) stays unloaded."""
+    code = f"import {module}, sys; print('quantdeck.core.runtime.doctor' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
 
 
 def test_gui_process_imports_no_torch_or_vllm() -> None:

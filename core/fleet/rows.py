@@ -10,6 +10,7 @@ and the instances' metrics.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,7 @@ class FleetRows:
         changed = [self.index(row.name)]
         if isinstance(ev, StateEvent):
             row.state, row.note = ev.state, ""
-            row.reason = (ev.reason or "") if ev.state == "crashed" else ""
+            row.reason = (ev.reason or "") if ev.state in ("crashed", "hung") else ""
             if row.is_router and isinstance(ev.url, str):
                 row.url = ev.url
             if ev.state in DOWN:
@@ -215,7 +216,7 @@ class FleetRows:
             if ev.name == "workers" and isinstance(ev.value, list):
                 changed += self._set_routed({str(u) for u in ev.value})
             elif ev.name == "router" and isinstance(ev.value, dict):
-                changed += self._router_facts(row, ev.value, ev.t)
+                changed += self._router_facts(row, ev.value, ev.when)
         return changed
 
     def _route(self, ev: RouteEvent) -> list[int]:
@@ -239,13 +240,13 @@ class FleetRows:
             r.routed = r.healthy = r.load = r.circuit = None
         return list(range(1, len(self.rows)))
 
-    def _router_facts(self, router: FleetRow, facts: dict[str, Any], t: float) -> list[int]:
-        """The router's counts (requests per second from the last two reports) and, per
-        worker, its health, load and circuit state."""
+    def _router_facts(self, router: FleetRow, facts: dict[str, Any], t: float | None) -> list[int]:
+        """The router's counts (requests per second from the last two reports with a time)
+        and, per worker, its health, load and circuit state."""
         counts = {k: facts.get(k) for k in ("requests", "retries", "errors")}
         for k, v in counts.items():
             setattr(router, k, int(v) if isinstance(v, int | float) else None)
-        if router.requests is not None:
+        if router.requests is not None and t is not None:
             last = self._last_requests
             if last is not None and t > last[0]:
                 router.requests_per_s = max(0.0, (router.requests - last[1]) / (t - last[0]))
@@ -335,8 +336,9 @@ def _number(v: object) -> float | None:
 
 
 class InstanceSampler:
-    """Scrapes instances' ``/metrics``; one :class:`MetricsScraper` per URL, kept (its
-    quantiles are over a window of scrapes). Not thread-safe: one sample at a time."""
+    """Scrapes instances' ``/metrics``, side by side; one :class:`MetricsScraper` per URL,
+    kept (its quantiles are over a window of scrapes). Not thread-safe: one sample at a
+    time."""
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
@@ -346,19 +348,27 @@ class InstanceSampler:
         """``{name: metrics event}`` for ``(name, url, api_key)`` targets: the instance's
         figures, as ``serve --json-events`` prints them, or ``error`` where it did not
         answer."""
-        out: dict[str, MetricsEvent] = {}
+        scrapers = []
         for name, url, key in targets:
             scraper = self._scrapers.get(url)
             if scraper is None:
                 scraper = MetricsScraper(url, api_key=key, window_s=self.window_s, timeout=2.0)
                 self._scrapers[url] = scraper
+            scrapers.append((name, scraper))
+
+        def one(scraper: MetricsScraper) -> MetricsEvent:
             try:
                 snap = scraper.scrape()
             except ServerError as e:
-                out[name] = MetricsEvent(time.time(), error=str(e))
-                continue
-            out[name] = MetricsEvent(snap.t, metrics=snap)
-        return out
+                return MetricsEvent(time.time(), error=str(e))
+            return MetricsEvent(snap.t, metrics=snap)
+
+        if len(scrapers) < 2:
+            return {name: one(scraper) for name, scraper in scrapers}
+        # side by side: a hung instance costs the others nothing (each scrape has its timeout)
+        with ThreadPoolExecutor(len(scrapers), thread_name_prefix="fleet-scrape") as pool:
+            done = list(pool.map(one, [scraper for _, scraper in scrapers]))
+        return {name: ev for (name, _), ev in zip(scrapers, done, strict=True)}
 
     def forget(self, urls: set[str]) -> None:
         """Drop the scrapers of URLs no longer sampled (an instance restarted starts its

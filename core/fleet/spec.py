@@ -21,11 +21,13 @@ import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from quantdeck.core.engines import resolve_engine
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.http import is_loopback
 from quantdeck.core.launch import (
@@ -45,12 +47,12 @@ from quantdeck.core.launch.knobs import from_dict
 from quantdeck.core.launch.profiles import load_file, remembered_key
 from quantdeck.core.models import inspect_model
 from quantdeck.core.runtime import AttachedServer, EngineEnv
-from quantdeck.core.runtime.engines import resolve_engine
 from quantdeck.core.runtime.server import base_url, url_host
 from quantdeck.core.schema import Fields, read_bounded, shown
 
 MAX_BYTES = 2**20  # a fleet file is a few hundred bytes
 MAX_INSTANCES = 64
+MAX_VALUES = 100_000  # values in a fleet file, its YAML aliases expanded: 64 instances take 5000
 POLICIES = (
     "random",
     "round_robin",
@@ -63,7 +65,8 @@ POLICIES = (
 ROLES = ("primary", "backup")
 RESTARTS = ("no", "on-failure")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-_CPUS = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")  # as VLLM_CPU_OMP_THREADS_BIND reads it
+_CPUS = re.compile(r"\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*")  # VLLM_CPU_OMP_THREADS_BIND's
+MAX_CPUS = 4096  # CPU numbers are under this (Linux's largest NR_CPUS is 8192; x86-64's 4096)
 # router key: (flag of vllm-router, lower bound); None as a value leaves the router's default
 ROUTER = "router"  # the router's name among the instances (events, rows)
 _ROUTER_INTS = {
@@ -224,13 +227,73 @@ def _seconds(f: Fields, key: str, default: float, lo: float, hi: float) -> float
     return default if value is None else float(value)
 
 
+class _Refused(yaml.YAMLError):
+    """What the fleet file's YAML may not hold, with its line (1-based)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
+class FleetLoader(yaml.SafeLoader):
+    """YAML's safe loader, stricter: anchors and aliases (``&a`` ... ``*a``, ``<<: *a``) may
+    not expand the file to more than :data:`MAX_VALUES` values, nor hold themselves (nine lines
+    of them make a billion list items, and every reader that walks the lists pays for each);
+    a key given twice in a mapping is refused (YAML would keep the last one silently)."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue  # a list or mapping as a key: the safe loader refuses it
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _Refused(key_node.start_mark.line + 1, f"key {shown(key)} given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
+    """How many values ``node`` stands for with every alias written out (each node is
+    counted once: ``sizes`` keeps what is known); _Refused past MAX_VALUES or on a node that
+    holds itself (``&a [*a]``)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise _Refused(node.start_mark.line + 1, "a YAML anchor holds an alias to itself")
+    size = 1
+    if isinstance(node, yaml.SequenceNode | yaml.MappingNode):
+        open_.add(key)
+        children = node.value if isinstance(node, yaml.SequenceNode) else chain(*node.value)
+        for child in children:
+            size += _expanded_size(child, sizes, open_)
+            if size > MAX_VALUES:
+                raise _Refused(
+                    node.start_mark.line + 1,
+                    f"its YAML aliases expand to over {MAX_VALUES:,} values (not a fleet file)",
+                )
+        open_.discard(key)
+    sizes[key] = size
+    return size
+
+
 def read_yaml(p: Path) -> Any:
-    """The fleet file's YAML, size-bounded; ConfigError (one line) when it is not YAML."""
+    """The fleet file's YAML, size-bounded; ConfigError (one line) when it is not YAML, its
+    aliases expand too far, or it gives a key twice (:class:`FleetLoader`)."""
     raw = read_bounded(p, MAX_BYTES, "fleet")
     try:
-        return yaml.safe_load(raw.decode("utf-8"))
+        return yaml.load(raw.decode("utf-8"), Loader=FleetLoader)  # a SafeLoader
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not UTF-8 text") from None
+    except _Refused as e:
+        raise ConfigError(f"{p}: line {e.line}: {e.message}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
@@ -290,11 +353,13 @@ def _router(f: Fields) -> RouterSpec:
             _known(sub, set(table))
             flags += _flags(sub, table)
     host = f.text("host", max_len=255) or "127.0.0.1"
-    if not is_loopback(host) and f.boolean("allow_open") is not True:
+    api_key = _secret(f, "api_key")
+    if not is_loopback(host) and not api_key and f.boolean("allow_open") is not True:
         f.fail(
-            f"'host' {shown(host)} opens the router to the network, and vllm-router checks no "
-            "key: anyone who reaches it may use it and add or remove its workers "
-            "(/add_worker); keep it on loopback, or put your own gateway in front and set "
+            f"'host' {shown(host)} opens the router to the network without an api_key: anyone "
+            "who reaches it may use it, with its workers' key, and add or remove its workers "
+            "(/add_worker); set api_key (every route of the router then wants it, /health "
+            "included), keep it on loopback, or put your own gateway in front and set "
             "allow_open: true"
         )
     return RouterSpec(
@@ -303,7 +368,7 @@ def _router(f: Fields) -> RouterSpec:
         metrics_port=f.integer("metrics_port", lo=1, hi=65535),
         policy=policy,
         flags=flags,
-        api_key=_secret(f, "api_key"),
+        api_key=api_key,
     )
 
 
@@ -343,12 +408,8 @@ def _instance(f: Fields, fleet_file: Path) -> InstanceSpec:
         if len(set(gpus)) != len(gpus):
             f.fail(f"'gpus' names a GPU twice: {shown(gpus)}")
         spec.gpus = gpus
-    cpus = f.data.get("cpus")
-    if cpus is not None:
-        text = ",".join(map(str, cpus)) if isinstance(cpus, list) else str(cpus)
-        if not _CPUS.fullmatch(text):
-            f.fail(f"'cpus' must be CPU numbers like 0-3,8 or [0, 1], got {shown(cpus)}")
-        spec.cpus = text
+    if f.data.get("cpus") is not None:
+        spec.cpus = _cpus(f)
     if spec.gpus is not None and spec.cpus is not None:
         f.fail("give 'gpus' or 'cpus', not both")
     engine = f.text("engine", max_len=4096)
@@ -358,6 +419,64 @@ def _instance(f: Fields, fleet_file: Path) -> InstanceSpec:
         except ConfigError as e:
             f.fail(f"'engine': {e}")
     return spec
+
+
+def _cpus(f: Fields) -> str:
+    """The instance's ``cpus`` as VLLM_CPU_OMP_THREADS_BIND reads them (``0-3,8``), from that
+    text or a list (``[0, 1, "4-7"]``); each range low to high, each CPU once. Whether this
+    machine has them is :func:`check_fleet`'s to say."""
+    cpus = f.data["cpus"]
+    bad = f"'cpus' must be CPU numbers like 0-3,8 or [0, 1], got {shown(cpus)}"
+    if isinstance(cpus, list):
+        if len(cpus) > MAX_CPUS or not all(type(c) in (int, str) for c in cpus):
+            f.fail(bad)
+        text = ",".join(map(str, cpus))
+    elif type(cpus) in (int, str):
+        text = str(cpus)
+    else:
+        f.fail(bad)
+    if len(text) > 10 * MAX_CPUS or not _CPUS.fullmatch(text):
+        f.fail(bad)
+    seen: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first > last:
+            f.fail(f"'cpus' range {part} runs backwards (write {last}-{first})")
+        if last >= MAX_CPUS:
+            f.fail(f"'cpus' {part}: CPU numbers go from 0 to {MAX_CPUS - 1}")
+        twice = seen.intersection(range(first, last + 1))
+        if twice:
+            f.fail(f"'cpus' names CPU {min(twice)} twice")
+        seen.update(range(first, last + 1))
+    return text
+
+
+def cpu_numbers(cpus: str) -> list[int]:
+    """The CPUs of a checked ``cpus`` text (``0-2,8`` -> 0, 1, 2, 8)."""
+    out: list[int] = []
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def machine_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity; else every CPU the machine counts)."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def _ranges(numbers: set[int]) -> str:
+    """``{0, 1, 2, 5}`` as ``0-2,5``."""
+    out: list[str] = []
+    for n in sorted(numbers):
+        if out and n - 1 in numbers:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)
 
 
 def _profile(f: Fields, fleet_file: Path) -> LaunchConfig:
@@ -381,6 +500,7 @@ def check_fleet(
     a port, an advisor error, GPUs shared beyond their memory, a remote instance unreachable.
     ``device``: the GPUs to plan for (default: this machine's)."""
     _check_ports(spec)
+    _check_cpus(spec)
     gpu = cpu = None
     if any(i.gpus is not None for i in spec.local):
         gpu = device or detect_device()
@@ -417,6 +537,21 @@ def _check_ports(spec: FleetSpec) -> None:
                 f"{spec.path}: instance '{inst.name}' and {taken[port]} both use port {port}"
             )
         taken[port] = f"instance '{inst.name}'"
+
+
+def _check_cpus(spec: FleetSpec) -> None:
+    """Each instance's ``cpus`` are CPUs this machine lets Quantdeck run on: vLLM would bind
+    its threads to the rest silently, or fail late."""
+    have = machine_cpus()
+    for inst in spec.local:
+        if inst.cpus is None:
+            continue
+        lacking = [c for c in cpu_numbers(inst.cpus) if c not in have]
+        if lacking:
+            raise ConfigError(
+                f"{spec.path}: instance '{inst.name}': 'cpus' {inst.cpus} names CPU "
+                f"{lacking[0]}, which this machine lacks (it has {_ranges(have)})"
+            )
 
 
 def _advise(inst: InstanceSpec, device: DeviceFacts | None) -> int:

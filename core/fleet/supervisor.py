@@ -10,7 +10,9 @@ in another shell find the running fleet.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import psutil
@@ -37,12 +39,15 @@ from quantdeck.core.events import (
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
 from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.http import auth_headers
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import cache_dir, write_atomic
-from quantdeck.core.procs import Child, own_python, signal_group, spawn, subprocess_env
+from quantdeck.core.procs import Child, signal_group, spawn, subprocess_env, worker_command
 from quantdeck.core.runtime import EngineEnv, ServerProcess
 from quantdeck.core.runtime.server import alive_pids, free_port, port_free
 from quantdeck.core.schema import Fields, load_json, read_bounded
+
+log = logging.getLogger(__name__)
 
 ROUTER_READY_S = 60.0
 TICK_S = 0.25  # the fleet loop's look at its instances
@@ -56,14 +61,28 @@ ROUTE_RETRY_S = 5.0  # a change of the router's workers it refused, tried again
 RESTART_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 RESTART_LIMIT = 5
 STABLE_S = 60.0
-# The router's launcher, with the API key from the environment put into its arguments inside
-# the process: another user can read a process's argv in /proc, not its environment.
-_KEY_ENV = "QUANTDECK_ROUTER_API_KEY"
-_LAUNCH = (
-    "import os, sys; from vllm_router.launch_router import main; "
-    f"key = os.environ.pop('{_KEY_ENV}', ''); "
-    "sys.argv[1:] += ['--api-key', key] if key else []; main()"
-)
+# Liveness, as Kubernetes' probes: a ready instance whose scrapes go unanswered for SILENT_S,
+# or that holds requests while its generated-token counter stands still for STUCK_S, is
+# `hung`: out of the router at once, restarted (restart: on-failure) after HUNG_GRACE_S more
+# unless it came back. The router: its /health unanswered for SILENT_S is killed, and like a
+# router that died, started again on its port with the workers it should have, after
+# ROUTER_DELAYS (more than ROUTER_LIMIT deaths in a row, none up STABLE_S: the fleet ends).
+SILENT_S = 5.0
+STUCK_S = 8.0
+HUNG_GRACE_S = 10.0
+ROUTER_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
+ROUTER_LIMIT = 5
+PROBE_TIMEOUT_S = 1.0
+# a stop of a hung or crashed instance: each signal waits this long (a stopped process gets
+# SIGCONT after each, so that it can act on it)
+HUNG_STOP_S = 2.0
+# The router's launcher (quantdeck.core.workers.router) takes the API key from this variable
+# (another user can read a process's argv in /proc, not its environment) and, given one, has
+# the router ask it on every route, /health included.
+ROUTER_KEY_ENV = "QUANTDECK_ROUTER_API_KEY"
+
+
+_ANOTHER_FLEET = "a fleet already runs from this cache folder: `quantdeck fleet down`"
 
 
 def router_command_workers(spec: FleetSpec) -> list[str]:
@@ -77,17 +96,20 @@ def state_path() -> Path:
 
 
 def router_command(
-    spec: FleetSpec, python: str | None = None, *, metrics_port: int | None = None
+    spec: FleetSpec,
+    python: str | None = None,
+    *,
+    metrics_port: int | None = None,
+    workers: list[str] | None = None,
 ) -> list[str]:
-    """The router's command line: the primaries as its workers, the fleet file's settings,
-    its Prometheus exposition on loopback at ``metrics_port`` (default: the file's)."""
+    """The router's command line: its workers (default: the primaries), the fleet file's
+    settings, its Prometheus exposition on loopback at ``metrics_port`` (default: the
+    file's)."""
     r = spec.router
-    workers = router_command_workers(spec)
+    workers = router_command_workers(spec) if workers is None else workers
     port = metrics_port or r.metrics_port
     return [
-        python or own_python(),
-        "-c",
-        _LAUNCH,
+        *worker_command("router", python=python),
         f"--host={r.host}",
         f"--port={r.port}",
         f"--policy={r.policy}",
@@ -108,6 +130,17 @@ class _Tended:
     crash_seen: bool = False
     restart_at: float | None = None
     up_since: float | None = None
+    action: threading.Thread | None = None  # a stop and start, off the fleet's loop
+    # liveness (written by the watcher thread, judged by the loop; monotonic times)
+    answered_at: float = 0.0  # its last scrape that answered
+    moved_at: float = 0.0  # its last scrape with no request in flight or a token more
+    tokens: float | None = None  # its generated-token counter then
+    hung_since: float | None = None
+    hung_why: str = ""
+
+    @property
+    def acting(self) -> bool:
+        return self.action is not None and self.action.is_alive()
 
 
 class Fleet:
@@ -135,6 +168,17 @@ class Fleet:
         window = spec.fallback.window_s if spec.fallback is not None else METRICS_WINDOW_S
         self.sampler = InstanceSampler(window_s=window)
         self._metrics_port: int | None = None
+        # the router's supervision (its death or hang: a restart on its port)
+        self._router_seen_down = False
+        self._router_crashes = 0  # in a row, without staying up STABLE_S
+        self._router_up_since: float | None = None
+        self._router_restart_at: float | None = None
+        self._router_action: threading.Thread | None = None
+        self._router_answered_at = 0.0  # its last /health 200 (the watcher's, monotonic)
+        self._router_ready = threading.Event()  # up and given its workers: routes may change
+        self.failure: str | None = None  # why run() ended without a stop (one line)
+        self._stopping = False  # stop() has begun: no restart starts anything
+        self.slowest_tick_s = 0.0  # the loop's longest look at the fleet (a stall)
 
     def _server(
         self, inst: InstanceSpec, startup_timeout: float | None, nice: int
@@ -203,49 +247,66 @@ class Fleet:
         return False
 
     def start_router(
-        self, stop: threading.Event | None = None, timeout: float = ROUTER_READY_S
+        self,
+        stop: threading.Event | None = None,
+        timeout: float = ROUTER_READY_S,
+        workers: list[str] | None = None,
     ) -> None:
-        """Start the router and wait for its ``/health`` (or ``stop``); ServerError when it
-        does not come."""
+        """Start the router with ``workers`` (default: the primaries) and wait for its
+        ``/health`` (or ``stop``); ServerError when it does not come. A restart (``workers``
+        given) takes the same ports: the one it had is not checked (its connections may
+        linger in TIME_WAIT, which the router's own bind allows)."""
         r = self.spec.router
-        self._check_router_port()
-        self._metrics_port = r.metrics_port or free_port()
-        cmd = router_command(self.spec, metrics_port=self._metrics_port)
+        if workers is None:
+            self._check_router_port()
+        self._router_ready.clear()
+        self._metrics_port = self._metrics_port or r.metrics_port or free_port()
+        first = router_command_workers(self.spec) if workers is None else workers
+        cmd = router_command(self.spec, metrics_port=self._metrics_port, workers=first)
         self._router_event(StateEvent("starting", command=cmd))
         self.router_log.parent.mkdir(parents=True, exist_ok=True)
-        env = subprocess_env({_KEY_ENV: r.api_key} if r.api_key else {})
-        with open(self.router_log, "w", encoding="utf-8") as log:
+        env = subprocess_env({ROUTER_KEY_ENV: r.api_key} if r.api_key else {})
+        # a restart appends: the dead router's last lines stay
+        with open(self.router_log, "w" if workers is None else "a", encoding="utf-8") as out:
             self.router = spawn(
                 cmd,
                 kind="vLLM router",
                 port=r.port,
                 deathsig=signal.SIGTERM,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
+        self._router_seen_down = False  # a new process: its death is news
         self._router_event(FactEvent("pid", self.router.pid))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not (stop and stop.is_set()):
             if self.router.poll() is not None:
                 break
             if self.router_healthy():
-                self._routed = set(router_command_workers(self.spec))
+                self._routed = set(first)
+                self._router_answered_at = time.monotonic()
+                self._router_seen_down = False
                 self._router_event(StateEvent("ready", url=r.url))
                 self._router_event(FactEvent("workers", self.workers()))
+                self._router_ready.set()
                 return
             time.sleep(0.3)
         if stop and stop.is_set():
             return
+        code = self.router.poll()
+        if workers is not None:  # a restart: one that did not come is killed, and its death
+            signal_group(self.router.pid, signal.SIGKILL)  # counted by the loop (back-off)
+            raise ServerError(f"router: restart not ready (exit code {code})")
         tail = self.router_log.read_text(errors="replace").splitlines()[-20:]
-        self._router_event(
-            StateEvent("crashed", exit_code=self.router.poll(), reason="not ready", log_tail=tail)
-        )
-        raise ServerError(f"router: not ready after {timeout:g} s (log: {self.router_log})")
+        why = f"exited with code {code}" if code is not None else f"not ready after {timeout:g} s"
+        self._router_event(StateEvent("crashed", exit_code=code, reason=why, log_tail=tail))
+        raise ServerError(f"router: {why} (log: {self.router_log})")
 
     def router_healthy(self) -> bool:
-        return probe(self.spec.router.url) == "ready"
+        r = self.spec.router
+        return probe(r.url, api_key=r.api_key) == "ready"
 
     def workers(self) -> list[str]:
         """The router's workers, as it lists them."""
@@ -281,34 +342,76 @@ class Fleet:
             self.clear_state()
 
     def run(self, stop: threading.Event) -> bool:
-        """Keep the fleet serving until ``stop``: restart crashed instances (``restart:
-        on-failure``, with back-off), keep the router's workers in step with the instances
-        that are ready, apply the fallback rule, report the router's facts. False when the
-        router itself has gone."""
-        next_sample = next_facts = 0.0
+        """Keep the fleet serving until ``stop``: restart crashed and hung instances
+        (``restart: on-failure``, with back-off), restart the router when it dies or hangs,
+        keep the router's workers in step with the instances that serve, apply the fallback
+        rule, report the router's facts. False (and :attr:`failure` says why) when the router
+        could not be kept up.
+
+        Three threads, so that one instance's trouble never delays another's handling: this
+        loop only looks at states and clocks and starts the stops and starts in a thread per
+        instance (and one for the router); the watcher scrapes the instances side by side and
+        probes the router; the router's workers change in a thread of their own (a hung
+        router delays nothing else)."""
+        done = threading.Event()
+        helpers = [
+            threading.Thread(target=self._watch_loop, args=(stop, done), name="fleet-watch"),
+            threading.Thread(target=self._route_loop, args=(stop, done), name="fleet-routes"),
+        ]
+        for h in helpers:
+            h.daemon = True
+            h.start()
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if not self._tend_router(now, stop):
+                    return False
+                for t in self._tended.values():
+                    self._tend(t, now)
+                self.slowest_tick_s = max(self.slowest_tick_s, time.monotonic() - now)
+                stop.wait(TICK_S)
+            return True
+        finally:
+            done.set()
+            for h in helpers:
+                h.join(timeout=10)
+
+    def _watch_loop(self, stop: threading.Event, done: threading.Event) -> None:
+        """The watcher: every SAMPLE_S the instances' scrapes (side by side, each with its
+        timeout), their liveness, the fallback rule; the router's health; its facts."""
+        next_facts = 0.0
         last_facts: dict[str, Any] | None = None
-        while not stop.is_set():
-            if not self.router_running:
-                return False
+        while not (stop.is_set() or done.is_set()):
             now = time.monotonic()
-            for t in self._tended.values():
-                self._tend(t, now)
-            if now >= next_sample:
-                next_sample = now + SAMPLE_S
+            try:
                 self.sample(now)
-            self.sync_routes()
-            if now >= next_facts:
-                next_facts = now + FACTS_S
-                facts = self.router_facts()
-                if facts and facts != last_facts:
-                    self._router_event(FactEvent("router", facts))
-                    last_facts = facts
-            stop.wait(TICK_S)
-        return True
+                r = self.spec.router
+                if self.router_running and probe(r.url, PROBE_TIMEOUT_S, r.api_key) == "ready":
+                    self._router_answered_at = time.monotonic()
+                if now >= next_facts:
+                    next_facts = now + FACTS_S
+                    facts = self.router_facts()
+                    if facts and facts != last_facts:
+                        self._router_event(FactEvent("router", facts))
+                        last_facts = facts
+            except Exception:  # a bug here must not end the watching
+                log.exception("the fleet's watcher failed a turn")
+            done.wait(max(0.0, SAMPLE_S - (time.monotonic() - now)))
+
+    def _route_loop(self, stop: threading.Event, done: threading.Event) -> None:
+        """The router's workers kept in step, while the router is up."""
+        while not (stop.is_set() or done.is_set()):
+            if self._router_ready.is_set() and self.router_running:
+                try:
+                    self.sync_routes()
+                except Exception:
+                    log.exception("the fleet's routes failed a turn")
+            done.wait(TICK_S)
 
     def sample(self, now: float) -> None:
         """Scrape the instances that serve (and every remote one), report each one's figures
-        as a ``metrics`` event, and judge the fallback rule on the primaries'."""
+        as a ``metrics`` event, note each local one's liveness, and judge the fallback rule
+        on the primaries'."""
         targets = [
             (i.name, i.url, i.api_key)
             for i in self.spec.instances
@@ -316,8 +419,16 @@ class Fleet:
         ]
         self.sampler.forget({url for _, url, _ in targets})
         samples = self.sampler.sample(targets)
+        answered = time.monotonic()
         for name, ev in samples.items():
             self._events.emit(InstanceEvent(name, ev))
+            t = self._tended.get(name)
+            if t is not None and ev.metrics is not None:
+                m = ev.metrics
+                t.answered_at = answered
+                if m.running + m.waiting == 0 or m.generation_tokens_total != t.tokens:
+                    t.moved_at = answered
+                t.tokens = m.generation_tokens_total
         if self.fallback is not None:
             worst = self.fallback.worst(self._ready_primaries(), samples)
             judged = self.fallback.judge(worst, now)
@@ -338,37 +449,153 @@ class Fleet:
                 infos[inst.name] = None
         return FleetRows(self.spec, infos).describe()
 
+    def _instance_event(self, t: _Tended, ev: Event) -> None:
+        self._events.emit(InstanceEvent(t.spec.name, ev))
+
+    def _act(self, t: _Tended, what: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (a stop and a start) in the instance's own thread; a start refused
+        (a port taken meanwhile...) is a crash like another."""
+
+        def body() -> None:
+            try:
+                fn()
+            except QuantdeckError as e:
+                self._instance_event(t, StateEvent("crashed", reason=str(e)))
+            except Exception as e:  # a bug: said, and the loop goes on
+                log.exception("%s of %s failed", what, t.spec.name)
+                self._instance_event(t, StateEvent("crashed", reason=f"{what} failed: {e}"))
+
+        t.action = threading.Thread(target=body, name=f"fleet-{what}-{t.spec.name}", daemon=True)
+        t.action.start()
+
+    def _count_crash(self, t: _Tended, now: float) -> None:
+        """A crash (or a hang) counted; the restart planned with back-off, or given up."""
+        t.crashes += 1
+        gave_up = t.crashes > RESTART_LIMIT
+        delay = RESTART_DELAYS[min(t.crashes, len(RESTART_DELAYS)) - 1]
+        t.restart_at = None if gave_up else now + delay
+        self._instance_event(t, RestartEvent(t.crashes, 0.0 if gave_up else delay, gave_up=gave_up))
+
     def _tend(self, t: _Tended, now: float) -> None:
-        """One look at an instance: a crash counted and its restart planned, a restart due
-        started, a stay long enough to forgive the earlier crashes."""
+        """One look at an instance (no waiting: stops and starts run in its own thread): a
+        crash counted and its restart planned, a hang noticed, a restart due started, a stay
+        long enough to forgive the earlier crashes."""
+        if t.acting:
+            return
         state = t.server.state
         if state == "ready":
-            t.up_since = t.up_since or now
-            if now - t.up_since >= STABLE_S:
+            if t.up_since is None:  # just up: its liveness is counted from now
+                t.up_since = t.answered_at = t.moved_at = now
+            if now - t.up_since >= STABLE_S and t.hung_since is None:
                 t.crashes = 0
-        elif state == "crashed" and not t.crash_seen:
+            self._judge_liveness(t, now)
+        else:
+            t.hung_since = None
+        if state == "crashed" and not t.crash_seen:
             t.crash_seen, t.up_since = True, None
             if t.spec.restart == "on-failure":
-                t.crashes += 1
-                gave_up = t.crashes > RESTART_LIMIT
-                delay = RESTART_DELAYS[min(t.crashes, len(RESTART_DELAYS)) - 1]
-                t.restart_at = None if gave_up else now + delay
-                ev = RestartEvent(t.crashes, 0.0 if gave_up else delay, gave_up=gave_up)
-                self._events.emit(InstanceEvent(t.spec.name, ev))
+                self._count_crash(t, now)
         if t.restart_at is not None and now >= t.restart_at:
-            t.restart_at, t.crash_seen = None, False
-            t.server.stop()  # what is left of the crashed one (nothing, as a rule)
-            try:
-                t.server.start()
-            except QuantdeckError as e:  # a port taken meanwhile...: a crash like another
-                self._events.emit(InstanceEvent(t.spec.name, StateEvent("crashed", reason=str(e))))
+            t.restart_at, t.crash_seen, t.up_since = None, False, None
+            server = t.server
+
+            def restart() -> None:
+                # what is left of the crashed or hung one goes first, each signal short
+                server.stop(sigint_timeout=HUNG_STOP_S, sigterm_timeout=HUNG_STOP_S)
+                if not self._stopping:
+                    server.start()
+
+            self._act(t, "restart", restart)
+
+    def _judge_liveness(self, t: _Tended, now: float) -> None:
+        """A ready instance that stopped answering, or holds requests and makes no token, is
+        hung (out of the router: :meth:`wanted_workers`); back to ready if it recovers; under
+        ``restart: on-failure`` restarted once hung HUNG_GRACE_S."""
+        silent, stuck = now - t.answered_at, now - t.moved_at
+        why = ""
+        if silent >= SILENT_S:
+            why = f"no answer for {silent:.0f} s"
+        elif stuck >= STUCK_S:
+            why = f"requests in flight and no token for {stuck:.0f} s"
+        if why and t.hung_since is None:
+            t.hung_since, t.hung_why = now, why
+            self._instance_event(t, StateEvent("hung", reason=why))
+        elif not why and t.hung_since is not None and t.restart_at is None:
+            t.hung_since = None  # (a restart planned goes ahead: it stays out of the router)
+            self._instance_event(t, StateEvent("ready", url=t.spec.url, reason="recovered"))
+        if (
+            t.hung_since is not None
+            and t.restart_at is None
+            and t.spec.restart == "on-failure"
+            and now - t.hung_since >= HUNG_GRACE_S
+        ):
+            t.crash_seen = True  # the stop to come is not a crash of its own
+            self._count_crash(t, now)
+
+    # -- the router's supervision --------------------------------------------------------------
+    def _tend_router(self, now: float, stop: threading.Event) -> bool:
+        """One look at the router: its death or hang noticed and its restart planned (with
+        back-off) or started; False once it is given up."""
+        if self.router is None or (
+            self._router_action is not None and self._router_action.is_alive()
+        ):
+            return True
+        if self.router_running:
+            if self._router_up_since is None and self._router_ready.is_set():
+                self._router_up_since = now
+            if self._router_up_since is not None and now - self._router_up_since >= STABLE_S:
+                self._router_crashes = 0
+            silent = now - self._router_answered_at
+            if self._router_ready.is_set() and silent >= SILENT_S:
+                why = f"no answer for {silent:.0f} s"
+                self._router_event(StateEvent("hung", reason=why))
+                signal_group(self.router.pid, signal.SIGKILL)  # its death follows: restarted
+                signal_group(self.router.pid, signal.SIGCONT)
+                self._router_ready.clear()
+            return True
+        if not self._router_seen_down:
+            self._router_seen_down, self._router_up_since = True, None
+            self._router_ready.clear()
+            code = self.router.poll()
+            tail = self.router_log.read_text(errors="replace").splitlines()[-20:]
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"code {code}"
+            reason = f"the router exited ({how})"
+            self._router_event(StateEvent("crashed", exit_code=code, reason=reason, log_tail=tail))
+            self._router_crashes += 1
+            gave_up = self._router_crashes > ROUTER_LIMIT
+            delay = ROUTER_DELAYS[min(self._router_crashes, len(ROUTER_DELAYS)) - 1]
+            self._router_event(RestartEvent(self._router_crashes, delay, gave_up=gave_up))
+            if gave_up:
+                self.failure = f"router: {reason}, {self._router_crashes} times in a row"
+                return False
+            self._router_restart_at = now + delay
+        if self._router_restart_at is not None and now >= self._router_restart_at:
+            self._router_restart_at = None
+            workers = sorted(self.wanted_workers())
+
+            def restart() -> None:
+                if self._stopping:
+                    return
+                try:
+                    self.start_router(stop, workers=workers)
+                except ServerError as e:  # counted as its death on the next look
+                    log.info("router restart failed: %s", e)
+
+            self._router_action = threading.Thread(
+                target=restart, name="fleet-router-restart", daemon=True
+            )
+            self._router_action.start()
+        return True
+
+    def _serving(self, inst: InstanceSpec) -> bool:
+        """Remote (always), or ready and not hung."""
+        if inst.url_ is not None:
+            return True
+        t = self._tended.get(inst.name)
+        return self.servers[inst.name].state == "ready" and (t is None or t.hung_since is None)
 
     def _ready_primaries(self) -> list[InstanceSpec]:
-        return [
-            i
-            for i in self.spec.instances
-            if i.role == "primary" and (i.url_ is not None or self.servers[i.name].state == "ready")
-        ]
+        return [i for i in self.spec.instances if i.role == "primary" and self._serving(i)]
 
     def wanted_workers(self) -> dict[str, str]:
         """The workers the router should have now, each with why: the primaries that are
@@ -379,7 +606,7 @@ class Fleet:
         backups_on = active or not primaries
         wanted = {i.url: "ready" for i in primaries}
         for i in self.spec.instances if backups_on else []:
-            if i.role == "backup" and (i.url_ is not None or self.servers[i.name].state == "ready"):
+            if i.role == "backup" and self._serving(i):
                 wanted[i.url] = "fallback" if active else "no primary ready"
         return wanted
 
@@ -390,6 +617,9 @@ class Fleet:
         for url in sorted(self._routed - set(wanted)):
             inst = by_url[url]
             state = self.servers[inst.name].state if inst.name in self.servers else "ready"
+            t = self._tended.get(inst.name)
+            if state == "ready" and t is not None and t.hung_since is not None:
+                state = f"hung: {t.hung_why}"
             reason = state if state != "ready" else "recovered"
             self._route("remove", url, reason)
         for url in sorted(set(wanted) - self._routed):
@@ -444,7 +674,13 @@ class Fleet:
     # -- stop --------------------------------------------------------------------------------
     def stop(self) -> None:
         """The router first (no request goes to a stopping instance), then every instance,
-        side by side; nothing of the fleet runs afterwards."""
+        side by side; nothing of the fleet runs afterwards. A restart under way ends first
+        (its start is refused from now on)."""
+        self._stopping = True
+        actions = [t.action for t in self._tended.values()] + [self._router_action]
+        for a in actions:
+            if a is not None:
+                a.join(timeout=60)
         if self.router is not None:
             self._stop_router(self.router)
         self.sampler.close()
@@ -479,21 +715,61 @@ class Fleet:
             self._router_event(StateEvent("stopped", exit_code=proc.returncode))
 
     # -- the state file ----------------------------------------------------------------------
+    _state_lock: IO[bytes] | None = None  # fleet/state.lock, held (flock) while it runs
+
     def write_state(self) -> None:
-        me = psutil.Process()
-        state = {
-            "pid": me.pid,
-            "create_time": me.create_time(),
-            "file": str(self.spec.path.expanduser().absolute()),  # `fleet status FILE` checks
-            "router": self.spec.router.url,
-            "instances": [
-                {"name": i.name, "url": i.url, "role": i.role} for i in self.spec.instances
-            ],
-        }
-        write_atomic(state_path(), json.dumps(state))
+        """Say that this fleet runs (``fleet/state.json``, for ``fleet status`` and ``fleet
+        down``), under the fleet's lock: an exclusive ``flock`` on ``fleet/state.lock``, taken
+        here and held until :meth:`clear_state` or this process's end (the kernel lets it go
+        then, kill -9 included). Of two ``fleet up`` that both found no fleet running, the
+        second is refused here. The fleet's folder is made private (0700; the router's log
+        in it 0600: its lines hold requests)."""
+        folder = state_path().parent
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.chmod(0o700)
+        took = self._state_lock is None
+        if took:
+            lock = open(folder / "state.lock", "ab")  # noqa: SIM115 (held for the fleet's life)
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # BlockingIOError: another fleet holds it
+                lock.close()
+                raise ServerError(_ANOTHER_FLEET) from None
+            self._state_lock = lock
+        try:
+            other = running_fleet()  # one whose Quantdeck took no lock (an older one)
+            if other is not None and other.get("pid") != os.getpid():
+                raise ServerError(_ANOTHER_FLEET)
+            log_fd = os.open(self.router_log, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.fchmod(log_fd, 0o600)  # start_router writes into it, keeping its mode
+            finally:
+                os.close(log_fd)
+            me = psutil.Process()
+            state = {
+                "pid": me.pid,
+                "create_time": me.create_time(),
+                "file": str(self.spec.path.expanduser().absolute()),  # `fleet status FILE`
+                "router": self.spec.router.url,
+                "instances": [
+                    {"name": i.name, "url": i.url, "role": i.role} for i in self.spec.instances
+                ],
+            }
+            write_atomic(state_path(), json.dumps(state))
+        except BaseException:
+            if took and self._state_lock is not None:  # refused: the lock goes, no file
+                self._state_lock.close()
+                self._state_lock = None
+            raise
 
     def clear_state(self) -> None:
+        """Remove the state file and let the lock go: only the fleet that holds the lock
+        (one refused by :meth:`write_state` never removes the running fleet's file)."""
+        if self._state_lock is None:
+            return
         state_path().unlink(missing_ok=True)
+        self._state_lock.close()  # the flock goes with it
+        self._state_lock = None
 
 
 def running_fleet() -> dict[str, Any] | None:
@@ -534,11 +810,13 @@ def stop_running_fleet(timeout: float = 120.0) -> bool:
     return True
 
 
-def probe(url: str) -> str:
-    """``ready`` when ``url``'s ``/health`` (open without a key, on vLLM and the router)
-    answers 200, else ``down``."""
+def probe(url: str, timeout: float = 2.0, api_key: str | None = None) -> str:
+    """``ready`` when ``url``'s ``/health`` answers 200 within ``timeout`` seconds (sent
+    ``api_key`` where given), else ``down``. vLLM's /health wants no key; a keyed router's
+    does: asked without a key, its 401 counts as ready (it answered; ``fleet status`` in
+    another shell does not know the key)."""
     try:
-        code = httpx.get(url.rstrip("/") + "/health", timeout=2).status_code
+        r = httpx.get(url.rstrip("/") + "/health", headers=auth_headers(api_key), timeout=timeout)
     except httpx.HTTPError:
         return "down"
-    return "ready" if code == 200 else "down"
+    return "ready" if r.status_code == 200 or (r.status_code == 401 and not api_key) else "down"

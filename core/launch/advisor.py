@@ -273,24 +273,31 @@ def _ray(
     return on_cluster, facts.gpus
 
 
+def keyless_routes(cfg: LaunchConfig) -> str:
+    """What answers without a key on this server (Quantdeck's guard in the engine, see
+    ``quantdeck.core.workers.engine.KeyGuard``): one phrase for the warnings."""
+    if not cfg.server.api_key:
+        return "without a key every route is open (inference, /start_profile, /scale_elastic_ep)"
+    if cfg.server.open_metrics:
+        return "only /health and /metrics answer without the key (--no-open-metrics guards it)"
+    return "only /health answers without the key"
+
+
 def _exposure(cfg: LaunchConfig, err: Report, warn: Report) -> None:
     """A server other machines reach needs a key, or the user's explicit word that it may be
-    open; even with a key, vLLM guards only its /v1 API."""
+    open; either way, what answers without the key is said."""
     host = cfg.server.host
     if is_loopback(host):
         return
     where = f"host {host or '(every interface)'} is reachable from other machines"
-    still_open = (
-        "/metrics, /health and /tokenize stay open even with a key (vLLM's key guards /v1 only)"
-    )
     if not cfg.server.api_key and not cfg.server.allow_open:
         err(
             "host",
             f"{where} and no API key is set: set one, bind 127.0.0.1, or allow an open "
-            f"server (--allow-open); {still_open}",
+            f"server (--allow-open); {keyless_routes(cfg)}",
         )
     else:
-        warn("host", f"{where}: {still_open}")
+        warn("host", f"{where}: {keyless_routes(cfg)}")
 
 
 def errors(findings: list[Finding]) -> list[Finding]:

@@ -5,7 +5,13 @@ and msgspec load only where needed)."""
 from typing import TYPE_CHECKING, Any
 
 from quantdeck.core.monitor.metrics import MetricsScraper, MetricsSnapshot
-from quantdeck.core.monitor.recording import Recorder, Recording, RecordingError, read_recording
+from quantdeck.core.monitor.recording import (
+    Recorder,
+    Recording,
+    RecordingCapped,
+    RecordingError,
+    read_recording,
+)
 from quantdeck.core.monitor.telemetry import (
     GpuSnapshot,
     ProcessWatch,
@@ -62,6 +68,7 @@ __all__ = [
     "read_recording",
     "Recorder",
     "Recording",
+    "RecordingCapped",
     "RecordingError",
     "REUSE_EDGES",
     "Sampler",

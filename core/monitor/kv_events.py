@@ -853,10 +853,10 @@ class KvFeed:
     before vLLM is spawned) it binds and starts a :class:`KvEventSubscriber`, so that no batch
     waits for it; the subscriber's ``kv`` events go to ``out`` (in its thread) while ``ready()``
     says the server is ready; a stopped or crashed server stops it. On the ready state the
-    subscriber starts reading vLLM's prefix-cache counters from the state's ``url`` (vLLM asks
-    no key for /metrics; ``api_key`` is sent when given), so each event carries vLLM's hit
-    rate beside the index's. An endpoint that cannot be bound goes to ``on_error`` as one
-    line, and the server serves on without KV events."""
+    subscriber starts reading vLLM's prefix-cache counters from the state's ``url`` (with
+    ``api_key``: the server's /metrics wants it where open_metrics is off), so each event
+    carries vLLM's hit rate beside the index's. An endpoint that cannot be bound goes to
+    ``on_error`` as one line, and the server serves on without KV events."""
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import psutil
@@ -73,13 +73,21 @@ from quantdeck.core.procs import (
     worker_command,
 )
 from quantdeck.core.runtime.engine import Capabilities, EngineEnv
+from quantdeck.core.runtime.shm import ShmLedger
 
 log = logging.getLogger("quantdeck.server")
 Observer = Callable[[Event], None]
 LOG_TAIL = 200
 # Long enough for a large model read from a slow disk, compiled and captured on first start.
 STARTUP_TIMEOUT_S = 1800.0
+# something else answering on the port this long, before ours did: the start has failed
+FOREIGN_S = 10.0
 RUN_DIRS_KEPT = 20  # server run folders (log, temp files) kept under cache_dir()/runs
+# server.log past this many bytes becomes server.log.1 and a new one begins: a server's log
+# takes at most twice this (vLLM logs a line per request, and an engine too old to leave out
+# the panel's 1 Hz scrape one per second)
+SERVER_LOG_MAX_BYTES = 64 * 2**20
+SHM_NOTE_S = 1.0  # the server's shared memory looked at (ShmLedger.note) at most this often
 _RUN_DIR_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?$")
 
 
@@ -107,15 +115,41 @@ def port_free(host: str, port: int) -> bool:
 
 
 def alive_pids(pids: set[int]) -> set[int]:
-    """The pids that still run (a zombie, exited but not yet reaped, counts as gone)."""
+    """The pids that still run. A zombie (exited, not yet reaped) counts as gone, and so does
+    a process with SIGKILL pending: it only waits for the kernel (a large process's exit can
+    take seconds), and nothing it does any more can be waited for."""
     out = set()
     for p in pids:
         try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE and not _kill_pending(p):
                 out.add(p)
         except psutil.Error:
             pass
     return out
+
+
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+_PF_EXITING = 0x4  # the kernel's task flag: the process is exiting
+
+
+def _kill_pending(pid: int) -> bool:
+    """Whether ``pid`` is on its way out: exiting in the kernel, or SIGKILL waits to be
+    delivered (Linux: /proc/PID/stat's flags, /proc/PID/status's pending masks; elsewhere
+    False)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        if int(stat[stat.rindex(")") + 2 :].split()[6]) & _PF_EXITING:
+            return True
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & (
+                    _SIGKILL_BIT
+                ):
+                    return True
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -146,12 +180,12 @@ def new_run_dir() -> Path:
     more in the same second. Short: vLLM's IPC sockets live in its ``tmp`` folder, and a socket
     path may not exceed 107 bytes."""
     root = cache_dir() / "runs"
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for count in itertools.count(1):
         path = root / (stamp if count == 1 else f"{stamp}-{count}")
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)  # private: its log and traces hold prompts
         except FileExistsError:
             continue
         return path
@@ -207,13 +241,17 @@ def _short_tmp_root() -> Path:
 
 
 def engine_tmp_dir(run_dir: Path) -> Path:
-    """The server's TMPDIR: ``run_dir/tmp``, or, where that path is too long for vLLM's
-    sockets, a fresh folder under :func:`_short_tmp_root` that ``run_dir/tmp`` links to."""
+    """The server's TMPDIR, empty: ``run_dir/tmp``, or, where that path is too long for vLLM's
+    sockets, a fresh folder under :func:`_short_tmp_root` that ``run_dir/tmp`` links to. A run
+    folder used again (a restart) gets its ``tmp`` emptied of what the last server left (its
+    IPC sockets), unless a live child of Quantdeck still works there."""
     tmp = run_dir / "tmp"
     if tmp.is_symlink():
         drop_engine_tmp(run_dir)
     if len(os.fsencode(tmp)) <= _ENGINE_TMP_MAX:
-        tmp.mkdir(parents=True, exist_ok=True)
+        if tmp.is_dir() and run_dir not in live_lease_dirs():
+            shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
         return tmp
     root = _short_tmp_root()
     _sweep_short_tmp(root)
@@ -252,6 +290,9 @@ def drop_engine_tmp(run_dir: Path) -> None:
 
 # Several GPUs of one host: NVLink multicast (NVLS) off; it hangs or fails on hosts whose
 # fabric manager does not offer it (the lent multi-GPU machines among them).
+# The engine's key guard (quantdeck.core.workers.engine.KeyGuard, the same name there): "1",
+# /metrics answers without the key (the server's open_metrics); /health always does.
+OPEN_METRICS_ENV = "QUANTDECK_OPEN_METRICS"
 MULTI_GPU_ENV = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -261,7 +302,8 @@ MULTI_GPU_ENV = {
 
 def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[str, str]:
     """Per-run temp dir; shared vLLM / inductor caches (compiled graphs are reused); offline;
-    for tensor / pipeline parallel launches, NVLink multicast off (the user's env wins)."""
+    for tensor / pipeline parallel launches, NVLink multicast off (the user's env wins); the
+    key guard's word on /metrics (the key itself: :func:`vllm_env`)."""
     cache = cache_dir()
     env = {
         "TMPDIR": str(engine_tmp_dir(run_dir)),
@@ -277,6 +319,8 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
         and cfg.parallel.tensor_parallel_size * cfg.parallel.pipeline_parallel_size > 1
     ):
         env.update({k: os.environ.get(k, v) for k, v in MULTI_GPU_ENV.items()})
+    if cfg is not None:
+        env[OPEN_METRICS_ENV] = "1" if cfg.server.open_metrics else "0"
     return env
 
 
@@ -338,6 +382,69 @@ def profiler_config(folder: Path) -> dict[str, Any]:
     }
 
 
+class CappedLog:
+    """A server's log file: private (0600) and bounded. Past ``max_bytes`` it is renamed
+    ``NAME.1`` (replacing the one before) and a new file begins, so that it never takes more
+    than twice ``max_bytes``. Something else than a file (``/dev/full`` in a test) is written
+    as it is."""
+
+    def __init__(self, path: Path, max_bytes: int | None = None) -> None:
+        self.path = path
+        self.max_bytes = SERVER_LOG_MAX_BYTES if max_bytes is None else max_bytes
+        self.size = 0  # bytes in the current file
+        self._regular = False
+        self._f = self._open()
+
+    def _open(self) -> IO[str]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            st = os.fstat(fd)
+            self._regular = stat.S_ISREG(st.st_mode)
+            if self._regular and st.st_mode & 0o077:
+                os.fchmod(fd, 0o600)  # one written before logs were private
+            self.size = st.st_size
+            return os.fdopen(fd, "a", encoding="utf-8")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def write(self, text: str) -> None:
+        n = len(text.encode("utf-8", "replace"))
+        if self._regular and self.size and self.size + n > self.max_bytes:
+            self._f.close()
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            self._f = self._open()
+        self._f.write(text)
+        self._f.flush()
+        self.size += n
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _process_tree(pid: int) -> set[int]:
+    """``pid`` and its descendants, as they run now."""
+    try:
+        return {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def _sweep_shm(shm: ShmLedger, pgid: int, wait: float = 10.0) -> None:
+    """Once the server's group ``pgid`` is gone (at most ``wait`` seconds), remove what it
+    left in /dev/shm (:meth:`ShmLedger.sweep`: only what its processes were seen to map)."""
+    deadline = time.monotonic() + wait
+    while group_pids(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        removed = shm.sweep()
+    except OSError as e:  # no /proc to look into (not Linux): nothing is removed
+        log.info("/dev/shm not swept: %s", e)
+        return
+    if removed:
+        log.info("removed what the server left in /dev/shm: %s", ", ".join(removed))
+
+
 class ServerProcess:
     """One vLLM server owned by Quantdeck: start, watch, stop."""
 
@@ -362,8 +469,11 @@ class ServerProcess:
         self.engine = engine or EngineEnv()
         self._caps = capabilities
         self._device = device
-        self._own_run_dir = run_dir is None  # under cache_dir()/runs, pruned to the last few
-        self.run_dir = run_dir or new_run_dir()
+        # None: a folder of its own under cache_dir()/runs (pruned to the last few), made at
+        # the first start that passes preflight (a refused start leaves no folder); until
+        # then ``run_dir`` is where it would be
+        self._own_run_dir = run_dir is None
+        self.run_dir = run_dir or cache_dir() / "runs" / time.strftime("%Y%m%d-%H%M%S")
         self.extra_env = dict(extra_env or {})
         self.state = sl.STOPPED
         self.facts: dict[str, Any] = {}
@@ -379,9 +489,11 @@ class ServerProcess:
         self._done = threading.Event()
         self._stop_requested = False
         self._engine_pids: set[int] = set()
+        self._foreign_since: float | None = None  # since when another process answers
         self._threads: list[threading.Thread] = []
         self.started_at: float | None = None
         self.log_path = self.run_dir / "server.log"
+        self._shm: ShmLedger | None = None  # this start's shared memory (see core/runtime/shm)
         # with cache.kv_events: vLLM's --kv-events-config of this start (also a "kv_events" fact)
         self.kv_events: dict[str, Any] | None = None
         # with server.profiler: the folder vLLM writes its traces in (also a "profiler_dir" fact)
@@ -471,9 +583,13 @@ class ServerProcess:
         if self.running:
             raise ServerError("the server is already running")
         cmd = self.preflight()
+        made = False  # the run folder, made by this start (it goes if the spawn fails)
         if self._own_run_dir:
+            self.run_dir = new_run_dir()
+            self.log_path = self.run_dir / "server.log"
+            self._own_run_dir, made = False, True  # a restart uses it again
             prune_run_dirs(self.run_dir.parent, spare=self.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         # the API key goes in the environment: another user can read argv in /proc
         env = subprocess_env(
             {**engine_environment(self.run_dir, self.cfg), **vllm_env(self.cfg), **self.extra_env}
@@ -485,13 +601,14 @@ class ServerProcess:
         self._done.clear()
         self._stop_requested = False
         self._engine_pids = set()
+        self._foreign_since = None
         self.started_at = time.time()
         self.kv_events = self._kv_events_config() if self.cfg.cache.kv_events else None
         if self.kv_events is not None:
             cmd = [*cmd, KV_EVENTS_FLAG + "=" + json.dumps(self.kv_events, separators=(",", ":"))]
         self.profiler_dir = self.run_dir / PROFILES_DIR if self.cfg.server.profiler else None
         if self.profiler_dir is not None:
-            self.profiler_dir.mkdir(exist_ok=True)
+            self.profiler_dir.mkdir(mode=0o700, exist_ok=True)
             cmd = [*cmd, PROFILER_FLAG + "=" + json.dumps(profiler_config(self.profiler_dir))]
         self._set_state(sl.STARTING, command=cmd)
         if self.kv_events is not None:
@@ -503,6 +620,7 @@ class ServerProcess:
         self._emit(PlanEvent(self.plan.to_json() if self.plan else {}))
         for f in self.findings:
             self._emit(AdviceEvent(f.to_json()))
+        self._shm = ShmLedger()
         try:
             self._proc = spawn(
                 cmd,
@@ -518,13 +636,14 @@ class ServerProcess:
                 errors="replace",
                 env=env,
                 cwd=str(self.run_dir),
+                umask=0o077,  # its files (traces, sockets, caches) are this user's alone
             )
         except OSError as e:
-            drop_engine_tmp(self.run_dir)
+            self._drop_unstarted(made)
             self._set_state(sl.CRASHED, exit_code=None, reason=str(e))
             raise ServerError(f"cannot start {cmd[0]}: {e.strerror}") from None
         except BaseException:
-            drop_engine_tmp(self.run_dir)  # nothing started: its TMPDIR goes
+            self._drop_unstarted(made)
             raise
         self._emit(FactEvent("pid", self._proc.pid))
         if self.nice:
@@ -535,6 +654,13 @@ class ServerProcess:
         ]
         for t in self._threads:
             t.start()
+
+    def _drop_unstarted(self, made: bool) -> None:
+        """Nothing started: its TMPDIR goes, and the run folder if this start made it."""
+        drop_engine_tmp(self.run_dir)
+        if made:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self._own_run_dir = True  # the next start makes a new one
 
     # -- KV events -----------------------------------------------------------------------------
     @staticmethod
@@ -558,31 +684,42 @@ class ServerProcess:
     def _read_log(self) -> None:
         """Drain the server's output to its end, whatever happens to server.log: vLLM blocks
         on its next write to a pipe nobody reads. A failed write (a full disk) is reported
-        once; the lines still reach ``log_tail`` and the observers."""
+        once; the lines still reach ``log_tail`` and the observers. While lines come, the
+        shared memory the server's processes map is noted; at the end (every process of
+        the server has closed the pipe), what the server left in /dev/shm is removed."""
         parser = sl.StartupLogParser()
-        assert self._proc is not None and self._proc.stdout is not None
+        proc, shm = self._proc, self._shm
+        assert proc is not None and proc.stdout is not None
         logf = self._open_log()
+        noted = -SHM_NOTE_S
         try:
-            for raw in self._proc.stdout:
+            for raw in proc.stdout:
                 if logf is not None:
                     logf = self._write_log(logf, raw)
                 self._on_log_line(raw.rstrip("\n"), parser)
+                # at most once a second, and at the end of the start-up (its queues made)
+                if shm is not None and (
+                    time.monotonic() - noted >= SHM_NOTE_S or "startup complete" in raw
+                ):
+                    shm.note(_process_tree(proc.pid))
+                    noted = time.monotonic()
         finally:
             if logf is not None:
                 self._close_log(logf)
+            if shm is not None:
+                _sweep_shm(shm, proc.pid)
 
-    def _open_log(self) -> Any:
+    def _open_log(self) -> CappedLog | None:
         try:
-            return open(self.log_path, "a", encoding="utf-8")
+            return CappedLog(self.log_path)
         except OSError as e:
             self._log_not_saved(e)
             return None
 
-    def _write_log(self, logf: Any, raw: str) -> Any:
+    def _write_log(self, logf: CappedLog, raw: str) -> CappedLog | None:
         """``logf`` after writing ``raw`` to it, or None once a write failed."""
         try:
             logf.write(raw)
-            logf.flush()
             return logf
         except OSError as e:
             self._log_not_saved(e)
@@ -590,7 +727,7 @@ class ServerProcess:
             return None
 
     @staticmethod
-    def _close_log(logf: Any) -> None:
+    def _close_log(logf: CappedLog) -> None:
         try:
             logf.close()
         except OSError:
@@ -672,6 +809,13 @@ class ServerProcess:
                 if not self._ready.is_set():
                     if self._check_ready(client):
                         continue
+                    foreign = self._foreign_since
+                    if foreign is not None and time.monotonic() - foreign > FOREIGN_S:
+                        port = self.cfg.server.port
+                        return (
+                            f"port {port} answers, but from another process: this server did "
+                            "not bind it (two servers started on one port?)"
+                        )
                     late = time.time() - (self.started_at or 0) > self.startup_timeout
                     if late and not self._stop_requested:
                         return f"not ready after {self.startup_timeout:g} s (start-up deadline)"
@@ -683,11 +827,16 @@ class ServerProcess:
         return None
 
     def _check_ready(self, client: httpx.Client) -> bool:
-        """One poll of /health and /v1/models; True (and the state ready) once both answer."""
+        """One poll of /health and /v1/models; True (and the state ready) once both answer
+        and the port's listener is this server's own (something else answering there, e.g.
+        a second server started on the same port, is not this one being ready)."""
         try:
             if client.get("/health").status_code != 200 or not self._models_ok(client):
                 return False
         except (httpx.HTTPError, ValueError):
+            return False
+        if not self._listens():
+            self._foreign_since = self._foreign_since or time.monotonic()
             return False
         self._engine_pids = self._children()
         self.facts["ready_s"] = round(time.time() - (self.started_at or 0), 2)
@@ -695,6 +844,20 @@ class ServerProcess:
         self._ready.set()
         self._set_state(sl.READY, url=self.url)
         return True
+
+    def _listens(self) -> bool:
+        """Whether a process of this server listens on its port."""
+        port = self.cfg.server.port
+        for pid in self._group_pids():
+            try:
+                conns = psutil.Process(pid).net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            if any(
+                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns
+            ):
+                return True
+        return False
 
     def _children(self) -> set[int]:
         if self._proc is None:
@@ -767,6 +930,13 @@ class ServerProcess:
             for p in alive_pids(pids):  # a child that left the group still goes
                 try:
                     os.kill(p, sig)
+                except OSError:
+                    pass
+            # a stopped process (SIGSTOP, a debugger's) acts on its signal once continued
+            self._kill_group(signal.SIGCONT)
+            for p in alive_pids(pids):
+                try:
+                    os.kill(p, signal.SIGCONT)
                 except OSError:
                     pass
             deadline = time.time() + wait

@@ -72,7 +72,8 @@ class RunningFleet:
         )
 
     def workers(self) -> set[str]:
-        return set(httpx.get(self.router + "/list_workers", timeout=5).json()["urls"])
+        r = httpx.get(self.router + "/list_workers", headers=AUTH, timeout=5)
+        return set(r.json()["urls"])
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +161,7 @@ def test_the_primaries_answer_through_the_router(
     assert fleet.workers() == {fleet.urls["a"], fleet.urls["b"]}  # the backup waits
     models = httpx.get(fleet.router + "/v1/models", headers=AUTH, timeout=30)
     fleet.model = models.json()["data"][0]["id"]
-    # the router checks no key itself: it passes the client's on, and the instances check it
+    # the router checks the key itself, on every route (tests/cli/test_key_guard_server.py)
     keyless = httpx.post(
         fleet.router + "/v1/completions", json={"model": fleet.model, "prompt": "x"}, timeout=30
     )
@@ -316,6 +317,86 @@ def test_a_primary_killed_under_traffic_fails_no_request_and_rejoins(fleet: Runn
     assert back["ok"] and a in fleet.workers()
     codes = [fleet.complete().status_code for _ in range(6)]
     assert codes == [200] * 6 and _successes(a) >= 2  # round robin: the new a answered too
+
+
+def _last_pid(fleet: RunningFleet, name: str) -> int:
+    return int(
+        [e for e in fleet.events if e.get("instance") == name and e.get("name") == "pid"][-1][
+            "value"
+        ]
+    )
+
+
+def test_a_hung_instance_is_unrouted_within_10_s_and_restarted(fleet: RunningFleet) -> None:
+    """SIGSTOP of a (its API server and engine are one process here): still a process, not
+    dead, but it answers nothing. The fleet calls it hung within 10 s, takes it out of the
+    router (b serves every request meanwhile), restarts it after the grace period (a is
+    ``restart: on-failure``) and routes it again."""
+    a = fleet.urls["a"]
+    pid = _last_pid(fleet, "a")
+    stopped = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        hung = fleet.wait_for(
+            lambda e: e.get("instance") == "a" and e.get("state") == "hung" and e["t"] > stopped,
+            15,
+        )
+        assert hung["t"] - stopped <= 10.0, hung
+        assert "no answer" in hung["reason"]
+        fleet.wait_for(
+            lambda e: (
+                e.get("event") == "route"
+                and e["worker"] == a
+                and e["action"] == "remove"
+                and e["t"] > stopped
+            ),
+            5,
+        )
+        assert a not in fleet.workers()
+        codes = [fleet.complete().status_code for _ in range(4)]  # b alone, no client waits
+        assert codes == [200] * 4
+        restart = fleet.wait_for(
+            lambda e: e.get("instance") == "a" and e.get("event") == "restart" and e["t"] > stopped,
+            30,
+        )
+        assert not restart["gave_up"] and restart["t"] - hung["t"] >= 9.5  # the grace period
+        back = fleet.wait_for(
+            lambda e: (
+                e.get("event") == "route"
+                and e["worker"] == a
+                and e["action"] == "add"
+                and e["t"] > stopped
+            ),
+            600,
+        )
+        assert back["ok"] and a in fleet.workers()
+        assert _last_pid(fleet, "a") != pid and alive_pids({pid}) == []  # the hung one is gone
+    finally:
+        if alive_pids({pid}):  # a test that failed leaves no stopped process
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_kill_9_of_the_router_is_a_crash_and_it_comes_back(fleet: RunningFleet) -> None:
+    """The router is supervised as the instances are: its death is a ``crashed`` event with
+    its reason, and it is started again on its port with the workers it had; requests flow
+    again within seconds, the instances serving on their own ports meanwhile."""
+    workers = fleet.workers()
+    pid = _last_pid(fleet, "router")
+    killed = time.time()
+    os.kill(pid, signal.SIGKILL)
+    crashed = fleet.wait_for(
+        lambda e: e.get("instance") == "router" and e.get("state") == "crashed", 10
+    )
+    assert crashed["t"] - killed <= 2.0 and "signal 9" in crashed["reason"], crashed
+    ready = fleet.wait_for(
+        lambda e: e.get("instance") == "router" and e.get("state") == "ready" and e["t"] > killed,
+        30,
+    )
+    assert ready["t"] - killed <= 10.0, ready
+    assert _last_pid(fleet, "router") != pid
+    assert fleet.workers() == workers
+    assert [fleet.complete().status_code for _ in range(4)] == [200] * 4
+    assert fleet.proc.poll() is None  # fleet up goes on
 
 
 def test_sigterm_stops_the_whole_fleet(

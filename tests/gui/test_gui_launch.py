@@ -162,7 +162,7 @@ def window_with_engine(qtbot: Any, name: str, python: Path) -> MainWindow:
     """A window (CPU, no probe) after ``python`` was registered as the engine ``name``."""
     import json
 
-    from quantdeck.core.runtime.engines import registry_path
+    from quantdeck.core.engines import registry_path
 
     registry_path().parent.mkdir(parents=True, exist_ok=True)
     entry = {"name": name, "python": str(python), "added": 1.0}

@@ -293,7 +293,7 @@ def test_an_instance_names_its_engine(tmp_path: Path, model: Path, bare_venv: Pa
     """``engine:`` (a registered engine's name or an interpreter) serves that instance; a name
     that is none, or an engine without vLLM, is one line naming the instance, and a url
     instance (started elsewhere) takes none."""
-    from quantdeck.core.runtime.engines import registry_path
+    from quantdeck.core.engines import registry_path
 
     bare = bare_venv
     registry_path().parent.mkdir(parents=True, exist_ok=True)

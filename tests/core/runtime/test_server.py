@@ -174,3 +174,44 @@ def test_multi_gpu_launches_turn_nvlink_multicast_off(tmp_path, monkeypatch, sho
     assert all(env[k] == v for k, v in MULTI_GPU_ENV.items())
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # an operator's own choice is kept
     assert engine_environment(tmp_path, cfg)["NCCL_NVLS_ENABLE"] == "1"
+
+
+def test_another_process_answering_on_the_port_is_not_readiness(server: ServerProcess) -> None:
+    """Readiness is ours: a process that took the port between the start's check and vLLM's
+    bind, and answers /health and /v1/models as vLLM would, never makes the server ready;
+    the start fails with the reason (two servers started on one port end the same way)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    server.stop()
+    models = json.dumps({"data": [{"id": server.served_name}]}).encode()
+
+    class Impostor(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = models if self.path.startswith("/v1/models") else b"{}"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server.start()  # checked the port and spawned; vLLM binds it seconds later
+    impostor = ThreadingHTTPServer(("127.0.0.1", server.cfg.server.port), Impostor)
+    threading.Thread(target=impostor.serve_forever, daemon=True).start()
+    try:
+        assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+        assert not server.wait_ready(300)
+        since = max(i for i, e in enumerate(server.events) if e.get("state") == "starting")
+        states = [e["state"] for e in server.events[since:] if e.get("state")]
+        assert "ready" not in states and states[-1] == server.state == "crashed", states
+        crash = [e for e in server.events[since:] if e.get("state") == "crashed"][-1]
+        # vLLM's bind failed and it exited, or it stayed up unbound: either way said
+        said = crash["reason"] + "\n".join(crash["log_tail"])
+        assert "another process" in said or "already in use" in said, crash
+    finally:
+        impostor.shutdown()
+        impostor.server_close()
+        server.stop()
