@@ -279,8 +279,11 @@ def keyless_routes(cfg: LaunchConfig) -> str:
     if not cfg.server.api_key:
         return "without a key every route is open (inference, /start_profile, /scale_elastic_ep)"
     if cfg.server.open_metrics:
-        return "only /health and /metrics answer without the key (--no-open-metrics guards it)"
-    return "only /health answers without the key"
+        return (
+            "only /health, /metrics, /tokenize and /detokenize answer without the key "
+            "(--no-open-metrics guards /metrics)"
+        )
+    return "only /health, /tokenize and /detokenize answer without the key"
 
 
 def _exposure(cfg: LaunchConfig, err: Report, warn: Report) -> None:

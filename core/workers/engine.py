@@ -15,9 +15,11 @@ e.g. ``bench serve``); in an interpreter without Quantdeck, this file run by pat
   signal to this process alone would leave it running.
 - With an API key (``VLLM_API_KEY``, never argv), every route of the server wants it, not
   only vLLM's ``/v1``: :class:`KeyGuard`, given to vLLM as ``--middleware`` (vLLM's own check
-  leaves ``/invocations``, ``/start_profile``, ``/scale_elastic_ep``... open). Only ``/health``
-  answers without the key, and ``/metrics`` where ``QUANTDECK_OPEN_METRICS=1`` (Quantdeck sets
-  it from the server's ``open_metrics`` setting).
+  leaves ``/invocations``, ``/start_profile``, ``/scale_elastic_ep``... open). Only ``/health``,
+  the tokenizer's ``/tokenize`` and ``/detokenize`` (no model runs; vllm-router forwards them to
+  its workers without a key, and a benchmark through the router counts tokens with them) answer
+  without the key, and ``/metrics`` where ``QUANTDECK_OPEN_METRICS=1`` (Quantdeck sets it from
+  the server's ``open_metrics`` setting).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ OWNER_PID_ENV = "QUANTDECK_OWNER_PID"
 KEY_ENV = "VLLM_API_KEY"  # vLLM's own; Quantdeck passes the key only here
 OPEN_METRICS_ENV = "QUANTDECK_OPEN_METRICS"  # "1": /metrics answers without the key
 LIVENESS_PATHS = ("/health",)  # open whatever the settings: load balancers ask without a key
+# open too: they run no model, and vllm-router forwards them to its workers without the key
+TOKENIZER_PATHS = ("/tokenize", "/detokenize")
 METRICS_PATHS = ("/metrics", "/metrics/")  # vLLM's exposition (its mount answers both)
 
 Scope = MutableMapping[str, Any]
@@ -52,9 +56,11 @@ AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def open_paths(environ: MutableMapping[str, str] | None = None) -> tuple[str, ...]:
-    """The paths that answer without the key: /health, and /metrics where it is let open."""
+    """The paths that answer without the key: /health, the tokenizer's, and /metrics where it
+    is let open."""
     env = os.environ if environ is None else environ
-    return LIVENESS_PATHS + (METRICS_PATHS if env.get(OPEN_METRICS_ENV) == "1" else ())
+    opened = LIVENESS_PATHS + TOKENIZER_PATHS
+    return opened + (METRICS_PATHS if env.get(OPEN_METRICS_ENV) == "1" else ())
 
 
 def _digest(token: str) -> bytes:

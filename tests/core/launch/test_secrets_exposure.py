@@ -143,7 +143,10 @@ def test_open_server_without_key_is_an_error(llama: Path) -> None:
         assert f.level == "error" and "no API key" in f.message
         assert "--allow-open" in f.message and "every route is open" in f.message
     (f,) = _host_findings(llama, "0.0.0.0", KEY)  # what the engine's key guard leaves open
-    assert f.level == "warning" and "only /health and /metrics answer" in f.message
+    assert (
+        f.level == "warning"
+        and "only /health, /metrics, /tokenize and /detokenize answer" in f.message
+    )
     (f,) = _host_findings(llama, "0.0.0.0", None, allow_open=True)
     assert f.level == "warning" and "every route is open" in f.message
     assert _host_findings(llama, "127.0.0.1", None) == []

@@ -117,7 +117,7 @@ def test_metrics_open_only_where_allowed(monkeypatch: pytest.MonkeyPatch) -> Non
         assert _get(guard, "GET", "/health").status_code == 200
         assert _get(guard, "GET", "/v1/models", **AUTH).status_code == 200
     monkeypatch.delenv(engine.OPEN_METRICS_ENV)
-    assert engine.open_paths() == ("/health",)  # unset: guarded, the safe side
+    assert engine.open_paths() == ("/health", "/tokenize", "/detokenize")  # /metrics guarded
     monkeypatch.setenv("VLLM_API_KEY", "")
     with pytest.raises(RuntimeError, match="no API key"):
         engine.KeyGuard(Recorder())
@@ -209,11 +209,12 @@ def test_the_open_server_warning_lists_what_stays_open(tmp_path: Path) -> None:
         return f.message
 
     assert host_finding().endswith(
-        "only /health and /metrics answer without the key (--no-open-metrics guards it)"
+        "only /health, /metrics, /tokenize and /detokenize answer without the key "
+        "(--no-open-metrics guards /metrics)"
     )
     cfg.server.open_metrics = False
-    assert host_finding().endswith("only /health answers without the key")
-    assert "tokenize" not in host_finding() and "/v1 only" not in host_finding()
+    assert host_finding().endswith("only /health, /tokenize and /detokenize answer without the key")
+    assert "/v1 only" not in host_finding()
 
 
 # -- the router's launcher ----------------------------------------------------------------------
