@@ -51,9 +51,11 @@ def test_a_start_picks_two_loopback_endpoints() -> None:
 
 
 class _State:
-    """What KvEvents reads of a server: its state."""
+    """What KvEvents reads of a server: its state, and its config's API key (its /metrics
+    may want it)."""
 
     state = "starting"
+    cfg = LaunchConfig()
 
 
 @pytest.mark.vllm
