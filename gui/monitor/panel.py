@@ -68,6 +68,11 @@ from quantdeck.gui.style import (
 # vLLM's dashboard thresholds, always on (the limits in the bar are the operator's own)
 KV_ALERT_PCT = 98.0  # KV cache nearly full: preemptions follow
 SLO_ALERT_PCT = 99.0  # a window's attainment under this
+# The alert banner's row stays this long after the last alert cleared. An alert that comes and
+# goes with the samples (KV usage about its threshold) would otherwise move every plot up and
+# down with it, and each move lays out all the plots and draws all their axes again (about
+# 0.1 s of the UI thread; it was most of the frame time while an alert flapped).
+BANNER_HOLD_S = 10.0
 
 
 class MonitorPanel(QWidget):
@@ -200,6 +205,10 @@ class MonitorPanel(QWidget):
         self.banner = QLabel()
         self.banner.setStyleSheet(ALERT_BANNER_SHEET)
         self.banner.hide()
+        self._banner_hold = QTimer(self)
+        self._banner_hold.setSingleShot(True)
+        self._banner_hold.setInterval(int(BANNER_HOLD_S * 1000))
+        self._banner_hold.timeout.connect(lambda: self._keep_banner_row(False))
         # why the last sample lacks figures (the sampler goes on; this says what it misses)
         self.problem = QLabel()
         self.problem.setStyleSheet(PROBLEM_SHEET)
@@ -719,10 +728,28 @@ class MonitorPanel(QWidget):
                 self.alert.emit(changed.text())
             if over:
                 messages.append(text)
-        self.banner.setVisible(bool(messages))
-        self.banner.setText("⚠ " + " · ".join(messages))
+        self._show_banner("⚠ " + " · ".join(messages) if messages else "")
         if self.alerts.version != version:
             self.alerts_changed.emit()
+
+    def _show_banner(self, text: str) -> None:
+        """The alerts of now in the banner (empty: none). Hidden, it keeps its row for
+        ``BANNER_HOLD_S``, so that an alert that flaps does not move the plots each time."""
+        if text:
+            self._banner_hold.stop()
+            self._keep_banner_row(True)
+            if text != self.banner.text():
+                self.banner.setText(text)
+            self.banner.show()
+        elif not self.banner.isHidden():
+            self.banner.hide()
+            self._banner_hold.start()
+
+    def _keep_banner_row(self, keep: bool) -> None:
+        policy = self.banner.sizePolicy()
+        if policy.retainSizeWhenHidden() != keep:
+            policy.setRetainSizeWhenHidden(keep)
+            self.banner.setSizePolicy(policy)  # lays the panel out again
 
     def acknowledge_alerts(self) -> int:
         """The operator has seen them: the badge goes (active alerts stay listed)."""

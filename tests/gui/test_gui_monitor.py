@@ -68,6 +68,29 @@ def test_alerts_banner_and_signal(qtbot) -> None:
     assert m.banner.isVisible() and "450" in m.banner.text()
 
 
+def test_flapping_alert_does_not_move_the_plots(qtbot, monkeypatch) -> None:
+    """An alert that comes and goes with the samples shows and hides the banner each time, in
+    a row of its own that it keeps for a while: the plots are not laid out again each time."""
+    monkeypatch.setattr("quantdeck.gui.monitor.panel.BANNER_HOLD_S", 0.2)
+    m = MonitorPanel(fps=1)
+    qtbot.addWidget(m)
+    m.resize(900, 600)
+    m.show()
+    m.add_event(metrics_event(1.0, kv_usage_pct=50.0))
+    m.refresh(force=True)
+    qtbot.waitUntil(lambda: m.graphics.height() > 0)
+    height = m.graphics.height()
+    heights = []
+    for i in range(6):
+        m.add_event(metrics_event(2.0 + i, kv_usage_pct=99.0 if i % 2 == 0 else 90.0))
+        m.refresh(force=True)
+        assert m.banner.isHidden() == bool(i % 2)
+        qtbot.wait(1)  # layout
+        heights.append(m.graphics.height())
+    assert heights[0] < height and len(set(heights)) == 1  # moved once, when first shown
+    qtbot.waitUntil(lambda: m.graphics.height() == height, timeout=2000)  # the row goes
+
+
 def test_replayed_recording_looks_like_live(qtbot, tmp_path: Path) -> None:
     """A recording (e.g. from a GPU host) drawn in the Monitor equals the same events live."""
     events = [
