@@ -311,6 +311,28 @@ def engine_from(ns: argparse.Namespace) -> str:
     return resolve_engine(ns.engine) if ns.engine is not None else default_engine()
 
 
+def fit_for_engine(ns: argparse.Namespace, cfg: LaunchConfig) -> tuple[LaunchConfig, list[str]]:
+    """``cfg`` made fit for the engine ``--engine`` names (default: the default engine): a
+    ``--profile`` saved with another vLLM migrated (:mod:`quantdeck.core.launch.migrate`),
+    then everything checked against that engine's own ``vllm serve`` parser (its capabilities,
+    probed once and cached). Returns the config and the migration's notes; one ConfigError
+    line naming the engine's and the profile's vLLM versions when it cannot launch there."""
+    from quantdeck.core.launch.migrate import migrate_config
+    from quantdeck.core.runtime.engine import EngineEnv
+
+    saved = None
+    if ns.profile:
+        p = Path(ns.profile)
+        if not (p.suffix in (".yaml", ".yml") or p.exists()):
+            p = profiles.profile_path(ns.profile)
+        saved = profiles.read_file(p)[1]
+    caps = EngineEnv(engine_from(ns)).capabilities()
+    cfg, notes = migrate_config(
+        cfg, saved_with=saved, target=caps, engine=ns.engine, profile=bool(ns.profile)
+    )
+    return knobs.for_engine(cfg, caps), notes
+
+
 RECORD_MAX_MIB = 128  # a recording's cap: the most a replay reads (core.monitor.recording)
 
 

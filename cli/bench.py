@@ -292,7 +292,8 @@ def register(add: AddCommand) -> None:
         "--space",
         nargs="+",
         metavar="KNOB=V1,V2",
-        help="candidate values (default: sized to the load and device)",
+        help="candidate values, e.g. max_num_seqs=4,8,16 performance_mode=balanced,throughput "
+        "speculative=none,ngram:3 (default: sized to the load and device)",
     )
     sp.add_argument("--strategy", default="coordinate", choices=["coordinate", "grid"])
     sp.add_argument("--max-points", type=int)

@@ -60,6 +60,36 @@ def cmd_engines_remove(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_engines_options(ns: argparse.Namespace) -> int:
+    from quantdeck.core.engines import default_engine, resolve_engine
+    from quantdeck.core.launch import knobs
+    from quantdeck.core.launch.engine_args import list_options
+    from quantdeck.core.runtime import EngineEnv
+
+    python = resolve_engine(ns.engine) if ns.engine else default_engine()
+    caps = EngineEnv(python).capabilities()
+    found = list_options(caps, knobs.managed_options(), ns.search)
+    if ns.json:
+        print_json({"engine": caps.label, "options": [o.to_json() for o in found]})
+        return 0
+    print(f"{caps.label}: {len(found)} option{'s' * (len(found) != 1)}")
+    for o in found:
+        kind = "{" + ",".join(map(str, o.choices)) + "}" if o.choices else o.kind
+        print(f"\n{', '.join(o.flags)}  {kind}  [default: {o.default}]  ({o.group})")
+        if o.managed:
+            print(f"    Quantdeck sets it: {o.managed}")
+        for line in _first_paragraph(o.help):
+            print("    " + line)
+    return 0
+
+
+def _first_paragraph(text: str) -> list[str]:
+    import textwrap
+
+    first = " ".join(text.strip().split("\n\n")[0].split())
+    return textwrap.wrap(first, 92) if first else []
+
+
 def register(add: AddCommand) -> None:
     p = add(
         "engines",
@@ -93,3 +123,17 @@ def register(add: AddCommand) -> None:
     )
     r.add_argument("name", metavar="NAME")
     r.set_defaults(func=cmd_engines_remove)
+    o = sub.add_parser(
+        "options",
+        help="every option of an engine's `vllm serve`, typed, with vLLM's help (what "
+        "--vllm-arg and a profile's vllm-args take)",
+        description="every option of an engine's `vllm serve` as its own parser has it (read in "
+        "its interpreter once per vLLM version, then cached): kind, default, argument group, "
+        "vLLM's help; those Quantdeck sets itself say which setting to use",
+    )
+    o.add_argument(
+        "engine", nargs="?", metavar="NAME|PY", help="the engine (default: the default engine)"
+    )
+    o.add_argument("--search", metavar="WORDS", help="only options whose flags or help hold them")
+    o.add_argument("--json", action="store_true", help="one JSON object: the engine and options")
+    o.set_defaults(func=cmd_engines_options)

@@ -9,9 +9,12 @@ from typing import Any
 from quantdeck.cli._common import (
     AddCommand,
     add_device,
+    add_engine,
     add_model_and_knobs,
     config_from,
     device_from,
+    engine_from,
+    fit_for_engine,
     human_bytes,
     print_json,
 )
@@ -22,19 +25,39 @@ from quantdeck.core.launch.planner import same_groups
 
 def _plan_and_advise(
     ns: argparse.Namespace,
-) -> tuple[LaunchConfig, Any, Any, list[Any], RayFacts | None]:
-    from quantdeck.core.launch import advise, local_vllm_version, plan, with_ray
+) -> tuple[LaunchConfig, Any, Any, list[Any], RayFacts | None, Any]:
+    from quantdeck.core.launch import advise, cpu_device, local_vllm_version, plan, with_ray
     from quantdeck.core.launch.planner import version_tuple
     from quantdeck.core.models import inspect_model
 
     cfg = config_from(ns)
+    caps = None
+    if ns.engine is not None:  # that engine's version rules and options
+        if ns.vllm_version is not None:
+            raise ConfigError("--vllm-version and --engine: give one (the engine has its version)")
+        cfg, notes = fit_for_engine(ns, cfg)  # a profile saved with another vLLM, migrated
+        for note in notes:
+            print(f"quantdeck: note: {note}", file=sys.stderr)
+        caps = engine_capabilities(ns)
+        cfg = knobs.for_engine(cfg, caps)
     info = inspect_model(cfg.model.model)
-    dev = with_ray(device_from(ns), cfg)  # the ray backend: the cluster's facts, probed
-    version = ns.vllm_version or local_vllm_version()
+    dev = device_from(ns)
+    if caps is not None and caps.platform != "cuda" and ns.gpu_memory_gib is None:
+        dev = cpu_device()  # as the server plans: a CPU engine serves on this machine's CPU
+    dev = with_ray(dev, cfg, python=caps.python if caps else None)  # the ray backend's facts
+    version = caps.vllm_version if caps else ns.vllm_version or local_vllm_version()
     if ns.vllm_version is not None and len(version_tuple(ns.vllm_version)) < 2:
         raise ConfigError(f"--vllm-version: '{ns.vllm_version}' is not a version like 0.26.0")
     kv = plan(cfg, info, dev, vllm_version=version)
-    return cfg, info, kv, advise(cfg, info, dev, kv), dev.ray
+    return cfg, info, kv, advise(cfg, info, dev, kv), dev.ray, caps
+
+
+def engine_capabilities(ns: argparse.Namespace) -> Any:
+    """The capabilities of the engine ``--engine`` names (the default engine without it):
+    probed once per engine and vLLM version, then cached."""
+    from quantdeck.core.runtime import EngineEnv
+
+    return EngineEnv(engine_from(ns)).capabilities()
 
 
 # `plan`'s exit status when the launch does not fit (the plan is printed all the same), so
@@ -44,9 +67,10 @@ DOES_NOT_FIT = 1
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
-    cfg, info, kv, findings, ray = _plan_and_advise(ns)
+    cfg, info, kv, findings, ray, caps = _plan_and_advise(ns)
     out = kv.to_json()
     out["model"] = info.path
+    out["engine"] = caps.label if caps is not None else None
     if ray is not None:
         out["ray"] = ray.to_json()
     out["errors"] = [f.message for f in findings if f.level == "error"]
@@ -57,6 +81,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         print_json(out)
         return code
     print(f"device        {kv.device}")
+    if caps is not None:
+        print(f"engine        {caps.label}")
     print(f"model         {info.path} ({info.badge})")
     for label, key in (
         ("budget", "budget_bytes"),
@@ -72,6 +98,11 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         f"{kv.block_size} ({human_bytes(kv.kv_bytes_per_token)} per token)"
     )
     print(f"concurrency   {kv.max_concurrency}x at max_model_len {kv.max_model_len}")
+    if kv.offload_bytes:
+        print(
+            f"KV offload    {human_bytes(kv.offload_bytes)} of CPU memory: "
+            f"{kv.offload_tokens:,} tokens of evicted blocks kept for prefix-cache reuse"
+        )
     if len(kv.groups) > 1 or any(g.kind != "full_attention" for g in kv.groups):
         print(f"KV groups     {len(kv.groups)}, a block is {human_bytes(kv.bytes_per_block)}:")
         for n, g in same_groups(kv.groups):
@@ -96,6 +127,12 @@ def cmd_plan(ns: argparse.Namespace) -> int:
 
 def cmd_command(ns: argparse.Namespace) -> int:
     cfg = config_from(ns)
+    if ns.engine is not None:  # checked against that engine's parser; a profile migrated
+        cfg, notes = fit_for_engine(ns, cfg)
+        for note in notes:
+            print(f"quantdeck: note: {note}", file=sys.stderr)
+    if ns.engine is not None or cfg.extra_args:  # the engine's options, typed as it takes them
+        cfg = knobs.for_engine(cfg, engine_capabilities(ns))
     if ns.yaml:  # never holds the key: vLLM reads it from VLLM_API_KEY
         sys.stdout.write(knobs.to_yaml(cfg, for_vllm=True))
     else:
@@ -130,11 +167,13 @@ def register(add: AddCommand) -> None:
     )
     add_model_and_knobs(sp)
     add_device(sp)
+    add_engine(sp, "the plan follows (its vLLM version's rules; its options checked)")
     sp.add_argument("--json", action="store_true")
 
     sp = add("command", cmd_command, "print the `vllm serve` command (or its --config YAML)")
     add_model_and_knobs(sp)
     sp.add_argument("--yaml", action="store_true", help="print the YAML instead")
+    add_engine(sp, "the command is for (its flags checked against that vLLM's own parser)")
 
     sp = add("profile", cmd_profile, "save, show, list or delete launch profiles")
     psub = sp.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -16,6 +16,7 @@ from quantdeck.cli._common import (
     client_from,
     config_from,
     engine_from,
+    fit_for_engine,
     positive_seconds,
     print_json,
     until_signal,
@@ -32,6 +33,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     cfg = config_from(ns)
     engine = EngineEnv(engine_from(ns))
+    if ns.profile or ns.engine is not None:  # fit for that engine's vLLM before anything starts
+        cfg, notes = fit_for_engine(ns, cfg)
+        for note in notes:
+            print(f"quantdeck: note: {note}", file=sys.stderr)
     server = ServerProcess(cfg, engine=engine, startup_timeout=ns.startup_timeout)
     stop = threading.Event()
     until_signal(stop)  # serve's normal end: a stop signal ends it with exit code 0

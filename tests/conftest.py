@@ -173,7 +173,7 @@ def _no_qt_workers_left(request: pytest.FixtureRequest) -> Iterator[None]:
 
 # Fixtures and markers of tests that start a server, train a model or run a conversion.
 _HEAVY_FIXTURES = frozenset({"demo_model", "demo_server"})
-_HEAVY_MARKERS = ("server", "slow", "vllm")
+_HEAVY_MARKERS = ("server", "slow", "vllm", "engines")
 
 
 @pytest.fixture
@@ -190,8 +190,9 @@ def no_keyring() -> Iterator[None]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``fast`` every test that needs neither the demo model nor the server and is not
-    marked ``server``, ``slow`` or ``vllm`` (tests that train or convert on their own are marked
-    slow; those that import vLLM here, ``vllm``).
+    marked ``server``, ``slow``, ``vllm`` or ``engines`` (tests that train or convert on their
+    own are marked slow; those that import vLLM here, ``vllm``; those that run the extra
+    engines of other vLLM versions, ``engines``).
     ``fixturenames`` is the closure: a fixture that uses ``demo_model`` counts too."""
     for item in items:
         if _HEAVY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())) and not any(

@@ -29,7 +29,8 @@ from quantdeck.core.events import (
     Publisher,
     StateEvent,
 )
-from quantdeck.core.launch import LaunchConfig, iter_knobs, knobs, profiles, to_dict, validate
+from quantdeck.core.launch import LaunchConfig, knobs, profiles, to_dict, validate
+from quantdeck.core.launch.diff import knob_diff
 from quantdeck.core.runtime import EngineEnv, ServerProcess, free_port, warm_up
 
 EventFn = Callable[[Event], None]
@@ -72,16 +73,6 @@ def parse_arm(text: str, base: LaunchConfig) -> Arm:
     if ns.path:
         cfg.model.model = ns.path
     return Arm(label, validate(cfg))
-
-
-def knob_diff(base: LaunchConfig, cfg: LaunchConfig) -> dict[str, tuple[Any, Any]]:
-    """The knobs whose value in ``cfg`` differs from ``base``: ``{knob: (base's, cfg's)}`` in
-    the schema's order (secrets left out: they change nothing that is measured)."""
-    return {
-        k.name: (k.get(base), k.get(cfg))
-        for k in iter_knobs()
-        if not k.secret_env and k.get(base) != k.get(cfg)
-    }
 
 
 def check_arms(arms: list[Arm]) -> None:

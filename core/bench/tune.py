@@ -1,10 +1,11 @@
 """Auto-tune: the launch knobs that give the most goodput under latency targets.
 
 Search space: max_num_seqs, max_num_batched_tokens, chunked prefill, block size and (on a GPU)
-gpu_memory_utilization; every point is a fresh server start with one knob set changed and the
-same load. Objective: request goodput (requests/s whose TTFT <= ``ttft_ms`` and TPOT <=
-``tpot_ms``, as ``vllm bench serve --goodput`` counts them); a point *meets* the targets when
-its p99 TTFT and p99 TPOT are within them too.
+gpu_memory_utilization by default; performance mode, speculative decoding (``ngram:K``, or
+``none`` for off) and the optimization level when ``--space`` names them; every point is a
+fresh server start with one knob set changed and the same load. Objective: request goodput
+(requests/s whose TTFT <= ``ttft_ms`` and TPOT <= ``tpot_ms``, as ``vllm bench serve --goodput``
+counts them); a point *meets* the targets when its p99 TTFT and p99 TPOT are within them too.
 
 Strategy (``coordinate``): start from the base config; for each knob in order of its usual effect,
 try its candidate values with the others at the best so far, walking outward from the current value
@@ -34,7 +35,15 @@ from quantdeck.core.events import (
     PointEvent,
     Publisher,
 )
-from quantdeck.core.launch import DeviceFacts, LaunchConfig, to_dict, validate
+from quantdeck.core.launch import (
+    DeviceFacts,
+    LaunchConfig,
+    check_value,
+    parse_text,
+    to_dict,
+    validate,
+)
+from quantdeck.core.launch.knobs import knob_by_name
 from quantdeck.core.runtime import EngineEnv
 
 EventFn = Callable[[Event], None]
@@ -46,6 +55,9 @@ KNOBS: dict[str, tuple[str, str]] = {
     "enable_chunked_prefill": ("scheduler", "enable_chunked_prefill"),
     "block_size": ("cache", "block_size"),
     "gpu_memory_utilization": ("cache", "gpu_memory_utilization"),
+    "performance_mode": ("performance", "performance_mode"),
+    "speculative": ("performance", "speculative"),
+    "optimization_level": ("performance", "optimization_level"),
 }
 
 
@@ -67,7 +79,9 @@ def default_space(device: DeviceFacts, concurrency: int | None) -> dict[str, lis
 def parse_space(
     items: list[str] | None, device: DeviceFacts, concurrency: int | None
 ) -> dict[str, list[Any]]:
-    """``KNOB=V1,V2`` items (numbers or true/false); none: :func:`default_space`."""
+    """``KNOB=V1,V2`` items, each value read as the knob reads it on the command line
+    (numbers, true/false, a choice, ``auto`` or ``none`` for unset, ``ngram:K``); none:
+    :func:`default_space`."""
     if not items:
         return default_space(device, concurrency)
     space: dict[str, list[Any]] = {}
@@ -78,15 +92,17 @@ def parse_space(
             raise ConfigError(
                 f"--space {item!r}: expected KNOB=V1,V2 with KNOB one of " + ", ".join(KNOBS)
             )
+        k = knob_by_name(knob)
         out: list[Any] = []
         for v in (v.strip() for v in values.split(",")):
-            if v.lower() in ("true", "false"):
-                out.append(v.lower() == "true")
-                continue
             try:
-                out.append(int(v) if v.lstrip("-").isdigit() else float(v))
-            except ValueError:
-                raise ConfigError(f"--space {knob}: {v!r} is not a number") from None
+                value = parse_text(k, v)
+                check_value(k, value)
+                if k.to_vllm is not None and value is not None:
+                    k.to_vllm(value)
+            except ConfigError as e:
+                raise ConfigError(f"--space {knob}: {e}") from None
+            out.append(value)
         space[knob] = out
     return space
 

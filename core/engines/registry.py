@@ -330,6 +330,17 @@ def default_engine() -> str:
     raise ConfigError(NO_PYTHON)
 
 
+def engine_name(python: str) -> str | None:
+    """The registered name of the engine ``python`` (the same engine as :func:`_same_key`
+    counts it), None when it has none or the registry cannot be read."""
+    try:
+        entries = load_registry()
+    except ConfigError:
+        return None
+    key = _same_key(os.path.abspath(python))
+    return next((e.name for e in entries if _same_key(e.python) == key), None)
+
+
 def resolve_engine(value: str) -> str:
     """The interpreter ``--engine VALUE`` names: a registered engine's name, else a path to an
     executable. One :class:`ConfigError` line when it is neither (what it is, vLLM there or

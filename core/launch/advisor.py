@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from quantdeck.core.errors import ConfigError
 from quantdeck.core.http import is_loopback
 from quantdeck.core.launch.config import LaunchConfig
 from quantdeck.core.launch.device import DeviceFacts
+from quantdeck.core.launch.engine_args import speculative_config
 from quantdeck.core.launch.planner import KvPlan
 from quantdeck.core.models import ModelInfo
 
@@ -208,6 +210,7 @@ def advise(
     if cfg.cache.kv_cache_dtype.startswith("fp8") and not device.is_cuda:
         warn("kv_cache_dtype", "an fp8 KV cache on CPU is emulated: it saves memory, not time")
 
+    _levers(cfg, device, err, warn)
     _exposure(cfg, err, warn)
     if cfg.lora.allow_runtime_lora_updating and not cfg.lora.enable_lora:
         err("allow_runtime_lora_updating", "loading adapters at run time needs LoRA enabled")
@@ -271,6 +274,43 @@ def _ray(
     if not facts.reachable:  # no address: vLLM's Ray starts on this machine, with its GPUs
         return on_cluster, None
     return on_cluster, facts.gpus
+
+
+def _levers(cfg: LaunchConfig, device: DeviceFacts, err: Report, warn: Report) -> None:
+    """Sleep mode, speculative decoding, KV offloading: what they cost, where they cannot run."""
+    if cfg.model.enable_sleep_mode and not device.is_cuda:
+        err(
+            "enable_sleep_mode",
+            "vLLM refuses sleep mode on CPU ('Sleep mode is not supported on current "
+            "platform.'): it runs on CUDA and ROCm GPUs only",
+        )
+    if cfg.performance.speculative:
+        try:
+            spec = speculative_config(cfg.performance.speculative)
+        except ConfigError:
+            spec = {}  # validate() says what is wrong with it
+        k = spec.get("num_speculative_tokens", "several")
+        if spec.get("method") == "ngram":
+            warn(
+                "speculative",
+                f"n-gram speculative decoding drafts up to {k} tokens a step from text the "
+                "request already holds and verifies them in one forward pass: it saves time at "
+                "low concurrency where outputs repeat their prompt, and costs compute (rejected "
+                "drafts) at high concurrency",
+            )
+        elif spec:
+            warn(
+                "speculative",
+                "speculative decoding with a draft model: the plan leaves out the draft's "
+                "weights and KV cache; it saves time at low concurrency and costs compute "
+                "(rejected drafts) at high concurrency",
+            )
+    if cfg.cache.kv_offloading_backend is not None and cfg.cache.kv_offloading_size is None:
+        warn(
+            "kv_offloading_backend",
+            "kv_offloading_backend does nothing without kv_offloading_size (vLLM offloads "
+            "only when a size is set)",
+        )
 
 
 def keyless_routes(cfg: LaunchConfig) -> str:

@@ -6,15 +6,21 @@ serve`` argument list, the YAML that ``vllm serve --config FILE`` reads, the CLI
 form, so a knob is added here and nowhere else.
 
 ``None`` means "auto": vLLM picks the value (for the model, device and vLLM version at hand).
+
+Any other option of the chosen engine goes in ``LaunchConfig.extra_args`` (see
+:mod:`quantdeck.core.launch.engine_args`), checked against that engine before a start.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from quantdeck.core.fields import setting
+from quantdeck.core.launch.engine_args import speculative_config
 
 _UNSET = object()
 
@@ -27,6 +33,7 @@ def knob(
     positional: bool = False,
     secret_env: str | None = None,
     quantdeck_only: bool = False,
+    to_vllm: Callable[[Any], Any] | None = None,
     **common: Any,
 ) -> Any:
     """Declare one launch setting: :func:`quantdeck.core.fields.setting` (bounds, ``flag``,
@@ -37,12 +44,15 @@ def knob(
     ``secret_env``: the value is a secret, handed to vLLM in this environment variable (another
     user can read a process's argv in ``/proc``) and never written to a file or shown.
     ``quantdeck_only``: Quantdeck's own setting, never passed to vLLM.
+    ``to_vllm``: the value as vLLM takes it, from the knob's (a friendly text to vLLM's JSON
+    object); raises ConfigError for a value it cannot turn.
     """
     vllm = {
         "vllm_default": default if vllm_default is _UNSET else vllm_default,
         "positional": positional,
         "secret_env": secret_env,
         "quantdeck_only": quantdeck_only,
+        "to_vllm": to_vllm,
     }
     return setting(default, doc, extra=vllm, **common)
 
@@ -75,6 +85,9 @@ LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]
 CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 ExecutorBackend = Literal["mp", "ray", "uni"]
+PerformanceMode = Literal["balanced", "interactivity", "throughput"]
+OptimizationLevel = Literal[0, 1, 2, 3]
+KvOffloadingBackend = Literal["native", "lmcache"]
 
 
 @dataclass
@@ -106,6 +119,13 @@ class ModelConfig:
         unit="tokens",
     )
     seed: int = knob(0, "Random seed of the engine's sampling.", ge=0, advanced=True)
+    enable_sleep_mode: bool = knob(
+        False,
+        "Let the server sleep (/sleep frees the weights and KV cache, /wake_up restores them); "
+        "CUDA and ROCm only: vLLM refuses it on CPU.",
+        advanced=True,
+        title="Sleep mode",
+    )
 
 
 @dataclass
@@ -147,8 +167,24 @@ class CacheConfig:
     )
     calculate_kv_scales: bool | None = knob(
         None,
-        "Compute fp8 KV-cache scales from the first batches (vLLM <= 0.31 only).",
+        "Compute fp8 KV-cache scales from the first batches (gone from vLLM by 0.29, vllm#49389).",
         advanced=True,
+    )
+    kv_offloading_size: float | None = knob(
+        None,
+        "GiB of CPU memory that holds KV blocks evicted from the GPU, for prefix-cache reuse "
+        "(summed over tensor-parallel ranks); off when unset.",
+        gt=0.0,
+        unit="GiB",
+        advanced=True,
+        title="KV offloading",
+    )
+    kv_offloading_backend: KvOffloadingBackend | None = knob(
+        None,
+        "What offloads the KV cache: native (vLLM's CPU offloading) or lmcache; needs "
+        "kv_offloading_size (vLLM's default: native).",
+        advanced=True,
+        title="KV offloading backend",
     )
 
 
@@ -170,21 +206,48 @@ class SchedulerConfig:
     )
     max_num_partial_prefills: int | None = knob(
         None,
-        "Most prompts prefilled in one step, chunked (vLLM <= 0.31 only).",
+        "Most prompts prefilled in one step, chunked (gone from vLLM by 0.29, vllm#49244).",
         ge=1,
         advanced=True,
     )
     max_num_active_seqs: int | None = knob(
         None,
-        "Most requests admitted into RUNNING (<= max_num_seqs; vLLM >= 0.32).",
+        "Most requests admitted into RUNNING (<= max_num_seqs; vLLM >= 0.31).",
         ge=1,
         advanced=True,
     )
     max_num_queued_reqs: int | None = knob(
         None,
-        "Most requests waiting or running; more get HTTP 503 (vLLM >= 0.32).",
+        "Most requests waiting or running; more get HTTP 503 (vLLM >= 0.29).",
         ge=0,
         advanced=True,
+    )
+
+
+@dataclass
+class PerformanceConfig:
+    """What the engine favours and how much it optimises; speculative decoding."""
+
+    performance_mode: PerformanceMode | None = knob(
+        None,
+        "balanced, interactivity (low latency at small batches: fine-grained CUDA graphs, "
+        "latency kernels) or throughput (tokens/s at high concurrency); vLLM >= 0.29 "
+        "(vLLM's default: balanced).",
+    )
+    optimization_level: OptimizationLevel | None = knob(
+        None,
+        "vLLM's -O level: 0 starts fastest (no compilation, no CUDA graphs), 1 compiles with "
+        "piecewise graphs, 2 adds full graphs, 3 as 2 (vLLM's default: 2).",
+        title="Optimization level",
+    )
+    speculative: str | None = knob(
+        None,
+        "Speculative decoding: ngram:K (draft K tokens a step from the prompt, no draft "
+        "model) or vLLM's JSON speculative config (EAGLE, a draft model); off when unset.",
+        flag="--speculative-config",
+        to_vllm=speculative_config,
+        metavar="ngram:K|JSON",
+        title="Speculative decoding",
     )
 
 
@@ -307,6 +370,7 @@ GROUPS: dict[str, type] = {
     "model": ModelConfig,
     "cache": CacheConfig,
     "scheduler": SchedulerConfig,
+    "performance": PerformanceConfig,
     "compilation": CompilationConfig,
     "parallel": ParallelConfig,
     "lora": LoRAConfig,
@@ -316,17 +380,22 @@ GROUPS: dict[str, type] = {
 
 @dataclass
 class LaunchConfig:
-    """Everything needed to start one vLLM server."""
+    """Everything needed to start one vLLM server: the knobs, group by group, and any other
+    option of the engine (``extra_args``: vLLM's flag name without dashes -> its value)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    performance: PerformanceConfig = field(default_factory=PerformanceConfig)
     compilation: CompilationConfig = field(default_factory=CompilationConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    extra_args: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> LaunchConfig:
         return dataclasses.replace(
-            self, **{g: dataclasses.replace(getattr(self, g)) for g in GROUPS}
+            self,
+            **{g: dataclasses.replace(getattr(self, g)) for g in GROUPS},
+            extra_args=copy.deepcopy(self.extra_args),
         )

