@@ -221,6 +221,75 @@ def cmd_status(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_try(ns: argparse.Namespace) -> int:
+    """A live trial of one instance of the running fleet (it runs there: this command sends
+    the candidate and prints the trial's events until the decision is carried out)."""
+    from quantdeck.core.events import from_json
+    from quantdeck.core.fleet.control import connect
+    from quantdeck.core.fleet.trial import TrialOptions, parse_slo
+    from quantdeck.core.launch import knobs
+    from quantdeck.core.launch.profiles import load_file
+
+    opts = TrialOptions(
+        goal=ns.goal,
+        slo=parse_slo(ns.slo) if ns.slo else {},
+        min_requests=ns.min_requests,
+        max_duration_s=ns.max_duration,
+        margin=ns.margin,
+        decide=ns.decide,
+    )
+    state = _running(ns)
+    if state is None:
+        raise ServerError("no fleet running: `quantdeck fleet up FILE` first")
+    row = next((i for i in state["instances"] if i.get("name") == ns.instance), None)
+    if row is None or not isinstance(row.get("knobs"), dict):
+        names = ", ".join(str(i.get("name")) for i in state["instances"])
+        raise ConfigError(
+            f"no instance '{ns.instance}' that Quantdeck starts (the fleet has {names})"
+        )
+    base = load_file(ns.profile) if ns.profile else knobs.from_dict(row["knobs"], where="the fleet")
+    cfg = knobs.apply_cli_options(base, ns)
+    if not isinstance(state.get("control"), str):
+        raise ServerError("the running fleet takes no trials (an older Quantdeck runs it)")
+    request = {
+        "op": "try",
+        "instance": ns.instance,
+        "profile": knobs.to_dict(cfg),
+        "options": opts.to_json(),
+    }
+    sock = connect(state["control"])
+    with sock, sock.makefile("rwb") as f:
+        f.write(json.dumps(request).encode() + b"\n")
+        f.flush()
+        if ns.decide == "ask":
+            threading.Thread(target=_ask, args=(f,), daemon=True).start()
+        for line in f:
+            msg = json.loads(line)
+            if msg.get("op") == "end":
+                if msg.get("error"):
+                    print(f"quantdeck: fleet try: {msg['error']}", file=sys.stderr)
+                elif not ns.json_events:
+                    print(f"fleet try: {msg.get('result')}")
+                return int(msg.get("code", 1))
+            if ns.json_events:
+                print(mask_credentials(json.dumps(msg, default=str)), flush=True)
+            else:
+                print(mask_credentials(from_json(msg).describe()), flush=True)
+    print("quantdeck: fleet try: the fleet went away before the decision", file=sys.stderr)
+    return 1
+
+
+def _ask(f: Any) -> None:
+    """``--decide ask``: the operator types promote or rollback (a line on stdin)."""
+    for line in sys.stdin:
+        word = line.strip().lower()
+        if word in ("promote", "rollback"):
+            f.write(json.dumps({"op": "decide", "decision": word}).encode() + b"\n")
+            f.flush()
+            return
+        print("type promote or rollback", file=sys.stderr)
+
+
 def cmd_down(ns: argparse.Namespace) -> int:
     from quantdeck.core.fleet import stop_running_fleet
 
@@ -239,6 +308,7 @@ ACTIONS = {
     "status": cmd_status,
     "down": cmd_down,
     "replay": cmd_replay,
+    "try": cmd_try,
 }
 
 
@@ -273,6 +343,65 @@ def register(add: AddCommand) -> None:
     p = sub.add_parser("down", help="stop the running fleet (all its processes)")
     p.add_argument("file", nargs="?", help=_FILE_HELP)
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S")
+    _add_try(sub)
     p = sub.add_parser("replay", help="a fleet recording: its news, then its rows as they ended")
     p.add_argument("file", help="a recording of `fleet up --record`")
     p.add_argument("--json", action="store_true")
+
+
+def _add_try(sub: Any) -> None:
+    from quantdeck.core.fleet.trial import DECIDE, GOALS
+    from quantdeck.core.launch import knobs
+
+    p = sub.add_parser(
+        "try",
+        help="a live trial: a candidate launch beside an instance of the running fleet, on the "
+        "same traffic; promoted or rolled back by the verdict",
+        description="Start a candidate (the instance's running launch with the knobs given, or "
+        "--profile) on a port of its own, add it to the router beside the incumbent, compare "
+        "the two on the router's split of the live traffic, and promote it (the incumbent "
+        "drained and stopped, the instance's profile saved, the one before kept) or roll it "
+        "back. Nothing about the incumbent changes until the decision. Exit 0 once a decision "
+        "was carried out, 2 when refused before anything started. Ctrl-C rolls back.",
+    )
+    p.add_argument("file", help="the fleet file the running fleet was brought up from")
+    p.add_argument("instance", help="the instance to try a candidate for (a local primary)")
+    p.add_argument(
+        "--profile", metavar="F", help="the candidate's launch (default: the instance's)"
+    )
+    p.add_argument("--goal", choices=GOALS, default="ttft_p99", help="what the verdict is on")
+    p.add_argument(
+        "--slo",
+        metavar="LIMITS",
+        help="e.g. 'ttft_p99<=500ms,itl_p99<=50ms': a "
+        "breach by the candidate rolls it back at once; goodput's limits",
+    )
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=30,
+        metavar="N",
+        help="per arm, before the first look [30]",
+    )
+    p.add_argument(
+        "--max-duration",
+        type=positive_seconds,
+        default=300.0,
+        metavar="S",
+        help="measuring; then the last look decides (no difference: rollback) [300]",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.10,
+        metavar="SHARE",
+        help="the smallest effect called a difference [0.10]",
+    )
+    p.add_argument(
+        "--decide",
+        choices=DECIDE,
+        default="auto",
+        help="auto, or ask: type promote or rollback (a breach still rolls back by itself)",
+    )
+    p.add_argument("--json-events", action="store_true", help="one JSON object per line")
+    knobs.add_cli_options(p)

@@ -623,6 +623,41 @@ class FallbackEvent(Event):
         )
 
 
+@dataclass(frozen=True)
+class TrialEvent(Event):
+    """A step of a live trial of one fleet instance (sent as that instance's event): the
+    candidate config ``knobs`` (``{knob: [incumbent's, candidate's]}``) on ``candidate`` (its
+    URL), judged on ``goal``. ``phase``: ``admitted``, ``started``, ``measuring`` (with the
+    running ``verdict`` and both ``arms``' figures), ``decided`` (``decision`` promote or
+    rollback, its ``reason``, the figures it was made on), ``promoted`` or ``rolled back`` (the
+    decision carried out), or ``refused`` (``reason``: why nothing started)."""
+
+    kind: ClassVar[str] = "trial"
+    phase: str
+    candidate: str = ""
+    knobs: dict[str, list[Any]] = field(default_factory=dict)
+    goal: str = ""
+    verdict: dict[str, Any] | _Absent = ABSENT
+    arms: dict[str, dict[str, Any]] | _Absent = ABSENT
+    decision: str | _Absent = ABSENT
+    reason: str | _Absent = ABSENT
+    t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in self.knobs.items())
+        if self.phase == "admitted":
+            return f"[trial] admitted: {changed or 'the same knobs'} ({self.reason or ''})"
+        if self.phase == "measuring" and self.verdict:
+            v = self.verdict
+            return (
+                f"[trial] measuring: {v.get('outcome')} on {self.goal} "
+                f"(requests {v.get('n_incumbent')} / {v.get('n_candidate')}: {v.get('reason')})"
+            )
+        if self.phase == "decided":
+            return f"[trial] decided: {self.decision} ({self.reason})"
+        return f"[trial] {self.phase}" + (f": {self.reason}" if self.reason else "")
+
+
 def from_json(data: Mapping[str, Any]) -> Event:
     """The event a JSON object describes (as :meth:`Event.to_json` wrote it). Raises
     ``ValueError`` for an object that is not one."""

@@ -25,6 +25,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from quantdeck.core.engines import resolve_engine
@@ -141,6 +142,7 @@ class InstanceSpec:
     restart: str = "no"
     api_key: str | None = field(default=None, repr=False)
     engine: str | None = None  # the interpreter that serves it (None: Quantdeck's own)
+    profile_file: Path | None = None  # where its profile was read (None: inline, or a url)
 
     @property
     def url(self) -> str:
@@ -395,7 +397,7 @@ def _instance(f: Fields, fleet_file: Path) -> InstanceSpec:
                 f.fail(f"'{key}' is for an instance Quantdeck starts, not one at a url")
         spec.url_ = url
         return spec
-    spec.cfg = _profile(f, fleet_file)
+    spec.cfg, spec.profile_file = _profile(f, fleet_file)
     port = f.integer("port", lo=1, hi=65535)
     if port is not None:
         spec.cfg.server.port = port
@@ -479,17 +481,18 @@ def _ranges(numbers: set[int]) -> str:
     return ",".join(out)
 
 
-def _profile(f: Fields, fleet_file: Path) -> LaunchConfig:
-    """The instance's launch settings: a profile file (relative to the fleet file) or inline."""
+def _profile(f: Fields, fleet_file: Path) -> tuple[LaunchConfig, Path | None]:
+    """The instance's launch settings: a profile file (relative to the fleet file; its path
+    returned too) or inline."""
     value = f.data["profile"]
     if isinstance(value, dict):
-        return validate(from_dict(value, where=f"{f.where}: 'profile'"))
+        return validate(from_dict(value, where=f"{f.where}: 'profile'")), None
     path = f.text("profile", max_len=4096) or ""
     p = Path(path).expanduser()
     p = p if p.is_absolute() else fleet_file.parent / p
     if not p.exists():
         f.fail(f"'profile': no such file {p}")
-    return validate(load_file(p))
+    return validate(load_file(p)), p
 
 
 # -- checks before anything starts ------------------------------------------------------------
@@ -575,6 +578,56 @@ def _advise(inst: InstanceSpec, device: DeviceFacts | None) -> int:
     if kv.kv_source == "utilization":
         return kv.budget_bytes
     return kv.total_bytes - kv.free_bytes
+
+
+RAM_HEADROOM_BYTES = GiB  # left free beside a trial's candidate on a CPU host
+
+
+def admit_candidate(
+    spec: FleetSpec,
+    inst: InstanceSpec,
+    cfg: LaunchConfig,
+    *,
+    device: DeviceFacts | None = None,
+    ram_available: int | None = None,
+) -> str:
+    """Whether ``cfg`` (a live trial's candidate for ``inst``) fits beside the running fleet,
+    before anything starts: the advisor's verdict on it, then on a GPU every instance sharing
+    one of ``inst``'s GPUs plus the candidate within its memory; on a CPU host the candidate's
+    weights, activations and KV cache within the RAM available now (the incumbent already
+    counted there) less :data:`RAM_HEADROOM_BYTES`. Returns the planner's figures in one line;
+    ConfigError (one line, the same figures) when it does not fit."""
+    probe = dataclasses.replace(inst, cfg=cfg, name=f"{inst.name} (candidate)")
+    if inst.gpus is not None:
+        gpu = device or detect_device()
+        if not gpu.is_cuda:
+            raise ConfigError(f"instance '{inst.name}' names GPUs, but no NVIDIA GPU is here")
+        need = _advise(probe, gpu)
+        total = gpu.memory_total_bytes
+        parts = []
+        for g in inst.gpus:
+            users = [(i.name, _advise(i, gpu)) for i in spec.local if g in (i.gpus or [])]
+            users.append((f"{inst.name} (candidate)", need))
+            used = sum(b for _, b in users)
+            text = " + ".join(f"{n} {b / GiB:.1f} GiB" for n, b in users)
+            if used > total:
+                raise ConfigError(
+                    f"the candidate does not fit beside the fleet on GPU {g}: {text} = "
+                    f"{used / GiB:.1f} GiB > {total / GiB:.1f} GiB"
+                )
+            parts.append(f"GPU {g}: {text} = {used / GiB:.1f} of {total / GiB:.1f} GiB")
+        return "; ".join(parts)
+    need = _advise(probe, device or cpu_device())
+    available = psutil.virtual_memory().available if ram_available is None else ram_available
+    room = available - RAM_HEADROOM_BYTES
+    figures = (
+        f"the candidate needs {need / GiB:.2f} GiB of RAM (weights, activations, KV cache); "
+        f"{available / GiB:.1f} GiB is available beside the fleet, "
+        f"{RAM_HEADROOM_BYTES / GiB:.0f} GiB kept free"
+    )
+    if need > room:
+        raise ConfigError(f"the candidate does not fit: {figures}")
+    return figures
 
 
 def _check_gpus(

