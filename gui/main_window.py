@@ -358,7 +358,7 @@ class MainWindow(QMainWindow):
         self.launch.engine_label.setText(
             f"engine: vLLM {caps.vllm_version} ({caps.platform}), torch {caps.torch_version}"
         )
-        self.launch.form.set_supported(caps.flags)
+        self.launch.form.set_supported(caps.flags, caps.label)
 
     def _on_hf_models(self, found: list[tuple[str, ModelInfo]]) -> None:
         for path, info in found:  # inspected in the worker: no file reads on the UI thread

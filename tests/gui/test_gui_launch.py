@@ -97,6 +97,10 @@ def test_engine_capabilities_grey_out_knobs(qtbot) -> None:
     ):
         assert ed[name].widget.isEnabled() == caps.has(flag), name
     assert ed["max_num_seqs"].widget.isEnabled()
+    # a knob it lacks says which engine lacks it (name, vLLM version, interpreter)
+    lacking = ed["max_num_partial_prefills"].widget
+    assert not lacking.isEnabled() and caps.vllm_version in lacking.toolTip()
+    assert caps.label in lacking.toolTip()
 
 
 def test_first_start_on_demo_and_persistence(
