@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QGraphicsItem,
     QGraphicsPixmapItem,
     QGraphicsView,
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QSplitter,
@@ -48,8 +47,16 @@ from quantdeck.core.monitor.timeline import (
     compare_spans,
     default_spans,
 )
+from quantdeck.gui.flow import FlowLayout, group
 from quantdeck.gui.monitor.charts import INSTANCE_PLOTS, PLOTS, WINDOWS, gpu_plots, with_gaps
-from quantdeck.gui.monitor.plot_items import AxisPixmap, Curve, Grid, blend, legend_pixmap
+from quantdeck.gui.monitor.plot_items import (
+    AxisPixmap,
+    Curve,
+    Grid,
+    PercentAxis,
+    blend,
+    legend_pixmap,
+)
 from quantdeck.gui.monitor.sources import SERVER_SOURCE, MonitorSource, source_cue
 from quantdeck.gui.monitor.timeline import ComparePanel, MarkerLines
 from quantdeck.gui.style import (
@@ -130,7 +137,9 @@ class MonitorPanel(QWidget):
         self.source_box.addItem(first.label, first.key)
         self.source_box.setVisible(False)
         self.source_box.currentIndexChanged.connect(self._on_source_chosen)
-        bar = QHBoxLayout()
+        # the toolbar wraps onto a second row in a narrow window (one row did not fit 1400 px
+        # once a fleet added its source list and overlay box, and widened the window)
+        bar = FlowLayout()
         self.window_box = QComboBox()
         self.window_box.addItems(list(WINDOWS))
         self.window_box.currentTextChanged.connect(self._on_window_changed)
@@ -165,18 +174,16 @@ class MonitorPanel(QWidget):
         self.open_button = QPushButton("Open recording…")
         self.png_button.clicked.connect(lambda: self._ask_export("png"))
         self.csv_button.clicked.connect(lambda: self._ask_export("csv"))
-        limits = (QLabel("Alert: p99 TTFT >"), self.ttft_limit, QLabel("KV >"), self.kv_limit)
+        limits = group(QLabel("Alert: p99 TTFT >"), self.ttft_limit, QLabel("KV >"), self.kv_limit)
         for w in (
             self.source_box,
-            QLabel("Window"),
-            self.window_box,
+            group(QLabel("Window"), self.window_box),
             self.pause_box,
             self.legend_box,
             self.instances_box,
-            *limits,
+            limits,
         ):
             bar.addWidget(w)
-        bar.addStretch(1)
         # the tuning timeline: markers on the plots, two spans compared
         self.marker_lines = MarkerLines()
         self.spans: tuple[Span, Span] | None = None
@@ -187,7 +194,8 @@ class MonitorPanel(QWidget):
         self.compare_button.setToolTip(
             "Two spans side by side (throughput, TTFT/ITL, KV use, prefix hits) and the "
             "launches, knob changes, fleet switches and benchmark runs between them; they start "
-            "either side of the latest marker"
+            "either side of your latest change (launch, knob change, restart, fleet switch), "
+            "equally long, the one after at the load nearest the one before"
         )
         self.compare_button.toggled.connect(self._on_compare_changed)
         self.compare_panel = ComparePanel()
@@ -195,7 +203,7 @@ class MonitorPanel(QWidget):
         for button in (self.compare_button, self.open_button, self.png_button, self.csv_button):
             bar.addWidget(button)
         if not live:  # a replay: no alerts, no other recording from here
-            for hidden in (*limits, self.open_button):
+            for hidden in (limits, self.open_button):
                 hidden.hide()
         # whether the data still comes: a stopped, crashed, starting or stale source says so
         # above the plots (the curves hold what came until then)
@@ -272,8 +280,10 @@ class MonitorPanel(QWidget):
             self._finish_plot(title, p, curves)
         self._instance_curves = []
         names = self._overlaid()
-        for n, (title, figure) in enumerate(INSTANCE_PLOTS.items() if names else []):
-            if n == 0:  # a row of their own
+        # the per-instance plots go on in the same three columns (a fourth column made the
+        # plots' minimum width wider than a 1400-px window)
+        for n, (title, figure) in enumerate(INSTANCE_PLOTS.items() if names else [], len(spec)):
+            if n % 3 == 0:
                 self.graphics.nextRow()
             p = self._add_plot(title)
             curves = []
@@ -301,7 +311,8 @@ class MonitorPanel(QWidget):
             self._make_regions()
 
     def _add_plot(self, title: str) -> pg.PlotItem:
-        p = self.graphics.addPlot(title=title)
+        axes = {"left": PercentAxis("left")} if "%" in title else None
+        p = self.graphics.addPlot(title=title, axisItems=axes)
         for ax in ("left", "bottom"):  # grid lines: self._grids; as pyqtgraph draws
             p.getAxis(ax).setStyle(tickLength=0)  # them, without ticks on the axis
         # a fixed width for the tick labels (7 digits): pyqtgraph would widen the axis
@@ -318,11 +329,19 @@ class MonitorPanel(QWidget):
         p.setClipToView(False)
         p.vb.disableAutoRange()
         p.setXRange(-self.window_s, 0, padding=0)
-        p.vb.sigRangeChangedManually.connect(lambda *_, title=title: self._manual_y.add(title))
+        p.vb.sigRangeChangedManually.connect(lambda *_, title=title: self._zoomed(title))
         p.autoBtn.clicked.connect(lambda *_, title=title: self._manual_y.discard(title))
         p.setLabel("bottom", "s")
         p.setMouseEnabled(x=False, y=True)
         return p
+
+    def _zoomed(self, title: str) -> None:
+        """The operator zoomed ``title``'s y axis: its range is theirs until they press the
+        plot's auto button, and a percent axis ticks every value they zoomed to."""
+        self._manual_y.add(title)
+        axis = self.plots[title].getAxis("left")
+        if isinstance(axis, PercentAxis):
+            axis.capped = False
 
     def _finish_plot(self, title: str, p: pg.PlotItem, curves: list[Curve]) -> None:
         self._plot_curves[title] = curves
@@ -349,7 +368,7 @@ class MonitorPanel(QWidget):
     # -- a fleet's instances -----------------------------------------------------------------
     def set_instances(self, stores: dict[str, TimeSeriesStore]) -> None:
         """Overlay these instances (name -> its metrics store; empty: none), one curve each
-        on a row of per-instance plots, while "Fleet instances" is ticked."""
+        on per-instance plots after the others, while "Fleet instances" is ticked."""
         self.instances = dict(stores)
         self.instances_box.setVisible(bool(stores))
         self._redraw()
@@ -522,7 +541,12 @@ class MonitorPanel(QWidget):
         if not bounds:
             return
         lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
-        if "%" in title and lo >= 0 and hi <= 100:
+        axis = p.getAxis("left")
+        percent = "%" in title and lo >= 0 and hi <= 100
+        if isinstance(axis, PercentAxis) and axis.capped != percent:
+            axis.capped = percent
+            axis.picture = None  # its ticks drawn again
+        if percent:
             lo, hi = 0.0, 100.0
         elif lo >= 0:
             lo, hi = 0.0, (hi * 1.05 if hi > 0 else 1.0)

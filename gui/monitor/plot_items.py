@@ -117,6 +117,20 @@ class Grid:
             item.setVisible(n < len(paths))
 
 
+class PercentAxis(pg.AxisItem):
+    """A percent plot's left axis: ticks (and so grid lines) only from 0 to 100. The range
+    above 100 is the legend's headroom, and a "150" there read as a possible value. ``capped``
+    is off while the data leaves 0..100 (a CPU share over all cores, a zoom)."""
+
+    capped = True
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[Any]:
+        levels = super().tickValues(minVal, maxVal, size)
+        if not self.capped:
+            return levels
+        return [(spacing, [v for v in values if 0 <= v <= 100]) for spacing, values in levels]
+
+
 class AxisPixmap(QGraphicsPixmapItem):
     """A pyqtgraph axis shown as a pixmap child of it, drawn again only after the axis
     changed. The axis itself is marked as having no contents, so Qt neither paints it nor

