@@ -55,6 +55,8 @@ from quantdeck.gui.monitor.plot_items import (
     Grid,
     PercentAxis,
     blend,
+    legend_entry,
+    legend_image,
     legend_pixmap,
 )
 from quantdeck.gui.monitor.sources import SERVER_SOURCE, MonitorSource, source_cue
@@ -125,6 +127,8 @@ class MonitorPanel(QWidget):
         self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
         self._plot_curves: dict[str, list[Curve]] = {}
         self._legends: dict[str, QGraphicsPixmapItem] = {}
+        self._legend_columns: dict[str, int] = {}  # columns each legend is drawn in now
+        self._legend_entries: dict[str, tuple[int, int]] = {}  # an entry's width, height
         self._grids: dict[str, Grid] = {}
         self._axes: list[AxisPixmap] = []
         self._axes_timer = QTimer(self)  # a child: it goes with the panel
@@ -256,6 +260,7 @@ class MonitorPanel(QWidget):
         self.plots.clear()
         self._plot_curves.clear()
         self._legends.clear()
+        self._legend_columns.clear()
         self._grids.clear()
         self._axes.clear()
         self._manual_y.clear()
@@ -346,6 +351,7 @@ class MonitorPanel(QWidget):
     def _finish_plot(self, title: str, p: pg.PlotItem, curves: list[Curve]) -> None:
         self._plot_curves[title] = curves
         legend = legend_pixmap(curves, self.graphics.devicePixelRatioF())
+        self._legend_entries[title] = legend_entry(curves)
         legend.setParentItem(p.vb)
         legend.setPos(13, 12)  # where pyqtgraph's legend at offset (5, 5) draws
         legend.setVisible(self.legend_box.isChecked())
@@ -557,12 +563,32 @@ class MonitorPanel(QWidget):
         legend = self._legends.get(title)
         height = p.vb.height()
         if legend is not None and legend.isVisible() and height > 0:
+            self._fit_legend(title, legend, p.vb.width(), height)
             # the legend's rows are a share of the plot's height: the range grows by it
             share = min(0.4, (legend.boundingRect().height() + 14) / height)
             hi = lo + (hi - lo) / (1 - share)
         y0, y1 = p.vb.viewRange()[1]
         if force or lo != y0 or hi > y1 or (y1 - y0) > 2 * (hi - lo):
             p.setYRange(lo, hi, padding=0)
+
+    def _fit_legend(
+        self, title: str, legend: QGraphicsPixmapItem, width: float, height: float
+    ) -> None:
+        """Draw the legend in as many columns as it takes for its rows to stay within the
+        share of the plot's height the y range gives them (a short plot: six rows in one
+        column ran past its bottom and were cut), as long as the columns fit the width."""
+        curves = self._plot_curves[title]
+        entry_w, row_h = self._legend_entries[title]
+        columns = 1
+        while (
+            columns < len(curves)
+            and -(-len(curves) // columns) * row_h + 14 > 0.4 * height
+            and (columns + 1) * entry_w + 26 <= width
+        ):
+            columns += 1
+        if self._legend_columns.get(title, 1) != columns:
+            self._legend_columns[title] = columns
+            legend.setPixmap(legend_image(curves, self.graphics.devicePixelRatioF(), columns))
 
     def _legend_rect(self, plot: pg.PlotItem) -> QRectF | None:
         """Where ``plot``'s legend is, in its view box's pixels (None: hidden or none)."""

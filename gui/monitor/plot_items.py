@@ -160,26 +160,38 @@ class AxisPixmap(QGraphicsPixmapItem):
         self.setPos(br.topLeft())
 
 
-def legend_pixmap(curves: list[Curve], ratio: float) -> QGraphicsPixmapItem:
-    """The plot's legend as one pixmap: a 20-px line in the curve's pen and its label per
-    row, as pyqtgraph's LegendItem draws them (which is a dozen Python items per plot)."""
+def legend_font() -> QFont:
     font = QFont()
     font.setPointSizeF(7)
-    fm = QFontMetrics(font)
+    return font
+
+
+def legend_entry(curves: list[Curve]) -> tuple[int, int]:
+    """The width and height of one legend entry (a column's width, a row's height)."""
+    fm = QFontMetrics(legend_font())
     row = fm.height() + 2  # compact: the y range leaves the legend its rows above the data
-    w = 26 + max(fm.horizontalAdvance(c.label) for c in curves) + 4
-    pm = QPixmap(int(w * ratio), int(row * len(curves) * ratio))
+    return 26 + max(fm.horizontalAdvance(c.label) for c in curves) + 8, row
+
+
+def legend_image(curves: list[Curve], ratio: float, columns: int = 1) -> QPixmap:
+    """The plot's legend: a 20-px line in the curve's pen and its label per entry, as
+    pyqtgraph's LegendItem draws them (which is a dozen Python items per plot), in
+    ``columns`` columns filled down first (a short plot gets a wider, flatter legend)."""
+    font = legend_font()
+    w, row = legend_entry(curves)
+    rows = -(-len(curves) // columns)
+    pm = QPixmap(int(w * columns * ratio), int(row * rows * ratio))
     pm.setDevicePixelRatio(ratio)
     pm.fill(Qt.GlobalColor.transparent)
     qp = QPainter(pm)
     qp.setFont(font)
     for i, c in enumerate(curves):
-        y = i * row
+        x, y = (i // rows) * w, (i % rows) * row
         qp.setPen(QPen(c.pen().color(), 1))
-        qp.drawLine(0, y + row // 2, 20, y + row // 2)
+        qp.drawLine(x, y + row // 2, x + 20, y + row // 2)
         qp.setPen(pg.mkColor(pg.getConfigOption("foreground")))
         qp.drawText(
-            26,
+            x + 26,
             y,
             w - 26,
             row,
@@ -187,6 +199,11 @@ def legend_pixmap(curves: list[Curve], ratio: float) -> QGraphicsPixmapItem:
             c.label,
         )
     qp.end()
-    item = QGraphicsPixmapItem(pm)
+    return pm
+
+
+def legend_pixmap(curves: list[Curve], ratio: float) -> QGraphicsPixmapItem:
+    """The legend as an item above the curves, in one column (see :func:`legend_image`)."""
+    item = QGraphicsPixmapItem(legend_image(curves, ratio))
     item.setZValue(1000)  # above the curves
     return item

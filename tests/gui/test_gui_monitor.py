@@ -331,3 +331,21 @@ def test_a_fleet_in_the_monitor_fits_the_default_window(qtbot) -> None:
     qtbot.wait(50)
     tops = {c.parentWidget().mapTo(m, c.pos()).y() // 20 for c in (m.source_box, m.csv_button)}
     assert len(tops) == 1
+
+
+def test_a_legend_taller_than_its_plot_allows_goes_into_columns(qtbot) -> None:
+    """Before: at 1400x900 with a fleet, the Latency plot was ~70 px high and its six-row
+    legend ran past the bottom, the E2E rows cut. Now it takes columns and stays inside."""
+    m = MonitorPanel()
+    qtbot.addWidget(m)
+    for tall, wanted in ((1400, 1), (800, 3)):
+        m.resize(1100, tall)
+        m.show()
+        qtbot.wait(20)
+        for i in range(5):
+            m.add_event(metrics_event(200.0 + i + tall, ttft_p50_ms=30.0, ttft_p99_ms=60.0))
+        m.refresh(force=True)
+        plot, legend = m.plots["Latency (ms)"], m._legends["Latency (ms)"]
+        rect = legend.mapRectToParent(legend.boundingRect())
+        assert rect.bottom() <= plot.vb.height() and rect.right() <= plot.vb.width()
+        assert m._legend_columns.get("Latency (ms)", 1) == wanted
