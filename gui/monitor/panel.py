@@ -159,7 +159,8 @@ class MonitorPanel(QWidget):
         self.instances_box.setVisible(False)  # until a fleet runs or is replayed
         self.instances_box.toggled.connect(lambda _: self._redraw())
         self.ttft_limit = QDoubleSpinBox()
-        self.ttft_limit.setRange(0, 1e6)
+        self.ttft_limit.setDecimals(0)  # whole ms (and a narrower box: the toolbar fits a row)
+        self.ttft_limit.setRange(0, 600_000)
         self.ttft_limit.setSuffix(" ms")
         self.ttft_limit.setSpecialValueText("off")
         self.ttft_limit.setToolTip(
@@ -167,6 +168,7 @@ class MonitorPanel(QWidget):
             "(the share of requests at or under it) the Hits · SLO plot shows"
         )
         self.kv_limit = QDoubleSpinBox()
+        self.kv_limit.setDecimals(1)
         self.kv_limit.setRange(0, 100)
         self.kv_limit.setSuffix(" %")
         self.kv_limit.setSpecialValueText("off")
