@@ -230,6 +230,14 @@ class KnobForm(QWidget):
             ed.knob.set(cfg, ed.value())
         return cfg
 
+    def extra_args(self) -> dict[str, Any]:
+        """The engine's other options set for this launch (the All engine options page)."""
+        return dict(self._config.extra_args)
+
+    def set_extra_args(self, extra: dict[str, Any]) -> None:
+        self._config.extra_args = dict(extra)
+        self.changed.emit()
+
     def set_advanced_visible(self, visible: bool) -> None:
         for rows in self._groups:
             rows.set_advanced_visible(visible)

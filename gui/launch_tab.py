@@ -193,6 +193,10 @@ class LaunchTab(QWidget):
         self.eager_note = QLabel()
         self.eager_note.setWordWrap(True)
         self.advanced = QCheckBox("Show advanced knobs")
+        # every other option of the chosen engine's parser (once it is probed)
+        self.engine_caps: Any = None
+        self.all_options = QPushButton("All engine options…")
+        self.all_options.setEnabled(False)
         self.start_button = QPushButton("Start")
         self.stop_button = QPushButton("Stop")
         self.restart_button = QPushButton("Restart")
@@ -238,7 +242,11 @@ class LaunchTab(QWidget):
         scroll.setWidget(self.form)
         left = QVBoxLayout()
         left.addLayout(top)
-        left.addWidget(self.advanced)
+        knob_row = QHBoxLayout()
+        knob_row.addWidget(self.advanced)
+        knob_row.addStretch(1)
+        knob_row.addWidget(self.all_options)
+        left.addLayout(knob_row)
         left.addWidget(scroll, 1)
         right = QVBoxLayout()
         right.addWidget(self.planner, 1)
@@ -278,6 +286,7 @@ class LaunchTab(QWidget):
         self.restart_button.clicked.connect(self._on_start_clicked)
         self.stop_button.clicked.connect(self.stop_requested.emit)
         self.copy_button.clicked.connect(self._on_copy_clicked)
+        self.all_options.clicked.connect(self._on_all_options)
         self.save_profile.clicked.connect(self._on_save_profile)
         self.load_profile.clicked.connect(self._on_load_profile)
         self.delete_profile.clicked.connect(self._on_delete_profile)
@@ -307,7 +316,34 @@ class LaunchTab(QWidget):
 
     def set_config(self, cfg: LaunchConfig) -> None:
         self.form.set_config(cfg)
+        self._show_extra_count()
         self._on_form_changed()
+
+    def set_engine(self, caps: Any) -> None:
+        """The chosen engine's probe (None while it is probed): its flags grey out the knobs
+        it lacks, and its parser fills the All engine options page."""
+        self.engine_caps = caps
+        if caps is None:
+            self.form.set_supported(None)
+        else:
+            self.form.set_supported(caps.flags, caps.label)
+        self.all_options.setEnabled(caps is not None and bool(getattr(caps, "options", None)))
+        self._show_extra_count()
+
+    def _show_extra_count(self) -> None:
+        n = len(self.form.extra_args())
+        self.all_options.setText("All engine options…" + (f" ({n} set)" if n else ""))
+
+    def engine_options_dialog(self) -> Any:
+        from quantdeck.gui.engine_options import EngineOptionsDialog
+
+        return EngineOptionsDialog(self.engine_caps, self.form.extra_args(), self)
+
+    def _on_all_options(self) -> None:
+        dialog = self.engine_options_dialog()
+        if dialog.exec():
+            self.form.set_extra_args(dialog.values())
+            self._show_extra_count()
 
     def _on_eager_changed(self, on: bool) -> None:
         ed = self.form.editors["enforce_eager"]

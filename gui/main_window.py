@@ -339,7 +339,7 @@ class MainWindow(QMainWindow):
         if hasattr(self, "capabilities"):  # the form follows the new engine's flags
             del self.capabilities
         self.launch.engine_label.setText("engine: probing…")
-        self.launch.form.set_supported(None)
+        self.launch.set_engine(None)
         self.background().follow(
             lambda: _probe_engine(python),
             tick_s=0.25,
@@ -358,7 +358,7 @@ class MainWindow(QMainWindow):
         self.launch.engine_label.setText(
             f"engine: vLLM {caps.vllm_version} ({caps.platform}), torch {caps.torch_version}"
         )
-        self.launch.form.set_supported(caps.flags, caps.label)
+        self.launch.set_engine(caps)
 
     def _on_hf_models(self, found: list[tuple[str, ModelInfo]]) -> None:
         for path, info in found:  # inspected in the worker: no file reads on the UI thread

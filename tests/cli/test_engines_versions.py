@@ -205,3 +205,4 @@ def test_serve_on_029_makes_the_planners_blocks(
     assert facts["vllm_version"] == "0.29.0"
     assert served[-1]["kv_blocks_total"] == plan["num_blocks"] == KV_BYTES // (128 * 2048)
     assert facts["kv_cache_tokens"] == plan["kv_cache_tokens"]
+    assert facts["kv_device"] == "cpu"  # 0.29's log says "GPU KV cache size" on this CPU

