@@ -9,6 +9,11 @@ fleet scrapes them once a second) and are kept in one store per instance, which 
 overlays. A recording of ``quantdeck fleet up --record`` replays here as if live. The core
 objects (:mod:`quantdeck.core.fleet`, httpx, psutil) are imported on first use: the window
 shows before they load.
+
+"Try live…" starts a live trial of the selected instance (:meth:`Fleet.start_trial`, in a
+worker): a form of the candidate's knobs, prefilled with the instance's launch, with the diff
+against it; the trial then shows in a :class:`~quantdeck.gui.trial_view.TrialView` below the
+table, and its candidate as a row of its own while it runs.
 """
 
 from __future__ import annotations
@@ -18,19 +23,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QDialog,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -51,20 +60,25 @@ from quantdeck.core.events import (
 )
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.server_control import SERVER_NICE
-from quantdeck.gui.style import FORM_ERROR, GREEN, ORANGE, RED
+from quantdeck.gui.style import FORM_ERROR, GREEN, HINT_SHEET, ORANGE, PURPLE, RED
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 if TYPE_CHECKING:
     from quantdeck.core.fleet import Fleet, FleetSpec
     from quantdeck.core.fleet.document import InstanceForm
+    from quantdeck.core.fleet.live import LiveTrial
     from quantdeck.core.fleet.rows import FleetRow, FleetRows
+    from quantdeck.core.fleet.trial import TrialOptions
+    from quantdeck.core.launch import LaunchConfig
     from quantdeck.core.models import ModelInfo
     from quantdeck.core.monitor import Recording, TimeSeriesStore
+    from quantdeck.gui.trial_view import TrialView
     from quantdeck.gui.workers import CallWorker, WorkerSet
 
 STORE_POINTS = 3600  # each instance's metrics kept: an hour at the fleet's one sample a second
 LOG_REPLAY = 500  # the chosen instance's last log lines, shown in Logs when it is chosen
 MAX_EVENT_LINES = 2000
+TRIAL_CANDIDATE = "candidate"  # a trial's candidate row's role (core.fleet.rows says so too)
 
 
 # the state column's colours: a crashed or hung row reads red, with its reason beside the state
@@ -91,6 +105,7 @@ FLEET_COLUMNS: tuple[Column[FleetRow], ...] = (
     Column("p99 TTFT ms", lambda r: _num(r.ttft_p99_ms), align_right=True),
     Column("role", lambda r: r.role),
     Column("router", lambda r: r.route_text()),
+    Column("knobs", lambda r: r.knobs_text(), tooltip=lambda r: r.knobs_text().replace(", ", "\n")),
 )
 
 
@@ -149,6 +164,15 @@ class FleetView(QWidget):
         self.inst_restart = QPushButton("Restart")
         self.open_monitor = QPushButton("Open in Monitor")
         self.open_monitor.setToolTip("Point Monitor, Logs and Playground at the selected instance")
+        self.try_button = QPushButton("Try live…")
+        self.try_button.setToolTip(
+            "A live trial: the instance with other knobs beside it, on the same traffic; "
+            "promoted or rolled back by the verdict (the incumbent is untouched until then)"
+        )
+        self.trial: LiveTrial | None = None  # the trial shown (under way or ended)
+        self.trial_view: TrialView | None = None
+        self.trial_dialog: TryLiveDialog | None = None
+        self._trial_starting = False
         self.message = plain_label()
         self.message.setWordWrap(True)
         self.events = QPlainTextEdit()  # the fleet's news: states, restarts, routes, fallback
@@ -168,13 +192,22 @@ class FleetView(QWidget):
         top.addStretch(1)
         per = QHBoxLayout()
         per.addWidget(plain_label("Selected instance:"))
-        for b in (self.inst_start, self.inst_stop, self.inst_restart, self.open_monitor):
+        for b in (
+            self.inst_start,
+            self.inst_stop,
+            self.inst_restart,
+            self.open_monitor,
+            self.try_button,
+        ):
             per.addWidget(b)
         per.addStretch(1)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)  # the table; a trial's view below
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.table)
         lay = QVBoxLayout(self)
         lay.addLayout(top)
         lay.addWidget(self.path_label)
-        lay.addWidget(self.table, 1)
+        lay.addWidget(self.splitter, 4)
         lay.addLayout(per)
         lay.addWidget(self.message)
         lay.addWidget(self.events, 1)
@@ -188,6 +221,7 @@ class FleetView(QWidget):
         self.inst_stop.clicked.connect(lambda: self._act("stop_instance"))
         self.inst_restart.clicked.connect(lambda: self._act("restart_instance"))
         self.open_monitor.clicked.connect(self.choose_selected)
+        self.try_button.clicked.connect(self.try_live)
         self.table.selectionModel().selectionChanged.connect(self._update_buttons)
         self._update_buttons()
 
@@ -374,8 +408,16 @@ class FleetView(QWidget):
             or event.instance not in self.rows
         ):
             return
-        for i in self.rows.apply(event):
-            self.model.row_changed(i)
+        before = len(self.rows.rows)
+        changed = self.rows.apply(event)
+        if len(self.rows.rows) != before:  # a trial's candidate row came or went
+            chosen = self.selected()
+            self.model.set_rows(self.rows.rows)
+            if chosen is not None and chosen.name in self.rows:
+                self.select(chosen.name)
+        else:
+            for i in changed:
+                self.model.row_changed(i)
         ev, name = event.event, event.instance
         if isinstance(ev, MetricsEvent):
             store = self.series.get(name)
@@ -459,6 +501,7 @@ class FleetView(QWidget):
             and row is not None
             and row.local
             and not row.is_router
+            and row.role != TRIAL_CANDIDATE  # the trial's: its view's buttons act on it
         )
         self.inst_start.setEnabled(acts and row is not None and row.down)
         self.inst_stop.setEnabled(
@@ -472,9 +515,90 @@ class FleetView(QWidget):
             and not row.is_router
             and (row.serving or (row.local and self.fleet is not None))
         )
+        self.try_button.setEnabled(
+            acts
+            and row is not None
+            and row.role == "primary"
+            and row.serving
+            and not self._trial_starting
+            and not self.trial_running
+        )
+
+    # -- live trials ---------------------------------------------------------------------------
+    @property
+    def trial_running(self) -> bool:
+        """A trial shown here is under way (its decision not yet carried out)."""
+        trial, view = self.trial, self.trial_view
+        if trial is None or trial.done.is_set():
+            return False
+        return view is None or view.result is None
+
+    def try_live(self) -> None:
+        """The candidate's form for the selected instance; its OK starts the trial."""
+        row = self.selected()
+        fleet = self.fleet
+        if fleet is None or row is None:
+            return
+        inst = next((i for i in fleet.spec.instances if i.name == row.name), None)
+        if inst is None or inst.cfg is None:
+            return
+        dialog = TryLiveDialog(row.name, inst.cfg, self)
+        dialog.submitted.connect(lambda cfg, opts: self._start_trial(dialog, row.name, cfg, opts))
+        dialog.finished.connect(lambda *_: self._update_buttons())
+        self.trial_dialog = dialog
+        dialog.open()
+
+    def _start_trial(
+        self, dialog: TryLiveDialog, name: str, cfg: LaunchConfig, opts: TrialOptions
+    ) -> None:
+        """``fleet.start_trial`` in a worker (it checks the fit, it can take a moment): a
+        refusal is the dialog's red line; a trial, the Trial view."""
+        fleet = self.fleet
+        if fleet is None:
+            dialog.refused("the fleet stopped")
+            return
+
+        def start() -> LiveTrial | str:
+            try:
+                return fleet.start_trial(name, cfg, opts)
+            except QuantdeckError as e:
+                return str(e)
+
+        self._trial_starting = True
+        self._update_buttons()
+
+        def returned(result: LiveTrial | str) -> None:
+            if isinstance(result, str):
+                dialog.refused(result)
+            else:
+                dialog.accept()
+                self.show_trial(result)
+
+        def finished() -> None:
+            self._trial_starting = False
+            dialog.set_busy(False)
+            self._update_buttons()
+
+        self.workers.start(start, returned=returned, finished=finished)
+
+    def show_trial(self, trial: LiveTrial) -> None:
+        """Show ``trial`` in a Trial view below the table (in place of the last one)."""
+        from quantdeck.gui.trial_view import TrialView
+
+        if self.trial_view is not None:
+            self.trial_view.close_subscription()
+            self.trial_view.setParent(None)
+            self.trial_view.deleteLater()
+        self.trial = trial
+        self.trial_view = TrialView(trial, self.fleet)
+        self.splitter.addWidget(self.trial_view)
+        self.splitter.setSizes([180, 420])  # the table's rows; the trial's figures and curves
+        self._update_buttons()
 
     def shutdown(self, timeout: float = 120.0) -> None:
         """Stop the fleet and wait for every worker (the window is closing)."""
+        if self.trial_view is not None:
+            self.trial_view.close_subscription()
         if self._workers is not None:
             self._workers.quit()
             self._workers.wait(timeout)
@@ -628,3 +752,129 @@ class FleetEditDialog(QDialog):
             return False
         self.accept()
         return True
+
+
+# -- a live trial's candidate --------------------------------------------------------------------
+class TryLiveDialog(QDialog):
+    """The candidate of a live trial: the instance's launch in the knob form (the diff against
+    it shown as it is edited), the goal, an SLO, how it is decided, the minimum requests and the
+    time limit. OK sends ``submitted(cfg, opts)`` and waits: a refusal is shown here in one red
+    line (the dialog stays open), a started trial closes it."""
+
+    submitted = Signal(object, object)  # LaunchConfig, TrialOptions
+
+    def __init__(self, name: str, running: LaunchConfig, parent: QWidget | None = None) -> None:
+        from quantdeck.core.fleet.trial import DECIDE, GOALS
+        from quantdeck.gui.knob_form import KnobForm
+
+        super().__init__(parent)
+        self.setWindowTitle(f"Try live: {name}")
+        self.running = running.copy()
+        self.form = KnobForm(skip=("model", "host", "port", "api_key"))  # the fleet's to give
+        self.form.set_config(self.running)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.form)
+        self.diff = plain_label()
+        self.diff.setWordWrap(True)
+        self.diff.setStyleSheet(f"color: {PURPLE}")
+        self.goal = QComboBox()
+        self.goal.addItems(list(GOALS))
+        self.goal.setCurrentText("ttft_p99")
+        self.slo = QLineEdit()
+        self.slo.setPlaceholderText("none (e.g. ttft_p99<=500ms,itl_p99<=50ms)")
+        self.slo.setToolTip("A breach by the candidate rolls it back at once; goodput's limits")
+        self.decide = QComboBox()
+        self.decide.addItems(list(DECIDE))
+        self.decide.setToolTip("auto: the verdict decides; ask: you press Promote or Roll back")
+        self.min_requests = QSpinBox()
+        self.min_requests.setRange(5, 1_000_000)
+        self.min_requests.setValue(30)
+        self.min_requests.setSuffix(" per arm")
+        self.max_duration = QDoubleSpinBox()
+        self.max_duration.setRange(1, 86_400)
+        self.max_duration.setDecimals(0)
+        self.max_duration.setValue(300)
+        self.max_duration.setSuffix(" s")
+        self.error = plain_label()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet(f"color: {FORM_ERROR}")
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setText("Start trial")
+        options = QFormLayout()
+        options.addRow("Goal", self.goal)
+        options.addRow("SLO", self.slo)
+        options.addRow("Decide", self.decide)
+        options.addRow("Min requests", self.min_requests)
+        options.addRow("Max duration", self.max_duration)
+        note = plain_label(
+            "The candidate starts on a port of its own beside the running instance and shares "
+            "its traffic; nothing about the instance changes until the decision."
+        )
+        note.setWordWrap(True)
+        note.setStyleSheet(HINT_SHEET)
+        lay = QVBoxLayout(self)
+        lay.addWidget(plain_label(f"The candidate's knobs (now: {name}'s launch)"))
+        lay.addWidget(scroll, 1)
+        lay.addWidget(self.diff)
+        lay.addLayout(options)
+        lay.addWidget(note)
+        lay.addWidget(self.error)
+        lay.addWidget(buttons)
+        self.form.changed.connect(self._on_form_changed)
+        buttons.accepted.connect(self.submit)
+        buttons.rejected.connect(self.reject)
+        self._on_form_changed()
+        self.resize(640, 820)
+
+    def _on_form_changed(self) -> None:
+        try:
+            self.diff.setText(diff_text(self.running, self.form.config()))
+        except QuantdeckError as e:
+            self.diff.setText(str(e))
+
+    def options(self) -> TrialOptions:
+        """The trial's options as the form says them; ConfigError names a bad one."""
+        from quantdeck.core.fleet.trial import TrialOptions, parse_slo
+
+        slo = self.slo.text().strip()
+        return TrialOptions(
+            goal=self.goal.currentText(),
+            slo=parse_slo(slo) if slo else {},
+            min_requests=self.min_requests.value(),
+            max_duration_s=float(self.max_duration.value()),
+            decide=self.decide.currentText(),
+        )
+
+    def submit(self) -> None:
+        """Check the form; send the candidate and the options (the dialog waits)."""
+        self.error.setText("")
+        try:
+            cfg, opts = self.form.config(), self.options()
+        except QuantdeckError as e:
+            self.error.setText(str(e))
+            return
+        self.set_busy(True)
+        self.submitted.emit(cfg, opts)
+
+    def set_busy(self, busy: bool) -> None:
+        self.ok_button.setEnabled(not busy)
+        self.ok_button.setText("Starting…" if busy else "Start trial")
+
+    def refused(self, line: str) -> None:
+        """The fleet refused the trial (nothing started): its one line, in red."""
+        self.set_busy(False)
+        self.error.setText(line)
+
+
+def diff_text(running: LaunchConfig, cfg: LaunchConfig) -> str:
+    """The candidate's knobs against the running launch, in one line."""
+    from quantdeck.core.launch.diff import knob_diff
+
+    changed = {k: v for k, v in knob_diff(running, cfg).items() if k not in ("host", "port")}
+    if not changed:
+        return "no knob changed: the candidate is the running launch (an A/A trial)"
+    return "changed: " + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in changed.items())

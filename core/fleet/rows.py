@@ -25,13 +25,19 @@ from quantdeck.core.events import (
     RestartEvent,
     RouteEvent,
     StateEvent,
+    TrialEvent,
 )
+from quantdeck.core.fleet.live import CANDIDATE
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.launch import LaunchConfig
+from quantdeck.core.launch.diff import knob_diff
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.monitor.metrics import MetricsScraper
 from quantdeck.core.monitor.recording import Recording
 
 DOWN = ("stopped", "crashed")  # an instance in these states has no metrics
+TRIAL_CANDIDATE = "candidate"  # the role of a live trial's candidate row
+_NOT_KNOBS = ("model", "host", "port")  # shown in other columns, or the fleet's to give
 
 
 @dataclass
@@ -64,6 +70,8 @@ class FleetRow:
     retries: int | None = None
     errors: int | None = None
     fallback: bool | None = None  # None: the fleet has no fallback rule
+    # the launch knobs set away from vLLM's defaults, as the instance runs now ({knob: value})
+    knobs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_router(self) -> bool:
@@ -110,6 +118,10 @@ class FleetRow:
             parts.append(f"circuit {self.circuit}")
         return " · ".join(parts)
 
+    def knobs_text(self) -> str:
+        """The launch knobs set, ``name=value`` each (the Fleet tab's knobs column)."""
+        return ", ".join(f"{k}={v}" for k, v in self.knobs.items())
+
     def clear_metrics(self) -> None:
         self.kv_pct = self.running = self.waiting = self.tok_s = self.ttft_p99_ms = None
 
@@ -138,7 +150,13 @@ def instance_row(inst: InstanceSpec, info: ModelInfo | None = None) -> FleetRow:
         row.placement = f"CPU {inst.cpus}"
     else:
         row.placement = "all"  # nothing given: the engine sees every GPU (or core)
+    row.knobs = launch_knobs(inst.cfg)
     return row
+
+
+def launch_knobs(cfg: LaunchConfig) -> dict[str, Any]:
+    """The knobs of ``cfg`` set away from the defaults (but the model and the address)."""
+    return {k: v for k, (_, v) in knob_diff(LaunchConfig(), cfg).items() if k not in _NOT_KNOBS}
 
 
 class FleetRows:
@@ -148,12 +166,12 @@ class FleetRows:
         infos = infos or {}
         router = FleetRow(ROUTER, ROUTER, spec.router.url, model=f"policy {spec.router.policy}")
         router.fallback = None if spec.fallback is None else False
+        self._last_requests: tuple[float, int] | None = None  # (t, count) of the last facts
         self._set([router, *(instance_row(i, infos.get(i.name)) for i in spec.instances)])
 
     def _set(self, rows: list[FleetRow]) -> None:
         self.rows = rows
         self._by_name = {r.name: n for n, r in enumerate(self.rows)}
-        self._last_requests: tuple[float, int] | None = None  # (t, count) of the last facts
 
     @classmethod
     def from_description(cls, described: list[Any]) -> FleetRows:
@@ -167,6 +185,7 @@ class FleetRows:
         if not rows or not rows[0].is_router or len({r.name for r in rows}) < len(rows):
             raise ValueError("a fleet's rows start with the router and name each row once")
         self = cls.__new__(cls)
+        self._last_requests = None
         self._set(rows)
         return self
 
@@ -192,6 +211,8 @@ class FleetRows:
         row, ev = self.row(event.instance), event.event
         if isinstance(ev, MetricsEvent):
             return [self.apply_metrics(row.name, ev)]
+        if isinstance(ev, TrialEvent):
+            return self._trial(row, ev)
         if not isinstance(ev, StateEvent | RestartEvent | RouteEvent | FallbackEvent | FactEvent):
             return []  # log lines, progress: nothing the table shows
         changed = [self.index(row.name)]
@@ -218,6 +239,39 @@ class FleetRows:
             elif ev.name == "router" and isinstance(ev.value, dict):
                 changed += self._router_facts(row, ev.value, ev.when)
         return changed
+
+    def _trial(self, row: FleetRow, ev: TrialEvent) -> list[int]:
+        """A live trial's step: its candidate gets a row of its own (below the instance's)
+        while it runs, its states and metrics coming as instance ``NAME+try``; a promotion
+        gives the instance the candidate's URL and knobs. Returns every row (rows may have
+        come or gone: the caller shows them again)."""
+        label = row.name + CANDIDATE
+        if ev.phase in ("admitted", "started", "measuring", "decided"):
+            if label not in self._by_name and ev.candidate:
+                candidate = FleetRow(
+                    label,
+                    TRIAL_CANDIDATE,
+                    ev.candidate.rstrip("/"),
+                    model=row.model,
+                    format=row.format,
+                    placement=row.placement,
+                    state="starting" if ev.phase == "admitted" else "ready",
+                    api_key=row.api_key,
+                    knobs={**row.knobs, **{k: b for k, (_, b) in ev.knobs.items()}},
+                )
+                n = self.index(row.name) + 1
+                self._set([*self.rows[:n], candidate, *self.rows[n:]])
+        elif ev.phase in ("promoted", "rolled back", "refused"):
+            gone = self.rows[self._by_name[label]] if label in self._by_name else None
+            if ev.phase == "promoted":
+                row.url = ev.candidate.rstrip("/") or row.url
+                row.knobs = {**row.knobs, **{k: b for k, (_, b) in ev.knobs.items()}}
+                if gone is not None:  # its server is the instance's now (the incumbent stopped)
+                    row.state, row.reason, row.note = gone.state, "", ""
+                    row.routed, row.healthy = gone.routed, gone.healthy
+            if gone is not None:
+                self._set([r for r in self.rows if r is not gone])
+        return list(range(len(self.rows)))
 
     def _route(self, ev: RouteEvent) -> list[int]:
         target = self.by_url(ev.worker)
@@ -327,6 +381,8 @@ def fleet_news(ev: Event) -> str | None:
     other event."""
     if isinstance(ev, RestartEvent | RouteEvent | FallbackEvent):
         return ev.describe().removeprefix(f"[{ev.kind}] ")
+    if isinstance(ev, TrialEvent) and ev.phase != "measuring":  # (every 2 s: the Trial view's)
+        return "trial " + ev.describe().removeprefix(f"[{ev.kind}] ")
     return None
 
 

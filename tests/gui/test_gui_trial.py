@@ -1,0 +1,411 @@
+"""The Trial view and "Try live…" in the Fleet tab.
+
+Without a server: a real :class:`LiveTrial` of a fleet instance (not started) reports its steps
+through the fleet's own event path, with a verdict and arms' figures made by the core's judge
+from two arms' scrapes, and the instances' ``metrics`` events as the fleet's sampler makes them;
+the view shows them and its buttons ask the trial for the operator's decision. The Fleet tab
+shows the candidate as a row of its own and, after a promotion, the instance's new knobs; the
+Try live dialog shows the diff and a refusal in one red line.
+
+With a server (marked ``server``): a fleet of one demo instance in the Fleet tab, a clearly
+better candidate tried live under load through the router, promoted in the view with no failed
+client request.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from ckpt import TINY_LLAMA, write_checkpoint
+from conftest import metrics_event
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSpinBox
+
+from quantdeck.core.events import InstanceEvent, StateEvent
+from quantdeck.core.fleet import Fleet
+from quantdeck.core.fleet.live import LiveTrial
+from quantdeck.core.fleet.trial import ArmSpan, TrialOptions, judge
+from quantdeck.core.monitor.metrics import Histogram, RawMetrics
+from quantdeck.gui.fleet_view import FleetView, TryLiveDialog
+from quantdeck.gui.trial_view import TrialView
+
+BOUNDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, math.inf)
+TTFT = "TTFT p99 (ms)"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUANTDECK_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def fleet_file(tmp_path: Path) -> Path:
+    model = write_checkpoint(tmp_path / "model", TINY_LLAMA)
+    doc = {
+        "router": {"port": 18080, "policy": "round_robin"},
+        "instances": [
+            {"name": "a", "port": 18001, "profile": {"model": str(model), "max-num-seqs": 2}}
+        ],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture
+def view(qtbot: Any, fleet_file: Path) -> Iterator[FleetView]:
+    v = FleetView()
+    qtbot.addWidget(v)
+    v.load(str(fleet_file))
+    qtbot.waitUntil(lambda: v.model.rowCount() == 2, timeout=10_000)
+    yield v
+    v.shutdown()
+
+
+@pytest.fixture
+def fleet(view: FleetView) -> Fleet:
+    assert view.spec is not None
+    f = Fleet(view.spec)
+    view.watch(f)
+    return f
+
+
+def live_trial(fleet: Fleet, decide: str = "auto") -> LiveTrial:
+    """A trial of instance a with max-num-seqs 8, as the fleet makes one (not started)."""
+    inst = fleet.spec.instances[0]
+    assert inst.cfg is not None
+    cfg = inst.cfg.copy()
+    cfg.scheduler.max_num_seqs = 8
+    return LiveTrial(
+        inst,
+        cfg,
+        TrialOptions(decide=decide, min_requests=20),
+        emit=fleet._events.emit,
+        promote=lambda t: "profile saved",
+        routed_now=lambda url: False,
+    )
+
+
+def _histogram(samples: np.ndarray) -> Histogram:
+    idx = np.searchsorted(np.asarray(BOUNDS), samples, side="left")
+    cumulative = np.cumsum(np.bincount(idx, minlength=len(BOUNDS)))
+    buckets = tuple(zip(BOUNDS, (float(c) for c in cumulative), strict=True))
+    return Histogram(buckets=buckets, count=buckets[-1][1], total=float(np.sum(samples)))
+
+
+def _span(ttft: np.ndarray, tokens: float) -> ArmSpan:
+    def raw(t: float, **kw: Any) -> RawMetrics:
+        return RawMetrics(
+            t, kw.get("gauges", {}), kw.get("counters", {}), kw.get("h", {}), {}, 0, 0
+        )
+
+    end = raw(
+        60.0,
+        h={"ttft": _histogram(ttft), "e2e": _histogram(ttft * 4 + 0.2)},
+        counters={"generation_tokens": tokens},
+        gauges={"kv_usage": 0.25},
+    )
+    return ArmSpan(raw(0.0), end)
+
+
+def measured(trial: LiveTrial, n: int) -> dict[str, Any]:
+    """The running verdict and both arms' figures as the trial reports them, for ``n``
+    requests per arm: the candidate's TTFT a third of the incumbent's."""
+    rng = np.random.default_rng(1)
+    inc = _span(rng.lognormal(math.log(0.3), 0.4, n), 600.0)
+    cand = _span(rng.lognormal(math.log(0.1), 0.4, n), 900.0)
+    verdict = judge(inc, cand, trial.opts)
+    arms = {"incumbent": inc.figures({}), "candidate": cand.figures({})}
+    trial.verdict, trial.arms = verdict, arms
+    return {"verdict": verdict.to_json(), "arms": arms}
+
+
+def arms_cell(v: TrialView, figure: str, column: str) -> str:
+    row = v.arms_model.find(lambda r: r.figure.title == figure)
+    return v.arms_model.text(row, column)
+
+
+def buttons(v: TrialView) -> tuple[bool, bool, bool]:
+    return (
+        v.promote_button.isEnabled(),
+        v.rollback_button.isEnabled(),
+        v.stop_button.isEnabled(),
+    )
+
+
+def test_the_view_follows_a_trial_from_admitted_to_promoted(qtbot: Any, fleet: Fleet) -> None:
+    trial = live_trial(fleet)
+    trial._event("admitted", reason="fits: 0.1 GiB of 12 GiB")
+    v = TrialView(trial, fleet)
+    qtbot.addWidget(v)
+    assert v.title.text() == "Trial of a: max_num_seqs: 2 → 8 · goal ttft_p99 · decide auto"
+    assert v.phase_label.text() == "phase: admitted"
+    assert buttons(v) == (False, False, True)  # only Stop before the measuring
+
+    emit = fleet._events.emit
+    emit(InstanceEvent("a+try", StateEvent("ready")))
+    trial._event("started", reason="ready in 20 s")
+    trial._event("measuring", **measured(trial, 10))
+    assert v.phase_label.text() == "phase: measuring · candidate ready"
+    assert v.verdict_label.text().startswith("verdict: undecided")
+    assert "requests 10 / 10" in v.verdict_label.text()
+    assert v.reason_label.text() == "10 and 10 requests measured; 20 per arm are needed"
+    assert buttons(v) == (True, True, True)  # auto: Promote and Roll back override it
+
+    trial._event("measuring", **measured(trial, 200))
+    text = v.verdict_label.text()
+    assert text.startswith("verdict: better · confidence 100.0 %") and "requests 200 / 200" in text
+    assert "Mann-Whitney U (binned)" in text and "effect ×0." in text
+    assert v.reason_label.text().startswith("ttft_p99: candidate ")
+    assert v.split_label.text() == "traffic split: incumbent 50 % (200) · candidate 50 % (200)"
+    assert arms_cell(v, "requests finished", "incumbent") == "200"
+    inc, cand = trial.arms["incumbent"], trial.arms["candidate"]
+    assert arms_cell(v, TTFT, "incumbent") == f"{inc['ttft_p99_ms']:.1f}"
+    assert arms_cell(v, TTFT, "candidate") == f"{cand['ttft_p99_ms']:.1f}"
+    assert arms_cell(v, TTFT, "change").startswith("-")  # faster: green
+    row = v.arms_model.find(lambda r: r.figure.title == TTFT)
+    color = v.arms_model.data(v.arms_model.index(row, 3), Qt.ItemDataRole.ForegroundRole)
+    assert color.name() == "#2e7d32"
+    assert arms_cell(v, "generation (tokens/s)", "candidate") == "15.0"
+
+    trial._event("decided", decision="promote", reason="ttft_p99: better", **measured(trial, 200))
+    assert buttons(v) == (False, False, False)
+    assert v.result_label.text() == "decided: promote (ttft_p99: better)"
+    trial._event("promoted", reason="profile saved")
+    assert v.result == "promoted" and v.result_label.text() == "promoted: profile saved"
+    assert buttons(v) == (False, False, False)
+
+
+def test_both_arms_curves_fill_from_their_metrics_events(qtbot: Any, fleet: Fleet) -> None:
+    trial = live_trial(fleet)
+    v = TrialView(trial, fleet)
+    qtbot.addWidget(v)
+    emit = fleet._events.emit
+    for i in range(5):
+        emit(InstanceEvent("a", metrics_event(100.0 + i, ttft_p99_ms=300.0 + i, kv_usage_pct=20)))
+        cand = metrics_event(100.5 + i, ttft_p99_ms=100.0 + i, kv_usage_pct=40)
+        emit(InstanceEvent("a+try", cand))
+    emit(InstanceEvent("b", metrics_event(106.0, ttft_p99_ms=1.0)))  # not an arm's
+    v.redraw()
+    x_i, y_i = v.curves[(TTFT, "incumbent")].getData()
+    x_c, y_c = v.curves[(TTFT, "candidate")].getData()
+    assert list(y_i) == [300.0, 301.0, 302.0, 303.0, 304.0]
+    assert list(y_c) == [100.0, 101.0, 102.0, 103.0, 104.0]
+    assert list(x_c) == [0.5, 1.5, 2.5, 3.5, 4.5]  # one time axis: the view's first sample
+    assert set(v.curves[("KV cache (%)", "candidate")].getData()[1]) == {40.0}
+    # a scrape that failed is a gap, not a line
+    from quantdeck.core.events import MetricsEvent
+
+    emit(InstanceEvent("a+try", MetricsEvent(106.0, error="connection refused")))
+    v.redraw()
+    assert math.isnan(v.curves[(TTFT, "candidate")].getData()[1][-1])
+    # after the decision the curves keep the trial's window
+    trial._event("decided", decision="rollback", reason="worse")
+    emit(InstanceEvent("a", metrics_event(120.0, ttft_p99_ms=1.0)))
+    v.redraw()
+    assert len(v.curves[(TTFT, "incumbent")].getData()[1]) == 5
+
+
+@pytest.mark.parametrize(
+    ("button", "decision"),
+    [
+        ("promote_button", ("promote", "by the operator")),
+        ("rollback_button", ("rollback", "by the operator")),
+        ("stop_button", ("rollback", "stopped by the operator")),
+    ],
+)
+def test_the_operators_buttons_decide_on_the_trial(
+    qtbot: Any, fleet: Fleet, button: str, decision: tuple[str, str]
+) -> None:
+    trial = live_trial(fleet, decide="ask")
+    trial._event("admitted", reason="fits")
+    trial._event("measuring", **measured(trial, 10))
+    v = TrialView(trial, fleet)  # built after the events: it reads the trial's state
+    qtbot.addWidget(v)
+    assert v.phase_label.text() == "phase: measuring"
+    assert v.verdict_label.text().startswith("verdict: undecided")
+    assert buttons(v) == (True, True, True)
+    qtbot.mouseClick(getattr(v, button), Qt.MouseButton.LeftButton)
+    assert trial._operator() == decision
+    assert buttons(v) == (False, False, False)  # asked once
+    assert v.result_label.text()
+
+
+def test_a_trial_that_ended_before_the_view_shows_its_result(qtbot: Any, fleet: Fleet) -> None:
+    trial = live_trial(fleet)
+    trial._event("decided", decision="rollback", reason="the candidate crashed")
+    trial._event("rolled back", reason="the candidate crashed")
+    trial.result = "rolled back"
+    v = TrialView(trial, fleet)
+    qtbot.addWidget(v)
+    assert buttons(v) == (False, False, False)
+
+
+# -- the Fleet tab ----------------------------------------------------------------------------
+def serving(fleet: Fleet) -> None:
+    emit = fleet._events.emit
+    emit(InstanceEvent("a", StateEvent("ready")))
+    emit(InstanceEvent("router", StateEvent("ready", url="http://127.0.0.1:18080")))
+
+
+def test_the_candidate_has_a_row_and_a_promotion_gives_the_instance_its_knobs(
+    qtbot: Any, view: FleetView, fleet: Fleet
+) -> None:
+    serving(fleet)
+    view.select("a")
+    assert view.try_button.isEnabled()
+    assert view.model.text(1, "knobs") == "max_num_seqs=2"
+    trial = live_trial(fleet)
+    trial._event("admitted", reason="fits")
+    view.show_trial(trial)
+    assert not view.try_button.isEnabled()  # one trial at a time
+    names = [view.model.text(i, "instance") for i in range(view.model.rowCount())]
+    assert names == ["router", "a", "a+try"]
+    assert view.model.text(2, "role") == "candidate"
+    assert view.model.text(2, "knobs") == "max_num_seqs=8"
+    assert view.selected() is not None and view.selected().name == "a"  # kept
+    fleet._events.emit(InstanceEvent("a+try", StateEvent("ready")))
+    assert view.model.text(2, "state") == "ready"
+    view.select("a+try")
+    assert not view.inst_stop.isEnabled()  # the trial's buttons act on the candidate
+    assert "a: trial admitted: max_num_seqs 2 -> 8" in view.events.toPlainText()
+
+    trial._event("decided", decision="promote", reason="better")
+    fleet._events.emit(InstanceEvent("a", StateEvent("stopped")))  # the incumbent, retired
+    trial._event("promoted", reason="profile saved")
+    names = [view.model.text(i, "instance") for i in range(view.model.rowCount())]
+    assert names == ["router", "a"]
+    assert view.model.text(1, "knobs") == "max_num_seqs=8"
+    assert view.model.text(1, "state") == "ready"  # the candidate's server is a's now
+    assert view.rows is not None and view.rows.row("a").url == trial.url
+    assert view.trial_view is not None and view.trial_view.result == "promoted"
+    trial.done.set()
+    view.select("a")
+    assert view.try_button.isEnabled()
+
+
+def test_try_live_shows_the_diff_and_a_refusal_in_one_red_line(
+    qtbot: Any, view: FleetView, fleet: Fleet
+) -> None:
+    serving(fleet)
+    view.select("a")
+    qtbot.mouseClick(view.try_button, Qt.MouseButton.LeftButton)
+    dialog = view.trial_dialog
+    assert isinstance(dialog, TryLiveDialog) and dialog.isVisible()
+    assert dialog.diff.text().startswith("no knob changed")
+    dialog.form.editors["max_num_seqs"].widget.setValue(8)  # type: ignore[union-attr]
+    assert isinstance(dialog.form.editors["max_num_seqs"].widget, QSpinBox)
+    assert dialog.diff.text() == "changed: max_num_seqs: 2 → 8"
+    dialog.slo.setText("ttft<=5")
+    qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+    assert dialog.error.text().startswith("--slo 'ttft<=5'")
+    dialog.slo.setText("ttft_p99<=500ms")
+    # the fleet's own refusal: its servers never started (nothing runs in this test)
+    qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.error.text() != "", timeout=10_000)
+    assert dialog.error.text() == "instance 'a' does not serve now: try it once it does"
+    assert "\n" not in dialog.error.text() and "#b71c1c" in dialog.error.styleSheet()
+    assert dialog.isVisible() and dialog.ok_button.isEnabled()  # the operator may edit
+    assert view.trial_view is None and fleet.trial is None
+    dialog.reject()
+
+
+# -- on a real fleet ----------------------------------------------------------------------------
+@pytest.mark.server
+def test_a_better_candidate_is_promoted_in_the_trial_view(
+    qtbot: Any, demo_model: Path, demo_server_parked: Any, tmp_path: Path
+) -> None:
+    """A fleet of one demo instance (max-num-seqs 1, eager, small KV) under 6 clients through
+    the router; Try live with max-num-seqs 8 is promoted, shown so, 0 failed requests."""
+    import httpx
+
+    from quantdeck.core.runtime import free_port
+    from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+
+    mp = pytest.MonkeyPatch()
+    for k, value in ONE_PROCESS_ENGINE_ENV.items():
+        mp.setenv(k, value)
+    profile = {
+        "model": str(demo_model),
+        "enforce-eager": True,
+        "kv-cache-memory-bytes": 64 * 2**20,
+        "max-num-seqs": 1,
+    }
+    router = free_port()
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(profile))
+    doc = {
+        "router": {"port": router, "policy": "round_robin", "retries": 5},
+        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml"}],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    v = FleetView()
+    qtbot.addWidget(v)
+    failed: list[str] = []
+    stop = threading.Event()
+    clients: list[threading.Thread] = []
+    try:
+        v.load(str(path))
+        qtbot.waitUntil(lambda: v.start_button.isEnabled(), timeout=20_000)
+        qtbot.mouseClick(v.start_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: v.phase == "serving" or v.job is None, timeout=600_000)
+        assert v.phase == "serving", v.message.text()
+        url = f"http://127.0.0.1:{router}"
+        model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+        def client() -> None:
+            with httpx.Client(timeout=120) as c:
+                while not stop.is_set():
+                    body = {"model": model, "prompt": "Hello there " * 8, "max_tokens": 12}
+                    try:
+                        r = c.post(url + "/v1/completions", json=body)
+                        if r.status_code != 200:
+                            failed.append(f"{r.status_code} {r.text[:200]}")
+                    except httpx.HTTPError as e:
+                        failed.append(repr(e))
+
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(6)]
+        for t in clients:
+            t.start()
+        v.select("a")
+        qtbot.waitUntil(v.try_button.isEnabled, timeout=10_000)
+        qtbot.mouseClick(v.try_button, Qt.MouseButton.LeftButton)
+        dialog = v.trial_dialog
+        assert dialog is not None
+        dialog.form.editors["max_num_seqs"].widget.setValue(8)  # type: ignore[union-attr]
+        dialog.min_requests.setValue(20)
+        dialog.max_duration.setValue(240)
+        assert dialog.diff.text() == "changed: max_num_seqs: 1 → 8"
+        qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: v.trial_view is not None, timeout=60_000)
+        tv = v.trial_view
+        assert tv is not None
+        qtbot.waitUntil(lambda: v.rows is not None and "a+try" in v.rows, timeout=10_000)
+        qtbot.waitUntil(lambda: tv.phase == "measuring", timeout=300_000)
+        assert tv.promote_button.isEnabled()
+        qtbot.waitUntil(lambda: tv.result is not None, timeout=400_000)
+        assert tv.result == "promoted", (tv.result_label.text(), tv.reason_label.text())
+        assert tv.verdict_label.text().startswith("verdict: better")
+        tv.redraw()
+        for arm in ("incumbent", "candidate"):
+            assert len(tv.curves[(TTFT, arm)].getData()[1]) > 0, arm
+        assert v.rows is not None and "a+try" not in v.rows
+        assert "max_num_seqs=8" in v.model.text(1, "knobs")
+        stop.set()
+        for t in clients:
+            t.join(timeout=150)
+        assert failed == [], failed[:3]
+        assert yaml.safe_load((tmp_path / "a.yaml").read_text())["max-num-seqs"] == 8
+    finally:
+        stop.set()
+        v.stop_fleet()
+        qtbot.waitUntil(lambda: v.job is None, timeout=180_000)
+        v.shutdown()
+        mp.undo()
