@@ -9,8 +9,9 @@ server, converts the demo model to W8A8 (convert.png), replays two recorded laun
 spans compared (timeline.png) and shows a profiler trace's summary (profile.png; both also
 alone, without a server: ``--offline DIR``), brings up a two-instance demo fleet in the Fleet
 tab under load (fleet.png; Open in Monitor must attach, and the Monitor then overlays both
-instances: monitor-fleet.png; Stop fleet must leave no process) and exits 0 (1 if a server
-never became ready).
+instances: monitor-fleet.png), tries max-num-seqs 8 live on one instance (the Trial view
+measuring: trial.png; decided: trial-decided.png; Stop fleet must leave no process) and exits
+0 (1 if a server never became ready).
 OUTDIR is written whole or not at all (:func:`quantdeck.core.paths.atomic_dir`): an earlier set
 of screenshots is replaced, any other file or folder there is refused.
 """
@@ -330,6 +331,35 @@ def _fleet_file(folder: Path) -> Path:
     return path
 
 
+def _shoot_trial(app: QApplication, win: Any, out: Path) -> None:
+    """Try live on instance a: max-num-seqs 2 -> 8 under load, the Trial view while it
+    measures (trial.png) and once decided and carried out (trial-decided.png)."""
+    view = win.fleet
+    win.tabs.setCurrentWidget(view)
+    view.select("a")
+    _wait(app, lambda: view.try_button.isEnabled(), 30)
+    view.try_button.click()
+    dialog = view.trial_dialog
+    dialog.form.editors["max_num_seqs"].widget.setValue(8)
+    dialog.min_requests.setValue(20)
+    dialog.max_duration.setValue(120)
+    loader = _background_load(view.spec.router.url, str(ensure_demo_model()), 200)
+    try:
+        dialog.ok_button.click()
+        if not _wait(app, lambda: view.trial is not None, 120):
+            raise ServerError(f"Try live: no trial ({dialog.error.text()})")
+        trial = view.trial
+        if not _wait(app, lambda: trial.phase == "measuring" and bool(trial.arms), 240):
+            raise ServerError(f"Try live: the trial never measured ({trial.phase})")
+        _wait(app, lambda: False, 6.0)  # a few points on the curves
+        win.grab().save(str(out / "trial.png"))
+        _wait(app, lambda: trial.done.is_set(), 300)
+        _wait(app, lambda: False, 2.0)
+        win.grab().save(str(out / "trial-decided.png"))
+    finally:
+        loader.kill()
+
+
 def _shoot_fleet(app: QApplication, win: Any, out: Path, folder: Path) -> None:
     """The Fleet tab with a live two-instance fleet under load (fleet.png); then "Open in
     Monitor" must attach the Monitor to instance a, and Stop fleet must leave no process."""
@@ -360,6 +390,7 @@ def _shoot_fleet(app: QApplication, win: Any, out: Path, folder: Path) -> None:
         _wait(app, lambda: False, 1.0)
         win.grab().save(str(out / "monitor-fleet.png"))
         _wait(app, lambda: not loader.is_alive(), 60)
+        _shoot_trial(app, win, out)
     finally:
         pids = {c.pid for c in psutil.Process().children(recursive=True)}
         win.controller.stop()

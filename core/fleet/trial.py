@@ -145,6 +145,15 @@ class ArmSpan:
     def buckets(self, key: str) -> tuple[tuple[float, float], ...]:
         return _delta(self.end.histograms.get(key), self.start.histograms.get(key))
 
+    def mean_s(self, key: str) -> float | None:
+        """The mean of histogram ``key``'s observations in the span (seconds), None: none."""
+        end, start = self.end.histograms.get(key), self.start.histograms.get(key)
+        if end is None:
+            return None
+        n = end.count - (start.count if start else 0.0)
+        total = end.total - (start.total if start else 0.0)
+        return total / n if n > 0 else None
+
     @property
     def seconds(self) -> float:
         return max(1e-9, self.end.t - self.start.t)
@@ -335,15 +344,42 @@ def judge(
         effect = None if ratio is None else round(ratio, 4)
     v = dataclasses.replace(v, effect=effect, incumbent=fig_i, candidate=fig_c)
     if p_better < threshold and better_effect:
-        return dataclasses.replace(v, outcome="better", p_value=p_better, reason=_why(v, opts))
+        why = _why(v, opts) + queueing_caveat(incumbent, candidate, goal)
+        return dataclasses.replace(v, outcome="better", p_value=p_better, reason=why)
     if p_worse < threshold and worse_effect:
-        return dataclasses.replace(v, outcome="worse", p_value=p_worse, reason=_why(v, opts))
+        why = _why(v, opts) + queueing_caveat(candidate, incumbent, goal)
+        return dataclasses.replace(v, outcome="worse", p_value=p_worse, reason=why)
     p = min(p_better, p_worse)
     if p < threshold:
         why = f"a difference the test sees, but within the {opts.margin:.0%} margin"
     else:
         why = f"p = {p:.3g} is not under {threshold:.3g}"
     return dataclasses.replace(v, p_value=p, reason=why)
+
+
+QUEUED_SHARE = 0.5  # a slower arm's TTFT that is more than this share queueing: a caveat
+
+
+def queueing_caveat(slower: ArmSpan, faster: ArmSpan, goal: str) -> str:
+    """When most of the slower arm's time to first token (or end to end) was spent waiting in
+    its queue: a caveat. Under a fixed number of clients that keep every seat busy, the
+    router's alternate split lets the arms' queues drift apart even for the same config (A/A
+    trials here: 8 of 10 called a difference), so the difference may be the split's, not the
+    config's. A config with more seats also shows as less queueing: the caveat does not
+    change the verdict, it says what to check (an open load, a repeat)."""
+    if goal not in ("ttft_p99", "e2e_p99"):
+        return ""
+    key = "ttft" if goal == "ttft_p99" else "e2e"
+    queue, latency = slower.mean_s("queue"), slower.mean_s(key)
+    if queue is None or not latency or queue / latency <= QUEUED_SHARE:
+        return ""
+    other = faster.mean_s("queue")
+    theirs = f" against {1000 * other:.0f} ms" if other is not None else ""
+    return (
+        f"; caveat: {100 * queue / latency:.0f} % of the slower arm's {key.upper()} was queueing "
+        f"(mean {1000 * queue:.0f} ms{theirs}): with every seat busy, the router's split of the "
+        "queue can make such a difference by itself: confirm under an open load or repeat"
+    )
 
 
 def _why(v: Verdict, opts: TrialOptions) -> str:

@@ -90,6 +90,7 @@ def arm(
     ttft: np.ndarray,
     *,
     itl: np.ndarray | None = None,
+    queue: np.ndarray | None = None,
     seconds: float = 60.0,
     finished: dict[str, float] | None = None,
 ) -> ArmSpan:
@@ -97,6 +98,8 @@ def arm(
     hists = {"ttft": histogram(ttft), "e2e": histogram(ttft * 4 + 0.2)}
     if itl is not None:
         hists["itl"] = histogram(itl)
+    if queue is not None:
+        hists["queue"] = histogram(queue)
     return ArmSpan(raw(100.0), raw(100.0 + seconds, histograms=hists, finished=finished))
 
 
@@ -481,3 +484,29 @@ def test_an_slo_breach_rolls_back() -> None:
     # too few requests in the window to call a breach
     assert breach(arm(np.full(4, 3.0)), opts) is None
     assert breach(arm(np.full(5, 3.0)), opts) is not None
+
+
+def test_a_difference_made_of_queueing_carries_a_caveat() -> None:
+    """A/A trials under a fixed number of clients that kept every seat busy called 8 of 10 a
+    difference here: the router's alternate split let one arm's queue grow. A verdict whose
+    slower arm spent most of its TTFT queueing says so (and what to check); one where the
+    arms differ in their own speed does not."""
+    rng = np.random.default_rng(7)
+    fast = lognormal(rng, 200, 0.03)
+    slow_service = lognormal(rng, 200, 0.03)
+    waits = lognormal(rng, 200, 0.2)
+    opts = TrialOptions()
+    queued = judge(arm(slow_service + waits, queue=waits), arm(fast, queue=fast * 0.01), opts)
+    assert queued.outcome == "better"
+    assert "caveat: " in queued.reason and "queueing" in queued.reason
+    assert "open load" in queued.reason
+    # the candidate slower, from queueing too: "worse", with the caveat about the candidate
+    worse = judge(arm(fast, queue=fast * 0.01), arm(slow_service + waits, queue=waits), opts)
+    assert worse.outcome == "worse" and "caveat: " in worse.reason
+    # the same difference in the arms' own speed (no queue): no caveat
+    own = judge(arm(slow_service * 8, queue=fast * 0.01), arm(fast, queue=fast * 0.01), opts)
+    assert own.outcome == "better" and "caveat" not in own.reason
+    # an ITL goal is per token, not queueing: never a caveat
+    itl = TrialOptions(goal="itl_p99")
+    a, b = arm(fast, itl=fast * 3, queue=waits), arm(fast, itl=fast, queue=waits)
+    assert "caveat" not in judge(a, b, itl).reason
