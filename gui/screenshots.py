@@ -55,7 +55,7 @@ def _wait(app: QApplication, cond: Callable[[], bool], timeout: float) -> bool:
 
 _LOAD = r"""
 import sys, threading, time, httpx
-url, model, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+url, model, seconds, clients = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 end = time.time() + seconds
 def run(k):
     i = 0
@@ -67,18 +67,19 @@ def run(k):
         except Exception:
             time.sleep(0.5)
         i += 1
-threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
 [t.start() for t in threads]
 [t.join() for t in threads]
 """
 
 
-def _background_load(url: str, model: str, seconds: float) -> Any:
-    """Three clients sending completions for ``seconds``, in another process (as other
+def _background_load(url: str, model: str, seconds: float, clients: int = 3) -> Any:
+    """``clients`` clients sending completions for ``seconds``, in another process (as other
     users of the server would be): returns the Popen, whose ``is_alive()`` says if it runs."""
     from quantdeck.core.procs import own_python, spawn
 
-    proc = spawn([own_python(), "-c", _LOAD, url, model, str(seconds)], kind="load generator")
+    argv = [own_python(), "-c", _LOAD, url, model, str(seconds), str(clients)]
+    proc = spawn(argv, kind="load generator")
     proc.is_alive = lambda: proc.poll() is None  # type: ignore[attr-defined]
     return proc
 
@@ -343,21 +344,31 @@ def _shoot_trial(app: QApplication, win: Any, out: Path) -> None:
     dialog.form.editors["max_num_seqs"].widget.setValue(8)
     dialog.min_requests.setValue(20)
     dialog.max_duration.setValue(120)
-    loader = _background_load(view.spec.router.url, str(ensure_demo_model()), 200)
+    loader = None
     try:
-        dialog.ok_button.click()
+        dialog.ok_button.click()  # the candidate starts on an idle machine (2 cores here)
         if not _wait(app, lambda: view.trial is not None, 120):
             raise ServerError(f"Try live: no trial ({dialog.error.text()})")
         trial = view.trial
-        if not _wait(app, lambda: trial.phase == "measuring" and bool(trial.arms), 240):
+        if not _wait(
+            app, lambda: trial.phase in ("measuring", "decided") or trial.done.is_set(), 300
+        ):
             raise ServerError(f"Try live: the trial never measured ({trial.phase})")
-        _wait(app, lambda: False, 6.0)  # a few points on the curves
+        # 9 clients over a, b and the candidate: a's two seats queue, the candidate's eight not
+        loader = _background_load(view.spec.router.url, str(ensure_demo_model()), 150, 9)
+
+        def measured() -> bool:
+            return trial.arms.get("candidate", {}).get("requests", 0) >= 10 or trial.done.is_set()
+
+        _wait(app, measured, 120)
+        _wait(app, lambda: False, 3.0)  # a few points on the curves
         win.grab().save(str(out / "trial.png"))
         _wait(app, lambda: trial.done.is_set(), 300)
         _wait(app, lambda: False, 2.0)
         win.grab().save(str(out / "trial-decided.png"))
     finally:
-        loader.kill()
+        if loader is not None:
+            loader.kill()
 
 
 def _shoot_fleet(app: QApplication, win: Any, out: Path, folder: Path) -> None:

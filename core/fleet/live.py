@@ -286,6 +286,16 @@ class LiveTrial:
             if time.monotonic() - reported >= REPORT_S:
                 reported = time.monotonic()
                 self._event("measuring", verdict=self.verdict.to_json(), arms=self.arms)
+            if (
+                settled is not None
+                and final
+                and settled.outcome == "undecided"
+                and opts.decide == "auto"
+            ):
+                return "rollback", (
+                    f"too little traffic in {opts.max_duration_s:g} s to compare "
+                    f"({settled.reason}): the incumbent stays"
+                )
             if settled is not None and opts.decide == "auto":
                 if settled.outcome == "better":
                     return "promote", settled.reason

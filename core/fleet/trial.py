@@ -306,8 +306,10 @@ def judge(
     open_ = "no difference" if final else "undecided"
     v = Verdict(open_, goal, "", None, threshold, None, None, None, n_i, n_c, "")
     if min(n_i, n_c) < opts.min_requests:
+        # too few requests is never "no difference", not even when time is up: nothing was
+        # compared (the trial then rolls back for want of traffic and says so)
         why = f"{n_i} and {n_c} requests measured; {opts.min_requests} per arm are needed"
-        return dataclasses.replace(v, reason=why)
+        return dataclasses.replace(v, outcome="undecided", reason=why)
     fig_i: float | None
     fig_c: float | None
     if goal == "goodput":

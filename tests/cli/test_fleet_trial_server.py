@@ -223,6 +223,23 @@ def test_a_worse_candidate_is_rolled_back_by_itself(
     assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 8
 
 
+def test_a_trial_without_traffic_rolls_back_for_want_of_it(
+    fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No client sends anything: at the time limit nothing was compared. Before, that read
+    "no difference"; now the trial says there was too little traffic, and the incumbent
+    stays."""
+    code, events = _try(capsys, str(fleet.file), "a", "--max-num-seqs", "4", "--max-duration", "8")
+    assert code == 0, events[-5:]
+    decided = _trial(events, "decided")
+    assert decided["decision"] == "rollback", decided
+    assert decided["verdict"]["outcome"] == "undecided"
+    assert decided["reason"].startswith("too little traffic in 8 s to compare"), decided
+    assert "the incumbent stays" in decided["reason"]
+    assert _trial(events, "rolled back")
+    assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 8
+
+
 def test_sigterm_to_the_fleet_leaves_no_process(fleet: TrialFleet) -> None:
     pids = {fleet.proc.pid} | {
         p.pid for p in psutil.Process(fleet.proc.pid).children(recursive=True)

@@ -324,15 +324,22 @@ def test_slo_share_is_the_lowest_per_limit_share() -> None:
 
 
 # -- the verdict ---------------------------------------------------------------------------------
-def test_too_few_requests_is_undecided_then_no_difference() -> None:
+def test_too_few_requests_is_undecided_even_when_time_is_up() -> None:
+    """Before: at the time limit, 0 and 0 requests read "no difference" (a screenshot's trial
+    whose load had ended). Nothing was compared: it stays undecided, and the trial rolls back
+    for want of traffic, saying so."""
     rng = np.random.default_rng(0)
     inc, cand = arm(lognormal(rng, 29, 0.2)), arm(lognormal(rng, 100, 0.02))
     v = judge(inc, cand, TrialOptions())
     assert v.outcome == "undecided" and v.p_value is None
     assert v.n_incumbent == 29 and v.n_candidate == 100
     assert "30 per arm" in v.reason
-    assert judge(inc, cand, TrialOptions(), final=True).outcome == "no difference"
+    final = judge(inc, cand, TrialOptions(), final=True)
+    assert final.outcome == "undecided" and "30 per arm" in final.reason
     assert judge(inc, cand, TrialOptions(min_requests=29)).outcome == "better"
+    # with enough requests, the last look's open verdict is "no difference"
+    same = arm(lognormal(rng, 60, 0.05)), arm(lognormal(rng, 60, 0.05))
+    assert judge(*same, TrialOptions(), final=True).outcome == "no difference"
 
 
 def test_arms_without_the_goal_histogram_are_not_judged() -> None:
