@@ -369,6 +369,7 @@ def _shoot_trial(app: QApplication, win: Any, out: Path) -> None:
     finally:
         if loader is not None:
             loader.kill()
+            loader.wait(timeout=30)
 
 
 def _shoot_fleet(app: QApplication, win: Any, out: Path, folder: Path) -> None:
