@@ -46,6 +46,26 @@ def _print_ab_table(result: dict[str, Any]) -> None:
         )
 
 
+def _print_rounds(result: dict[str, Any]) -> None:
+    """Over the rounds: each arm's median and spread (min-max)."""
+    summary = result.get("summary")
+    if not summary:
+        return
+    print(f"over {result['rounds']} rounds (ABBA order): median [min-max]")
+    for label, figures in summary.items():
+        parts = [f"{label:<20}{figures['rounds']} rounds"]
+        for key, name, fmt in (
+            ("output_throughput", "out tok/s", ".1f"),
+            ("median_ttft_ms", "TTFT p50 ms", ".1f"),
+            ("p99_ttft_ms", "TTFT p99 ms", ".1f"),
+            ("median_tpot_ms", "TPOT p50 ms", ".2f"),
+        ):
+            v = figures.get(key)
+            if v:
+                parts.append(f"{name} {v['median']:{fmt}} [{v['min']:{fmt}}-{v['max']:{fmt}}]")
+        print("  ".join(parts))
+
+
 def cmd_bench(ns: argparse.Namespace) -> int:
     from quantdeck.core.bench import (
         Bench,
@@ -108,6 +128,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
         warmups=ns.warmup,
         engine=EngineEnv(engine_from(ns)),
         on_event=Progress(ns.json_events),
+        rounds=ns.rounds,
     )
     stops = StopSignals(run.cancel)
     result = run.run()
@@ -120,6 +141,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
         write_result(Path(ns.json), result)
     print(f"saved {path}", file=sys.stderr)
     _print_ab_table(result)
+    _print_rounds(result)
     ok = all(a.get("result") and not a.get("error") for a in result["arms"])
     return stops.exit_code(0 if ok else 1)
 
@@ -278,6 +300,13 @@ def register(add: AddCommand) -> None:
     )
     add_load_options(sp, with_knobs=True)
     sp.add_argument("--warmup", type=int, default=2, help="warm-up requests per arm")
+    sp.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the arms this many times, every other round in reverse (ABBA: A B B A "
+        "for 2); prints each arm's median and spread over its rounds",
+    )
     sp.add_argument("--label")
     sp.add_argument("--json", metavar="FILE")
     sp.add_argument("--json-events", action="store_true")

@@ -111,6 +111,52 @@ def attach_roofline(arm: dict[str, Any]) -> None:
         roof["fraction_of_roofline"] = rate / roof["roofline_tok_s"]
 
 
+ROUND = "#"  # an arm's label in its round: LABEL#N
+
+
+def abba(arms: list[Arm], rounds: int) -> list[Arm]:
+    """The arms in ``rounds`` rounds, every other round in reverse (A B, B A, A B, ...), each
+    labelled ``LABEL#N``: a drift of the machine over the run (a warming CPU, a filling page
+    cache) then weighs on every arm alike instead of on the later one. One round: as given."""
+    if rounds == 1:
+        return list(arms)
+    out = []
+    for r in range(rounds):
+        for arm in arms if r % 2 == 0 else reversed(arms):
+            out.append(Arm(f"{arm.label}{ROUND}{r + 1}", arm.config))
+    return out
+
+
+SUMMARY_FIGURES = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms")
+
+
+def round_summary(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per arm over its rounds: each figure's median, min and max (the spread), and how many
+    rounds gave a result."""
+    import statistics
+
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        base = r["label"].rsplit(ROUND, 1)[0]
+        if r.get("result") and not r.get("error"):
+            by.setdefault(base, []).append(r["result"])
+        else:
+            by.setdefault(base, [])
+    out: dict[str, dict[str, Any]] = {}
+    for base, runs in by.items():
+        figures: dict[str, Any] = {"rounds": len(runs)}
+        for key in SUMMARY_FIGURES:
+            values = [run[key] for run in runs if run.get(key) is not None]
+            if values:
+                figures[key] = {
+                    "median": statistics.median(values),
+                    "min": min(values),
+                    "max": max(values),
+                }
+        out[base] = figures
+    return out
+
+
 class ABRun:
     """Runs the arms in turn. ``run()`` blocks (call it from a worker); ``cancel()`` stops the
     arm in progress (its partial result is kept) and skips the rest."""
@@ -126,10 +172,15 @@ class ABRun:
         ready_timeout: float = 900.0,
         on_event: EventFn | None = None,
         stop_when: Callable[[list[Any]], str | None] | None = None,
+        rounds: int = 1,
     ) -> None:
         check_arms(arms)
         spec.check()
-        self.arms, self.spec, self.slo = arms, spec, dict(slo or {})
+        if rounds < 1:
+            raise ConfigError("--rounds must be at least 1")
+        self.rounds = rounds
+        self.arms = abba(arms, rounds)
+        self.spec, self.slo = spec, dict(slo or {})
         self.engine, self.warmups, self.ready_timeout = engine, warmups, ready_timeout
         self._events: Publisher[Event] = Publisher("A/B run")
         if on_event is not None:
@@ -176,7 +227,7 @@ class ABRun:
             results.append(self.run_arm(arm, i))
         for r in results:
             attach_roofline(r)
-        return {
+        out: dict[str, Any] = {
             "kind": "ab",
             "date": time.strftime("%Y%m%d-%H%M%S"),
             "load": self.spec.__dict__,
@@ -184,6 +235,10 @@ class ABRun:
             "arms": results,
             "cancelled": self._cancel.is_set(),
         }
+        if self.rounds > 1:
+            out["rounds"] = self.rounds
+            out["summary"] = round_summary(results)
+        return out
 
     def run_arm(self, arm: Arm, index: int) -> dict[str, Any]:
         server = ServerProcess(self._cfg(arm), engine=self.engine)

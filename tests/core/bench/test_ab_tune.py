@@ -21,7 +21,7 @@ from quantdeck.core.bench import (
     parse_arm,
     point_outcome,
 )
-from quantdeck.core.bench.ab import ABRun, Arm
+from quantdeck.core.bench.ab import ABRun, Arm, round_summary
 from quantdeck.core.bench.client import LoadSpec, RequestRecord
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import ArmServerEvent, ProgressEvent, StateEvent
@@ -95,6 +95,36 @@ def test_identical_arms_are_refused_with_their_diffs_shown() -> None:
     # an arm with another knob differs only in that knob
     seqs = parse_arm("seqs = --max-num-seqs 3", base)
     assert knob_diff(base, seqs.config) == {"max_num_seqs": (base.scheduler.max_num_seqs, 3)}
+
+
+def test_rounds_run_the_arms_abba_and_summarise_their_spread() -> None:
+    """--rounds N: the arms again in every other round reversed (A B B A), each run labelled
+    LABEL#N, however alike the repeats of one arm are (the identical-arms refusal is for two
+    labels of one config); the result gives each arm's median and min-max over its rounds."""
+    base = _demo_cfg(Path("demo"))
+    arms = [parse_arm("bal = --performance-mode balanced", base)]
+    arms.append(parse_arm("thr = --performance-mode throughput", base))
+    run = ABRun(arms, LoadSpec(num_prompts=2), rounds=2)
+    assert [a.label for a in run.arms] == ["bal#1", "thr#1", "thr#2", "bal#2"]
+    assert [a.config.performance.performance_mode for a in run.arms] == [
+        "balanced",
+        "throughput",
+        "throughput",
+        "balanced",
+    ]
+    assert [a.label for a in ABRun(arms, LoadSpec(num_prompts=2)).arms] == ["bal", "thr"]
+    with pytest.raises(ConfigError, match="--rounds"):
+        ABRun(arms, LoadSpec(num_prompts=2), rounds=0)
+    results = [
+        {"label": "bal#1", "result": {"output_throughput": 100.0, "median_ttft_ms": 30.0}},
+        {"label": "thr#1", "result": {"output_throughput": 120.0, "median_ttft_ms": 20.0}},
+        {"label": "thr#2", "error": "crashed"},
+        {"label": "bal#2", "result": {"output_throughput": 110.0, "median_ttft_ms": 34.0}},
+    ]
+    summary = round_summary(results)
+    assert summary["bal"]["rounds"] == 2 and summary["thr"]["rounds"] == 1
+    assert summary["bal"]["output_throughput"] == {"median": 105.0, "min": 100.0, "max": 110.0}
+    assert summary["thr"]["median_ttft_ms"] == {"median": 20.0, "min": 20.0, "max": 20.0}
 
 
 def test_cli_ab_refuses_identical_arms(capsys) -> None:
