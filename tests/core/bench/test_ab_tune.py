@@ -324,3 +324,31 @@ def test_three_point_tune_saves_best_profile(
     assert best_seqs != 1  # one sequence at a time cannot win against eight offered
     assert profiles.load_profile("tuned").scheduler.max_num_seqs == best_seqs
     assert load_run(out)["kind"] == "tune"
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("one_process_engine")
+def test_tune_searches_performance_mode_and_speculative_decoding(
+    demo_model, demo_server_parked, tmp_path, capsys
+) -> None:
+    """The tuner's space takes the performance levers: performance mode and n-gram
+    speculative decoding, each point a real demo server with that launch."""
+    out = tmp_path / "tune.json"
+    argv = ["tune", str(demo_model), "--enforce-eager", "--kv-cache-memory-bytes", "64M"]
+    argv += ["--space", "performance_mode=balanced,throughput", "speculative=none,ngram:3"]
+    argv += ["--concurrency", "2", "--num-prompts", "8", "--input-len", "32"]
+    argv += ["--output-len", "16", "--ttft-ms", "5000", "--tpot-ms", "1000"]
+    argv += ["--max-points", "4", "--warmup", "1", "--json", str(out)]
+    rc = cli_main(argv)
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    pts = res["points"]
+    seen = {(p["values"]["performance_mode"], p["values"]["speculative"]) for p in pts}
+    assert len(pts) >= 2 and len(seen) == len(pts)
+    assert {mode for mode, _ in seen} | {spec for _, spec in seen} >= {"balanced", None}
+    done = [p for p in pts if p["goodput"] is not None]
+    assert done, [p.get("error") for p in pts]
+    assert res["best"]["goodput"] == max(p["goodput"] for p in done)
+    # a point with n-gram speculation ran with vLLM's speculative config
+    ngram = [p for p in pts if p["values"]["speculative"] == "ngram:3"]
+    assert ngram and all(p["goodput"] is not None for p in ngram), ngram
