@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch import engine_args as ea
 from quantdeck.core.launch.knobs import managed_options
-from quantdeck.gui.labels import plain_label
-from quantdeck.gui.style import FORM_ERROR, QUIET_TEXT
+from quantdeck.gui.labels import error_label, plain_label
+from quantdeck.gui.style import QUIET_TEXT
 
 COLUMNS = ("option", "value", "kind", "default", "group")
 
@@ -102,9 +102,7 @@ class EngineOptionsDialog(QDialog):
         self.help.setWordWrap(True)
         self.help.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.help.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.error = plain_label()
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet(f"color:{FORM_ERROR}")
+        self.error = error_label()
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )

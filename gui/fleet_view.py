@@ -58,9 +58,9 @@ from quantdeck.core.events import (
     RouteEvent,
     StateEvent,
 )
-from quantdeck.gui.labels import plain_label
+from quantdeck.gui.labels import error_label, plain_label
 from quantdeck.gui.server_control import SERVER_NICE
-from quantdeck.gui.style import FORM_ERROR, GREEN, HINT_SHEET, ORANGE, PURPLE, RED
+from quantdeck.gui.style import GREEN, HINT_SHEET, ORANGE, PURPLE, RED
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 if TYPE_CHECKING:
@@ -641,9 +641,7 @@ class FleetEditDialog(QDialog):
         self.add_button = QPushButton("Add instance")
         self.remove_button = QPushButton("Remove instance")
         self.profile_button = QPushButton("Profile file…")
-        self.error = plain_label()
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet(f"color: {FORM_ERROR}")
+        self.error = error_label()
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
         )
@@ -796,9 +794,7 @@ class TryLiveDialog(QDialog):
         self.max_duration.setDecimals(0)
         self.max_duration.setValue(300)
         self.max_duration.setSuffix(" s")
-        self.error = plain_label()
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet(f"color: {FORM_ERROR}")
+        self.error = error_label()
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )

@@ -8,8 +8,19 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
+from quantdeck.gui.style import FORM_ERROR
+
 
 def plain_label(text: str = "", parent: QWidget | None = None) -> QLabel:
     label = QLabel(text, parent)
     label.setTextFormat(Qt.TextFormat.PlainText)
+    return label
+
+
+def error_label() -> QLabel:
+    """A form's error line: plain text, wrapped, in the form-error colour (a refusal is read
+    where it happened, not in a tooltip)."""
+    label = plain_label()
+    label.setWordWrap(True)
+    label.setStyleSheet(f"color: {FORM_ERROR}")
     return label

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.events import Event, InstanceEvent, MetricsEvent, StateEvent, TrialEvent
-from quantdeck.core.fleet.live import CANDIDATE
+from quantdeck.core.fleet.trial import CANDIDATE
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.style import (
     GREEN,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, MarkerEvent, StateEvent, TrialEvent
 from quantdeck.core.fleet.trial import (
+    CANDIDATE,
     LOOKS,
     ArmSpan,
     TrialOptions,
@@ -46,7 +47,6 @@ TICK_S = 1.0  # the arms scraped and judged
 REPORT_S = 2.0  # a "measuring" event with the running verdict and both arms' figures
 ROUTE_WAIT_S = 30.0  # the router takes (or drops) the candidate within this
 SILENT_S = 5.0  # a candidate that does not answer this long is rolled back
-CANDIDATE = "+try"  # the candidate's events: instance NAME+try ('+' is in no instance's name)
 
 
 class LiveTrial:

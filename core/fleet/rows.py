@@ -27,8 +27,8 @@ from quantdeck.core.events import (
     StateEvent,
     TrialEvent,
 )
-from quantdeck.core.fleet.live import CANDIDATE
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.fleet.trial import CANDIDATE
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.launch.diff import knob_diff
 from quantdeck.core.models import ModelInfo

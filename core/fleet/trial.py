@@ -37,6 +37,8 @@ from quantdeck.core.monitor.metrics import (
     histogram_quantile,
 )
 
+CANDIDATE = "+try"  # a trial candidate's events: instance NAME+try ('+' is in no instance's name)
+
 GOALS = ("ttft_p99", "itl_p99", "e2e_p99", "goodput", "throughput")
 DECIDE = ("auto", "ask")
 # the figures an SLO limit may name, and the histogram each is read from
