@@ -30,6 +30,7 @@ from typing import Any
 from quantdeck.core.events import FactEvent, StateEvent, from_json
 
 COMMON = ["--gpu-memory-utilization", "0.85", "--max-model-len", "2048"]
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "bf16-graphs": ("bf16", []),
     "bf16-eager": ("bf16", ["--enforce-eager"]),
@@ -44,6 +45,9 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "bnb4-converted-eager": ("bnb-nf4", ["--enforce-eager"]),
     "w8a8-converted-graphs": ("w8a8", []),
     "bnb4-converted-graphs": ("bnb-nf4", []),
+    # speculative decoding (issue 33): n-gram prompt lookup, CUDA graphs
+    "bf16-graphs-ngram": ("bf16", ["--speculative-config", NGRAM]),
+    "fp8-inflight-graphs-ngram": ("bf16", ["--quantization", "fp8", "--speculative-config", NGRAM]),
 }
 DEMO = {"demo-eager": ("demo", ["--enforce-eager", "--kv-cache-memory-bytes", "128M"])}
 LOADS = {
@@ -93,6 +97,24 @@ def wait_for(events: Path, proc: subprocess.Popen[bytes], timeout: float) -> dic
         time.sleep(1.0)
     facts["state"] = state
     return facts
+
+
+def spec_counters(url: str) -> dict[str, Any]:
+    """vLLM's speculative-decoding counters after the loads: drafts, accepted, acceptance."""
+    import httpx
+
+    from quantdeck.core.monitor.metrics import parse_metrics
+
+    try:
+        c = parse_metrics(httpx.get(url + "/metrics", timeout=10).text).counters
+    except (httpx.HTTPError, ValueError) as e:
+        return {"error": str(e)}
+    drafts, accepted = c.get("spec_draft_tokens", 0.0), c.get("spec_accepted_tokens", 0.0)
+    return {
+        "draft_tokens": drafts,
+        "accepted_tokens": accepted,
+        "acceptance": accepted / drafts if drafts else None,
+    }
 
 
 def nvml_peaks(record: Path) -> dict[str, Any]:
@@ -204,6 +226,8 @@ def run_one(
                     "ended_early",
                 )
             }
+        if "--speculative-config" in knobs:
+            res["speculative"] = spec_counters(url)
     else:
         res["log_tail"] = facts.get("log_tail")
     proc.send_signal(signal.SIGINT)

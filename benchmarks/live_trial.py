@@ -16,6 +16,15 @@ the router for the whole run, each request's TTFT timed by the client.
    (goal <= 1.5x); the time from the trial's start to its decision; the downtime a stop/start
    of the same change would have cost: the candidate's start-up (stop, then that start), which
    the trial hides.
+3. With ``--undo``: ``fleet undo`` of that promotion under the same load: how the launch from
+   before came back (woken up from sleep mode, or started again), the time from the undo to
+   its promotion, failed requests and the switch's p99 TTFT.
+
+On a GPU (``--model PATH --gpus 0 --knobs JSON --candidate JSON``): the incumbent's launch is
+``--knobs`` (e.g. ``{"max-model-len": 2048, "gpu-memory-utilization": 0.3, "enforce-eager":
+true, "enable-sleep-mode": true}``), the candidate's the same with ``--candidate``; NVML's
+memory readings at each step are printed beside the admission's figures (``--aa 0`` skips the
+A/A trials).
 """
 
 from __future__ import annotations
@@ -110,23 +119,48 @@ def p99(values: list[float]) -> float | None:
     return sorted(values)[min(len(values) - 1, int(0.99 * len(values)))]
 
 
-def run_trial(fleet: Fleet, knobs: dict[str, Any], opts: TrialOptions) -> dict[str, Any]:
-    """One trial; its events' times and its end."""
+def gpu_used(gpus: list[int]) -> dict[int, float]:
+    """NVML: each GPU's memory in use now (GiB)."""
+    from quantdeck.core.monitor.telemetry import read_gpu
+
+    out: dict[int, float] = {}
+    for g in gpus:
+        used = read_gpu(g).memory_used_bytes
+        if isinstance(used, int):
+            out[g] = round(used / 2**30, 2)
+    return out
+
+
+def run_trial(
+    fleet: Fleet,
+    knobs: dict[str, Any],
+    opts: TrialOptions,
+    *,
+    undo: bool = False,
+    gpus: list[int] | None = None,
+) -> dict[str, Any]:
+    """One trial (or, ``undo``, an undo of the last promotion); its events' times and end."""
     seen: list[tuple[float, TrialEvent]] = []
+
+    nvml: dict[str, dict[int, float]] = {}
 
     def on(ev: Event) -> None:
         if isinstance(ev, InstanceEvent) and isinstance(ev.event, TrialEvent):
             seen.append((time.time(), ev.event))
+            if gpus:
+                nvml[ev.event.phase] = gpu_used(gpus)
 
     unsubscribe = fleet.subscribe(on)
     assert fleet.spec.instances[0].cfg is not None
     base = fleet.spec.instances[0].cfg
     cfg = from_dict({**to_dict(base), **knobs})
+    before = gpu_used(gpus) if gpus else {}
     t0 = time.time()
-    trial = fleet.start_trial("a", cfg, opts)
+    trial = fleet.undo("a") if undo else fleet.start_trial("a", cfg, opts)
     trial.wait()
     unsubscribe()
     at = {ev.phase: t for t, ev in seen}
+    phases = {ev.phase: ev for _, ev in seen}
     decided = next(ev for _, ev in seen if ev.phase == "decided")
     started = next((ev for _, ev in seen if ev.phase == "started"), None)
     return {
@@ -137,6 +171,10 @@ def run_trial(fleet: Fleet, knobs: dict[str, Any], opts: TrialOptions) -> dict[s
         "verdict": decided.verdict,
         "result": trial.result,
         "started": started.reason if started else None,
+        "probe": (decided.arms or {}).get("probe") if isinstance(decided.arms, dict) else None,
+        "admitted": phases["admitted"].reason if "admitted" in phases else None,
+        "promoted": phases["promoted"].reason if "promoted" in phases else None,
+        "nvml_gib": {"before": before, **nvml} if gpus else None,
     }
 
 
@@ -152,20 +190,38 @@ def main() -> int:
         help="open loop instead: Poisson arrivals a second (the A/A trials' honest load)",
     )
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--model", help="the model (default: the demo)")
+    ap.add_argument("--knobs", type=json.loads, help="the incumbent's launch knobs (JSON)")
+    ap.add_argument(
+        "--candidate",
+        type=json.loads,
+        default={"max-num-seqs": 8},
+        help='the knobs the candidate changes (JSON) [{"max-num-seqs": 8}]',
+    )
+    ap.add_argument("--goal", default="ttft_p99", help="the trials' goal [ttft_p99]")
+    ap.add_argument("--gpus", help="the instance's GPUs, e.g. 0 (NVML readings at each step)")
+    ap.add_argument("--undo", action="store_true", help="then undo the promotion, timed")
+    ap.add_argument("--probe", action="store_true", help="the trials' paired probe load")
+    ap.add_argument("--undo-after", type=float, default=10.0, help="s after the promotion [10]")
     ns = ap.parse_args()
-    os.environ.update(ONE_PROCESS_ENGINE_ENV)
+    gpus = [int(g) for g in ns.gpus.split(",")] if ns.gpus else []
+    if not gpus:
+        os.environ.update(ONE_PROCESS_ENGINE_ENV)
     folder = Path(tempfile.mkdtemp(prefix="qd-trial-bench-"))
-    profile = {
-        "model": str(ensure_demo_model()),
+    knobs = ns.knobs or {
         "enforce-eager": True,
         "kv-cache-memory-bytes": 64 * 2**20,
         "max-num-seqs": 2,
     }
+    profile = {"model": ns.model or str(ensure_demo_model()), **knobs}
     (folder / "a.yaml").write_text(yaml.safe_dump(profile))
     router_port = free_port()
+    inst: dict[str, Any] = {"name": "a", "port": free_port(), "profile": "a.yaml"}
+    if gpus:
+        inst["gpus"] = gpus
     doc = {
         "router": {"port": router_port, "policy": "round_robin", "retries": 5},
-        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml"}],
+        "instances": [inst],
     }
     (folder / "fleet.yaml").write_text(yaml.safe_dump(doc))
     fleet = Fleet(load_fleet(folder / "fleet.yaml"))
@@ -196,18 +252,31 @@ def main() -> int:
         load = f"{ns.rate:g} requests/s, open loop" if ns.rate else f"{ns.concurrency} clients"
         print(f"load: {load}", flush=True)
         time.sleep(25)  # a steady state before anything
-        opts = TrialOptions(min_requests=ns.min_requests, max_duration_s=ns.max_duration)
+        opts = TrialOptions(
+            goal=ns.goal,
+            min_requests=ns.min_requests,
+            max_duration_s=ns.max_duration,
+            probe=ns.probe,
+        )
+        if gpus:
+            print(f"NVML before the trials: {gpu_used(gpus)} GiB in use", flush=True)
         for i in range(ns.aa):
             r = run_trial(fleet, {}, opts)
             out["aa"].append(r)
             print(f"A/A {i + 1}/{ns.aa}: {r['decision']} ({r['reason']})", flush=True)
+            if ns.probe:
+                print(f"  probe: {r['probe']}", flush=True)
         kept = sum(
             1 for r in out["aa"] if r["decision"] == "rollback" and "no difference" in r["reason"]
         )
         print(f"A/A: {kept} of {ns.aa} ended 'no difference' (the incumbent kept)")
         steady = clients.between(time.time() - 20, time.time())
-        r = run_trial(fleet, {"max-num-seqs": 8}, opts)
+        r = run_trial(fleet, ns.candidate, opts, gpus=gpus)
         out["promotion"] = r
+        print(f"admitted: {r['admitted']}", flush=True)
+        print(f"promoted: {r['promoted']}", flush=True)
+        if gpus:
+            print(f"NVML (GiB in use) at each step: {r['nvml_gib']}", flush=True)
         end = r["at"].get("promoted", time.time())
         during = clients.between(r["t0"], end)
         switch = clients.between(r["at"]["decided"], end)
@@ -234,6 +303,34 @@ def main() -> int:
             "candidate_start_s": start_s,
         }
         out["aa_no_difference"] = kept
+        if ns.undo and r["result"] == "promoted":
+            time.sleep(ns.undo_after)
+            steady = clients.between(time.time() - 10, time.time())
+            u = run_trial(fleet, {}, opts, undo=True, gpus=gpus)
+            end = u["at"].get("promoted", time.time())
+            during = clients.between(u["t0"], end)
+            failed = [e for _, _, e in during if e is not None]
+            p_steady = p99([t for _, t, e in steady if t is not None])
+            p_during = p99([t for _, t, e in during if t is not None])
+            back_s = u["at"]["started"] - u["t0"] if "started" in u["at"] else None
+            print(
+                f"undo: {u['result']} ({u['started']}); back in {back_s and round(back_s, 1)} s, "
+                f"promoted {end - u['t0']:.1f} s after the undo; {len(during)} client requests, "
+                f"{len(failed)} failed; p99 TTFT steady {1000 * (p_steady or 0):.0f} ms, "
+                f"during the undo {1000 * (p_during or 0):.0f} ms; promoted: {u['promoted']}",
+                flush=True,
+            )
+            if gpus:
+                print(f"NVML (GiB in use) at each step of the undo: {u['nvml_gib']}", flush=True)
+            out["undo"] = u
+            out["undo_figures"] = {
+                "back_s": back_s,
+                "undo_to_promoted_s": end - u["t0"],
+                "requests": len(during),
+                "failed": len(failed),
+                "p99_ttft_steady_ms": p_steady and 1000 * p_steady,
+                "p99_ttft_undo_ms": p_during and 1000 * p_during,
+            }
     finally:
         if clients is not None:
             clients.close()

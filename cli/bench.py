@@ -17,6 +17,7 @@ from quantdeck.cli._common import (
     client_from,
     config_from,
     engine_from,
+    positive_seconds,
     print_json,
     progress_printer,
     served_model,
@@ -158,6 +159,11 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     )
     from quantdeck.core.runtime import EngineEnv
 
+    if ns.live:
+        return _tune_live(ns)
+    _refuse_given(ns, ns.live_only, "only with `tune --live FILE INSTANCE`")
+    if ns.ttft_ms is None or ns.tpot_ms is None:
+        raise ConfigError("tune needs latency targets: --ttft-ms and --tpot-ms")
     if ns.json:
         check_result_target(Path(ns.json))
     base = config_from(ns)
@@ -198,6 +204,121 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         profiles.save_profile(ns.save_profile, apply_point(base, best["values"]))
         print(f"saved profile {ns.save_profile}", file=sys.stderr)
     return stops.exit_code(0)
+
+
+def _refuse_given(ns: argparse.Namespace, options: dict[str, tuple[str, Any]], why: str) -> None:
+    """Refused in one line (exit 2): an option of ``options`` (``{dest: (flag, default)}``)
+    given a value other than its default."""
+    given = [f for dest, (f, default) in options.items() if getattr(ns, dest, default) != default]
+    if given:
+        raise ConfigError(f"tune: {', '.join(given)}: {why}")
+
+
+def _tune_live(ns: argparse.Namespace) -> int:
+    """``tune --live FILE INSTANCE``: the tuner's coordinate search as a chain of live trials
+    of the instance on the running fleet (each as ``fleet try`` runs it), winners promoted."""
+    from quantdeck.cli.fleet import running_instance, trial_options, trial_printer
+    from quantdeck.core.bench import LiveTuner, TrialOutcome, parse_space
+    from quantdeck.core.events import Event
+    from quantdeck.core.fleet.control import request_trial
+    from quantdeck.core.launch import LaunchConfig, knobs
+
+    _refuse_given(
+        ns,
+        ns.offline_only,
+        "not with --live: the chain tries the instance's running launch (one knob of --space "
+        "changed) on the fleet's own traffic",
+    )
+    ns.file, ns.instance = ns.live
+    opts = trial_options(ns)
+    space = parse_space(ns.space, detect_device(), None)
+    until = parse_until(ns.until) if ns.until is not None else None
+    show = trial_printer(ns.json_events, logs=False)
+
+    def on_event(ev: Event) -> None:
+        show(ev.to_json())
+
+    tuner = LiveTuner(space, budget=ns.budget, budget_s=ns.budget_s, until=until, on_event=on_event)
+    state, _row = running_instance(ns)  # refused up front: no fleet, no such instance
+    control = [str(state["control"])]
+    deciding: list[Any] = []  # the running trial's decide(), for a stop signal's rollback
+
+    def launch() -> LaunchConfig:
+        state, row = running_instance(ns)
+        control[0] = str(state["control"])
+        return knobs.from_dict(row["knobs"], where="the fleet")
+
+    def trial(cfg: LaunchConfig) -> TrialOutcome:
+        try:
+            reply = request_trial(control[0], ns.instance, cfg, opts, show, on_open=deciding.append)
+        except OSError as e:
+            return TrialOutcome("failed", f"the fleet's control socket: {e.strerror or e}")
+        finally:
+            deciding.clear()
+        if reply.code == 2:
+            return TrialOutcome("refused", reply.error or "refused")
+        if reply.code != 0 or reply.result not in ("promoted", "rolled back"):
+            return TrialOutcome("failed", reply.error or f"the trial ended {reply.result}")
+        d = reply.decided
+        return TrialOutcome(
+            str(reply.result),
+            reason=(d.reason or "") if d else "",
+            decision=(d.decision or None) if d else None,
+            verdict=(d.verdict or None) if d else None,
+            figures=((d.arms or {}).get("candidate") or None) if d else None,
+        )
+
+    def stop() -> None:
+        tuner.cancel()
+        for decide in list(deciding):
+            decide("rollback")
+
+    stops = StopSignals(stop)
+    result = tuner.run(launch, trial)
+    if not ns.json_events:
+        _print_live_summary(ns.instance, result)
+    return stops.exit_code(1 if result["failed"] else 0)
+
+
+def parse_until(text: str) -> dict[str, float]:
+    """``--until``'s limits, written as ``--slo``'s (``'ttft_p99<=200ms'``): refused in one line
+    that names ``--until``."""
+    from quantdeck.core.bench.live_tune import check_until
+    from quantdeck.core.fleet.trial import parse_slo
+
+    try:
+        return check_until(parse_slo(text))
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("--slo", "--until", 1)) from None
+
+
+def _print_live_summary(instance: str, result: dict[str, Any]) -> None:
+    """Each trial's knob change, what became of it and why; whether the goal was met; the
+    launch as it runs now."""
+    trials = result["trials"]
+    ran = [t for t in trials if t["result"] in ("promoted", "rolled back")]
+    won = sum(1 for t in trials if t["result"] == "promoted")
+    print(
+        f"\ntune --live {instance}: {len(ran)} trial{'' if len(ran) == 1 else 's'} in "
+        f"{result['seconds']:.0f} s, {won} promoted, {len(trials) - len(ran)} not run; "
+        f"ended: {result['ended']}"
+    )
+    for t in trials:
+        change = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in t["knobs"].items())
+        decision = f"{t['decision']}: " if t.get("decision") else ""
+        print(f"  {t['step']:>2}  {change:<32} {t['result']:<12} {decision}{t['reason']}")
+    if result.get("until"):
+        from quantdeck.core.bench.live_tune import until_text
+
+        goal = until_text(result["until"])
+        if result["goal_met"]:
+            print(f"goal {goal}: met by trial {result['met_by']}")
+        else:
+            print(f"goal {goal}: not met (no promoted launch met every limit)")
+    changed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in result["changed"].items())
+    launch = " ".join(f"{k}={v}" for k, v in result["launch"].items())
+    print(f"final launch of {instance}: {launch}")
+    print(f"changed by the chain: {changed or 'nothing'}")
 
 
 def cmd_runs(ns: argparse.Namespace) -> int:
@@ -315,8 +436,8 @@ def register(add: AddCommand) -> None:
     add_model_and_knobs(sp)
     add_engine(sp, "serves every point")
     add_load_options(sp, with_knobs=True, slo=False)
-    sp.add_argument("--ttft-ms", type=float, required=True, help="p99 TTFT target")
-    sp.add_argument("--tpot-ms", type=float, required=True, help="p99 TPOT target")
+    sp.add_argument("--ttft-ms", type=float, help="p99 TTFT target (required, but with --live)")
+    sp.add_argument("--tpot-ms", type=float, help="p99 TPOT target (required, but with --live)")
     sp.add_argument(
         "--space",
         nargs="+",
@@ -331,6 +452,7 @@ def register(add: AddCommand) -> None:
     sp.add_argument("--label")
     sp.add_argument("--json", metavar="FILE")
     sp.add_argument("--json-events", action="store_true")
+    _add_tune_live(sp)
 
     sp = add("runs", cmd_runs, "list saved benchmark runs, or compare two")
     sp.add_argument("a", nargs="?", help="run file (or its name in the history)")
@@ -345,4 +467,51 @@ def register(add: AddCommand) -> None:
         action="append",
         metavar="FILE",
         help="add the tuning timeline of these recordings (as quantdeck timeline shows it)",
+    )
+
+
+def _add_tune_live(sp: argparse.ArgumentParser) -> None:
+    """``tune --live FILE INSTANCE`` and its options; the other options of ``tune`` (the model,
+    its knobs, the load, the offline search's) are refused beside it, and these without it."""
+    from quantdeck.cli.fleet import add_trial_options
+
+    offline = {a.dest: a for a in sp._actions if a.dest != "help"}
+    g = sp.add_argument_group(
+        "tune --live FILE INSTANCE",
+        "The search as a chain of live trials on the running fleet, each as `fleet try` runs "
+        "it: the instance's running launch with one knob of --space changed, beside it on the "
+        "operator's traffic; a winner is promoted and the next candidates change it. A refused "
+        "candidate (it does not fit) is skipped. Ends when the space is exhausted, at the "
+        "budget or at the goal (--until); exit 0 once the chain ran, 2 when refused before it "
+        "started.",
+    )
+    g.add_argument(
+        "--live",
+        nargs=2,
+        metavar=("FILE", "INSTANCE"),
+        help="tune instance INSTANCE of the fleet running from FILE, without downtime",
+    )
+    add_trial_options(g)
+    g.add_argument(
+        "--budget", type=int, metavar="N", help="the most trials run (refused ones not counted)"
+    )
+    g.add_argument(
+        "--budget-s", type=positive_seconds, metavar="S", help="no trial starts after S seconds"
+    )
+    g.add_argument(
+        "--until",
+        metavar="LIMITS",
+        help="the goal, written as --slo: e.g. 'ttft_p99<=200ms,itl_p99<=50ms' (p50 or p99 of "
+        "ttft, itl, e2e): the chain stops once a promoted launch meets every limit, read on "
+        "its figures in the trial that promoted it",
+    )
+    live_only = {a.dest: a for a in sp._actions if a.dest not in (*offline, "help", "live")}
+    both = ("space", "json_events")
+    sp.set_defaults(
+        offline_only={
+            d: (a.option_strings[0] if a.option_strings else "a model folder", a.default)
+            for d, a in offline.items()
+            if d not in both
+        },
+        live_only={d: (a.option_strings[0], a.default) for d, a in live_only.items()},
     )

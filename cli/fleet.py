@@ -22,6 +22,7 @@ from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError, mask
 from quantdeck.core.events import Event, InstanceEvent, LogEvent, MetricsEvent, StateEvent
 
 if TYPE_CHECKING:
+    from quantdeck.core.fleet.trial import TrialOptions
     from quantdeck.core.monitor import Recorder
 
 
@@ -221,23 +222,10 @@ def cmd_status(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_try(ns: argparse.Namespace) -> int:
-    """A live trial of one instance of the running fleet (it runs there: this command sends
-    the candidate and prints the trial's events until the decision is carried out)."""
-    from quantdeck.core.events import from_json
-    from quantdeck.core.fleet.control import connect
-    from quantdeck.core.fleet.trial import TrialOptions, parse_slo
-    from quantdeck.core.launch import knobs
-    from quantdeck.core.launch.profiles import load_file
-
-    opts = TrialOptions(
-        goal=ns.goal,
-        slo=parse_slo(ns.slo) if ns.slo else {},
-        min_requests=ns.min_requests,
-        max_duration_s=ns.max_duration,
-        margin=ns.margin,
-        decide=ns.decide,
-    )
+def running_instance(ns: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The running fleet's state and its row of instance ``ns.instance`` (one Quantdeck starts:
+    its launch knobs are in the row); refused in one line (exit 2) when no fleet runs, it is
+    another file's, it takes no trials, or it has no such instance."""
     state = _running(ns)
     if state is None:
         raise ServerError("no fleet running: `quantdeck fleet up FILE` first")
@@ -247,45 +235,94 @@ def cmd_try(ns: argparse.Namespace) -> int:
         raise ConfigError(
             f"no instance '{ns.instance}' that Quantdeck starts (the fleet has {names})"
         )
-    base = load_file(ns.profile) if ns.profile else knobs.from_dict(row["knobs"], where="the fleet")
-    cfg = knobs.apply_cli_options(base, ns)
     if not isinstance(state.get("control"), str):
         raise ServerError("the running fleet takes no trials (an older Quantdeck runs it)")
-    request = {
-        "op": "try",
-        "instance": ns.instance,
-        "profile": knobs.to_dict(cfg),
-        "options": opts.to_json(),
-    }
-    sock = connect(state["control"])
-    with sock, sock.makefile("rwb") as f:
-        f.write(json.dumps(request).encode() + b"\n")
-        f.flush()
-        if ns.decide == "ask":
-            threading.Thread(target=_ask, args=(f,), daemon=True).start()
-        for line in f:
-            msg = json.loads(line)
-            if msg.get("op") == "end":
-                if msg.get("error"):
-                    print(f"quantdeck: fleet try: {msg['error']}", file=sys.stderr)
-                elif not ns.json_events:
-                    print(f"fleet try: {msg.get('result')}")
-                return int(msg.get("code", 1))
-            if ns.json_events:
-                print(mask_credentials(json.dumps(msg, default=str)), flush=True)
-            else:
-                print(mask_credentials(from_json(msg).describe()), flush=True)
-    print("quantdeck: fleet try: the fleet went away before the decision", file=sys.stderr)
-    return 1
+    return state, row
 
 
-def _ask(f: Any) -> None:
+def trial_options(ns: argparse.Namespace) -> TrialOptions:
+    """The trial options of ``fleet try`` / ``tune --live`` (see :func:`add_trial_options`)."""
+    from quantdeck.core.fleet.trial import TrialOptions, parse_slo
+
+    return TrialOptions(
+        goal=ns.goal,
+        slo=parse_slo(ns.slo) if ns.slo else {},
+        min_requests=ns.min_requests,
+        max_duration_s=ns.max_duration,
+        margin=ns.margin,
+        decide=getattr(ns, "decide", "auto"),
+        keep_s=ns.keep,
+        probe=ns.probe,
+    )
+
+
+def trial_printer(json_events: bool, logs: bool = True) -> Callable[[dict[str, Any]], None]:
+    """Print a trial's events as the fleet sends them: JSON lines, or ``NAME: line`` for a
+    person (the candidate server's log lines only with ``logs``); URLs without credentials."""
+    from quantdeck.core.events import from_json
+
+    def show(msg: dict[str, Any]) -> None:
+        if json_events:
+            print(mask_credentials(json.dumps(msg, default=str)), flush=True)
+            return
+        ev = from_json(msg)
+        inner = ev.event if isinstance(ev, InstanceEvent) else ev
+        if isinstance(inner, (LogEvent, MetricsEvent)) and not logs:
+            return
+        print(mask_credentials(ev.describe()), flush=True)
+
+    return show
+
+
+def cmd_try(ns: argparse.Namespace) -> int:
+    """A live trial of one instance of the running fleet (it runs there: this command sends
+    the candidate and prints the trial's events until the decision is carried out)."""
+    from quantdeck.core.fleet.control import request_trial
+    from quantdeck.core.launch import knobs
+    from quantdeck.core.launch.profiles import load_file
+
+    opts = trial_options(ns)
+    state, row = running_instance(ns)
+    base = load_file(ns.profile) if ns.profile else knobs.from_dict(row["knobs"], where="the fleet")
+    cfg = knobs.apply_cli_options(base, ns)
+
+    def ask(decide: Callable[[str], None]) -> None:
+        threading.Thread(target=_ask, args=(decide,), daemon=True).start()
+
+    reply = request_trial(
+        state["control"],
+        ns.instance,
+        cfg,
+        opts,
+        trial_printer(ns.json_events),
+        on_open=ask if ns.decide == "ask" else None,
+    )
+    if reply.error:
+        print(f"quantdeck: fleet try: {reply.error}", file=sys.stderr)
+    elif not ns.json_events:
+        print(f"fleet try: {reply.result}")
+    return reply.code
+
+
+def cmd_undo(ns: argparse.Namespace) -> int:
+    """Undo the last promotion of an instance of the running fleet, without downtime."""
+    from quantdeck.core.fleet.control import request_undo
+
+    state, _row = running_instance(ns)
+    reply = request_undo(state["control"], ns.instance, trial_printer(ns.json_events))
+    if reply.error:
+        print(f"quantdeck: fleet undo: {reply.error}", file=sys.stderr)
+    elif not ns.json_events:
+        print(f"fleet undo: {reply.result}")
+    return reply.code
+
+
+def _ask(decide: Callable[[str], None]) -> None:
     """``--decide ask``: the operator types promote or rollback (a line on stdin)."""
     for line in sys.stdin:
         word = line.strip().lower()
         if word in ("promote", "rollback"):
-            f.write(json.dumps({"op": "decide", "decision": word}).encode() + b"\n")
-            f.flush()
+            decide(word)
             return
         print("type promote or rollback", file=sys.stderr)
 
@@ -309,6 +346,7 @@ ACTIONS = {
     "down": cmd_down,
     "replay": cmd_replay,
     "try": cmd_try,
+    "undo": cmd_undo,
 }
 
 
@@ -344,13 +382,21 @@ def register(add: AddCommand) -> None:
     p.add_argument("file", nargs="?", help=_FILE_HELP)
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S")
     _add_try(sub)
+    p = sub.add_parser(
+        "undo",
+        help="undo an instance's last promotion without downtime: its launch from before "
+        "back (woken up where it sleeps, else started beside), then promoted",
+    )
+    p.add_argument("file", help="the fleet file the running fleet was brought up from")
+    p.add_argument("instance", help="the instance whose last promotion is undone")
+    p.add_argument("--json-events", action="store_true", help="one JSON object per line")
     p = sub.add_parser("replay", help="a fleet recording: its news, then its rows as they ended")
     p.add_argument("file", help="a recording of `fleet up --record`")
     p.add_argument("--json", action="store_true")
 
 
 def _add_try(sub: Any) -> None:
-    from quantdeck.core.fleet.trial import DECIDE, GOALS
+    from quantdeck.core.fleet.trial import DECIDE
     from quantdeck.core.launch import knobs
 
     p = sub.add_parser(
@@ -369,6 +415,21 @@ def _add_try(sub: Any) -> None:
     p.add_argument(
         "--profile", metavar="F", help="the candidate's launch (default: the instance's)"
     )
+    add_trial_options(p)
+    p.add_argument(
+        "--decide",
+        choices=DECIDE,
+        default="auto",
+        help="auto, or ask: type promote or rollback (a breach still rolls back by itself)",
+    )
+    p.add_argument("--json-events", action="store_true", help="one JSON object per line")
+    knobs.add_cli_options(p)
+
+
+def add_trial_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """How a trial measures and decides (``fleet try``, and each trial of ``tune --live``)."""
+    from quantdeck.core.fleet.trial import GOALS
+
     p.add_argument("--goal", choices=GOALS, default="ttft_p99", help="what the verdict is on")
     p.add_argument(
         "--slo",
@@ -398,10 +459,18 @@ def _add_try(sub: Any) -> None:
         help="the smallest effect called a difference [0.10]",
     )
     p.add_argument(
-        "--decide",
-        choices=DECIDE,
-        default="auto",
-        help="auto, or ask: type promote or rollback (a breach still rolls back by itself)",
+        "--keep",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="after a promotion, an incumbent launched with sleep mode sleeps this long so "
+        "that `fleet undo` is a wake-up (0: stop it at once; without sleep mode it stops) [600]",
     )
-    p.add_argument("--json-events", action="store_true", help="one JSON object per line")
-    knobs.add_cli_options(p)
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="a paired probe load: the same prompt sent to both arms at once, one at a time, "
+        "beside the live traffic; its pairs decide (Wilcoxon signed-rank), so the router's "
+        "split cannot sway the verdict. Without it the probe starts by itself when the live "
+        "traffic is too thin",
+    )

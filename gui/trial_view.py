@@ -451,8 +451,19 @@ def split_text(arms: dict[str, Any]) -> str:
         counts[arm] = float(n)
     total = sum(counts.values())
     if total <= 0 or math.isnan(total):
-        return "traffic split: no request finished yet"
+        return "traffic split: no request finished yet" + probe_text(arms)
     shares = " · ".join(
         f"{arm} {100 * counts[arm] / total:.0f} % ({counts[arm]:.0f})" for arm in ARMS
     )
-    return f"traffic split: {shares}"
+    return f"traffic split: {shares}" + probe_text(arms)
+
+
+def probe_text(arms: dict[str, Any]) -> str:
+    """The paired probe's part, once it runs: its pairs decide."""
+    probe = arms.get("probe")
+    if not isinstance(probe, dict):
+        return ""
+    return (
+        f"; paired probe: {probe.get('pairs')} pairs decide ({probe.get('why')}), "
+        f"{probe.get('failed')} failed"
+    )

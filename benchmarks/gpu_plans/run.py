@@ -38,6 +38,11 @@ Steps:
 - ``kv-overhead [--rounds N ...]``: ``benchmarks/kv_events_overhead.py``, KV events on vs off.
 - ``metrics-parse``, ``nvml``: ``benchmarks/metrics_parse.py``, ``benchmarks/nvml_snapshot.py``.
 - ``client-cost [--requests N --rounds N --concurrency N ...]``: ``benchmarks/client_cost.py``.
+- ``trial [--shape 1b|8b --share F --candidate JSON --goal G --concurrency N ...]``:
+  ``benchmarks/live_trial.py`` on GPU 0: a fleet of one (eager, sleep mode, ``--share`` of the
+  GPU) behind the router under a closed-loop load, a live trial of the candidate (default CUDA
+  graphs) with NVML's readings beside the admission's figures, then ``fleet undo`` (the
+  incumbent woken from sleep), timed.
 - ``ray [--ray-port P --port P --startup-s S]``: a loopback Ray head with the one GPU (``ray
   start --head``, Ray from ``gpu_host.sh stash-ray``), the ray probe, ``quantdeck plan`` and
   ``quantdeck serve`` with ``--distributed-executor-backend ray --ray-address 127.0.0.1:P``, a
@@ -68,6 +73,7 @@ eager unless ``--graphs``. The runs in docs/gpu-validation.md, as this runner's 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -93,9 +99,11 @@ FIRST_RUN = (
     "bnb4-graphs,bnb4-eager"
 )
 # gpu_validation.py's CONFIGS (not imported: a dry run needs no Quantdeck installed)
-CONFIGS = FIRST_RUN.split(",") + [
-    f"{m}-converted-{mode}" for m in ("w8a8", "bnb4") for mode in ("graphs", "eager")
-]
+CONFIGS = (
+    FIRST_RUN.split(",")
+    + [f"{m}-converted-{mode}" for m in ("w8a8", "bnb4") for mode in ("graphs", "eager")]
+    + ["bf16-graphs-ngram", "fp8-inflight-graphs-ngram"]
+)
 
 
 def config_list(text: str) -> str:
@@ -337,6 +345,27 @@ def step_fleet(r: Runner, ns: argparse.Namespace) -> None:
     r.stamp(f"{tag} done")
 
 
+def step_trial(r: Runner, ns: argparse.Namespace) -> None:
+    """benchmarks/live_trial.py on the GPU: a fleet of one instance (eager, sleep mode) behind
+    the router under load, a live trial of a candidate (default: CUDA graphs) on the same GPU,
+    NVML beside the admission's figures, then the promotion undone from sleep, timed."""
+    model = r.models(ns.shape, "bf16") / "bf16"
+    knobs = {
+        "max-model-len": 2048,
+        "gpu-memory-utilization": ns.share,
+        "enforce-eager": True,
+        "enable-sleep-mode": True,
+    }
+    tag = r.tag(ns.tag or f"trial-{ns.shape}")
+    cmd = [PY, BENCH / "live_trial.py", "--model", model, "--gpus", "0"]
+    cmd += ["--knobs", json.dumps(knobs), "--candidate", ns.candidate, "--goal", ns.goal]
+    cmd += ["--aa", str(ns.aa), "--max-duration", str(ns.max_duration)]
+    cmd += ["--min-requests", str(ns.min_requests), "--concurrency", str(ns.concurrency)]
+    cmd += ["--undo"] if not ns.no_undo else []
+    r.run(cmd + ["--json", r.results / f"{tag}.json"], r.results / f"{tag}.txt")
+    r.stamp(f"{tag} done")
+
+
 RAY_CLI = [PY, "-m", "ray.scripts.scripts"]  # the `ray` command (--target installs have none)
 # what vLLM's log says when its Ray executor runs the model (RayDistributedExecutor, ray_utils)
 RAY_EXECUTOR = re.compile(r"RayDistributedExecutor|ray_(distributed_)?executor|ray_utils|RayWorker")
@@ -538,6 +567,19 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, Callable[..., None]]]:
     ap.add_argument("--tag", help="name of the output files")
     ap.add_argument("--shape", choices=("1b", "8b"), default="8b", help="the model's shape (8b)")
     ap.add_argument("--parts", default="router,failover,fallback", help="which figures (all)")
+    ap = add("trial", step_trial, "a live trial on the GPU, admission vs NVML, undo from sleep")
+    ap.add_argument("--shape", choices=("1b", "8b"), default="1b", help="the model's shape (1b)")
+    ap.add_argument("--share", type=float, default=0.3, help="GPU memory share each arm (0.3)")
+    ap.add_argument(
+        "--candidate", default='{"enforce-eager": false}', help="the candidate's knobs (graphs)"
+    )
+    ap.add_argument("--goal", default="itl_p99", help="the trial's goal (itl_p99)")
+    ap.add_argument("--aa", type=int, default=0, help="A/A trials first (0)")
+    ap.add_argument("--max-duration", type=float, default=90.0, help="measuring, s (90)")
+    ap.add_argument("--min-requests", type=int, default=30, help="per arm (30)")
+    ap.add_argument("--concurrency", type=int, default=4, help="closed-loop clients (4)")
+    ap.add_argument("--no-undo", action="store_true", help="no undo after the promotion")
+    ap.add_argument("--tag", help="name of the output files")
     ap = add("ray", step_ray, "the ray backend on a loopback Ray head: serve and bench")
     _serving(ap)
     ap.add_argument("--ray-port", type=int, default=6379, help="the Ray head's port (6379)")

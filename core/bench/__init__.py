@@ -31,12 +31,14 @@ from quantdeck.core.bench.runs import (
 if TYPE_CHECKING:
     from quantdeck.core.bench.ab import ABRun, Arm, check_arms, knob_diff, parse_arm
     from quantdeck.core.bench.client import Bench
+    from quantdeck.core.bench.live_tune import LiveSearch, LiveTuner, TrialOutcome
     from quantdeck.core.bench.stats import summary_lines
     from quantdeck.core.bench.tune import Tuner, apply_point, parse_space, point_outcome
 
 _JOBS = {
     "ab": ("ABRun", "Arm", "check_arms", "knob_diff", "parse_arm"),
     "client": ("Bench",),
+    "live_tune": ("LiveSearch", "LiveTuner", "TrialOutcome"),
     "stats": ("summary_lines",),
     "tune": ("Tuner", "apply_point", "parse_space", "point_outcome"),
 }
@@ -53,6 +55,8 @@ __all__ = [
     "environment",
     "knob_diff",
     "list_runs",
+    "LiveSearch",
+    "LiveTuner",
     "load_args",
     "load_fields",
     "load_from_options",
@@ -68,6 +72,7 @@ __all__ = [
     "slo_from_options",
     "SloLimits",
     "summary_lines",
+    "TrialOutcome",
     "Tuner",
     "write_result",
 ]

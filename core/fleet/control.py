@@ -4,10 +4,12 @@ A Unix socket in Linux's abstract namespace (no file to leave behind, no path-le
 under a deep cache folder), named at random and written only in the fleet's private state
 file. Every connection's peer must be this user (``SO_PEERCRED``): another user is refused
 before a byte is read. The protocol is JSON lines: the client sends ``{"op": "try", "instance",
-"profile", "options"}``, the fleet answers with the trial's events (``to_json``) as they come,
+"profile", "options"}`` (or ``{"op": "undo", "instance"}``: the last promotion undone), the
+fleet answers with the trial's events (``to_json``) as they come,
 then ``{"op": "end", "result", "code"}``; meanwhile the client may send ``{"op": "decide",
 "decision": "promote"|"rollback"}``. A client that goes away before the decision stops the
-trial: the candidate is rolled back (nothing about the incumbent changes).
+trial: the candidate is rolled back (nothing about the incumbent changes). The client end is
+:func:`request_trial` (``fleet try``, ``tune --live``).
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ import secrets
 import socket
 import struct
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from quantdeck.core.errors import QuantdeckError
-from quantdeck.core.events import Event, InstanceEvent, TrialEvent
+from quantdeck.core.events import Event, InstanceEvent, TrialEvent, from_json
 from quantdeck.core.fleet.trial import TrialOptions
-from quantdeck.core.launch.knobs import from_dict
+from quantdeck.core.launch import LaunchConfig
+from quantdeck.core.launch.knobs import from_dict, to_dict
 
 if TYPE_CHECKING:
     from quantdeck.core.fleet.live import LiveTrial
@@ -42,6 +47,96 @@ def connect(address: str, timeout: float = 10.0) -> socket.socket:
     s.connect("\0" + address)
     s.settimeout(None)
     return s
+
+
+@dataclass(frozen=True)
+class TrialReply:
+    """How a trial requested by :func:`request_trial` ended: ``code`` 0 (a decision was carried
+    out: ``result`` promoted or rolled back), 2 (refused before anything started: ``error``
+    says why) or 1 (the fleet went away before the decision); ``decided``: the trial's
+    ``decided`` event (None: none came)."""
+
+    code: int
+    result: str | None = None
+    error: str | None = None
+    decided: TrialEvent | None = None
+
+
+def request_trial(
+    address: str,
+    instance: str,
+    cfg: LaunchConfig,
+    opts: TrialOptions,
+    on_message: Callable[[dict[str, Any]], None],
+    on_open: Callable[[Callable[[str], None]], None] | None = None,
+) -> TrialReply:
+    """The client end: ask the fleet whose control socket is ``address`` for a trial of
+    ``instance`` against the launch ``cfg``, hand each event of the trial (its JSON object, as
+    the fleet sends it) to ``on_message`` until the decision is carried out, and say how it
+    ended. ``on_open`` is called once the request is sent with a function that sends the
+    operator's decision (``promote`` or ``rollback``; from any thread). Raises ``OSError``
+    where the socket cannot be reached."""
+    request = {
+        "op": "try",
+        "instance": instance,
+        "profile": to_dict(cfg),
+        "options": opts.to_json(),
+    }
+    return _request(address, request, on_message, on_open)
+
+
+def request_undo(
+    address: str, instance: str, on_message: Callable[[dict[str, Any]], None]
+) -> TrialReply:
+    """Ask the fleet to undo the last promotion of ``instance`` (``fleet undo``); its events
+    go to ``on_message`` as :func:`request_trial`'s do."""
+    return _request(address, {"op": "undo", "instance": instance}, on_message, None)
+
+
+def _request(
+    address: str,
+    request: dict[str, Any],
+    on_message: Callable[[dict[str, Any]], None],
+    on_open: Callable[[Callable[[str], None]], None] | None,
+) -> TrialReply:
+    instance = request["instance"]
+    sock = connect(address)
+    lock = threading.Lock()
+    decided: TrialEvent | None = None
+    with sock, sock.makefile("rwb") as f:
+
+        def decide(decision: str) -> None:
+            if decision not in ("promote", "rollback"):
+                raise ValueError(f"decision {decision!r}: promote or rollback")
+            with lock:
+                try:
+                    _send(f, {"op": "decide", "decision": decision})
+                except (OSError, ValueError):  # the trial ended meanwhile: nothing to decide
+                    pass
+
+        with lock:
+            _send(f, request)
+        if on_open is not None:
+            on_open(decide)
+        for line in f:
+            msg = json.loads(line)
+            if msg.get("op") == "end":
+                code = int(msg.get("code", 1))
+                error = msg.get("error")
+                return TrialReply(code, msg.get("result"), error and str(error), decided)
+            try:
+                ev = from_json(msg)
+            except ValueError:
+                ev = None
+            if (
+                isinstance(ev, InstanceEvent)
+                and isinstance(ev.event, TrialEvent)
+                and ev.instance == instance
+                and ev.event.phase == "decided"
+            ):
+                decided = ev.event
+            on_message(msg)
+    return TrialReply(1, error="the fleet went away before the decision", decided=decided)
 
 
 class ControlServer:
@@ -84,18 +179,22 @@ class ControlServer:
             try:
                 line = f.readline(MAX_LINE)
                 request = json.loads(line)
-                if not isinstance(request, dict) or request.get("op") != "try":
-                    raise QuantdeckError("expected {'op': 'try', ...}")
-                self._try(request, f)
+                if not isinstance(request, dict) or request.get("op") not in ("try", "undo"):
+                    raise QuantdeckError("expected {'op': 'try' or 'undo', ...}")
+                name = str(request.get("instance"))
+                if request["op"] == "undo":
+                    self._follow(name, lambda: self.fleet.undo(name), f)
+                else:
+                    cfg = from_dict(request.get("profile"), where="the candidate's profile")
+                    opts = TrialOptions.from_json(dict(request.get("options") or {}))
+                    self._follow(name, lambda: self.fleet.start_trial(name, cfg, opts), f)
             except (QuantdeckError, ValueError, TypeError) as e:
                 _send(f, {"op": "end", "result": "refused", "code": 2, "error": str(e)})
             except OSError:
                 pass  # the client went away
 
-    def _try(self, request: dict[str, Any], f: Any) -> None:
-        name = str(request.get("instance"))
-        cfg = from_dict(request.get("profile"), where="the candidate's profile")
-        opts = TrialOptions.from_json(dict(request.get("options") or {}))
+    def _follow(self, name: str, start: Callable[[], LiveTrial], f: Any) -> None:
+        """Start the trial (or undo) and send its events until it is carried out."""
         events: queue.Queue[Event] = queue.Queue()
         label = name + "+try"
 
@@ -107,7 +206,7 @@ class ControlServer:
 
         unsubscribe = self.fleet.subscribe(mine)
         try:
-            trial = self.fleet.start_trial(name, cfg, opts)
+            trial = start()
             reader = threading.Thread(
                 target=self._read_decisions,
                 args=(f, trial),

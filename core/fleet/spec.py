@@ -590,13 +590,15 @@ def admit_candidate(
     *,
     device: DeviceFacts | None = None,
     ram_available: int | None = None,
+    asleep: dict[int, list[tuple[str, int]]] | None = None,
 ) -> str:
     """Whether ``cfg`` (a live trial's candidate for ``inst``) fits beside the running fleet,
     before anything starts: the advisor's verdict on it, then on a GPU every instance sharing
-    one of ``inst``'s GPUs plus the candidate within its memory; on a CPU host the candidate's
-    weights, activations and KV cache within the RAM available now (the incumbent already
-    counted there) less :data:`RAM_HEADROOM_BYTES`. Returns the planner's figures in one line;
-    ConfigError (one line, the same figures) when it does not fit."""
+    one of ``inst``'s GPUs, what sleeping retired incumbents still hold there (``asleep``: GPU
+    -> [(name, bytes)], NVML's figures) plus the candidate within its memory; on a CPU host
+    the candidate's weights, activations and KV cache within the RAM available now (the
+    incumbent already counted there) less :data:`RAM_HEADROOM_BYTES`. Returns the planner's
+    figures in one line; ConfigError (one line, the same figures) when it does not fit."""
     probe = dataclasses.replace(inst, cfg=cfg, name=f"{inst.name} (candidate)")
     if inst.gpus is not None:
         gpu = device or detect_device()
@@ -608,15 +610,16 @@ def admit_candidate(
         for g in inst.gpus:
             users = [(i.name, _advise(i, gpu)) for i in spec.local if g in (i.gpus or [])]
             users.append((f"{inst.name} (candidate)", need))
+            users = beyond_share(users) + (asleep or {}).get(g, [])
             used = sum(b for _, b in users)
             text = " + ".join(f"{n} {b / GiB:.1f} GiB" for n, b in users)
             if used > total:
                 raise ConfigError(
                     f"the candidate does not fit beside the fleet on GPU {g}: {text} = "
-                    f"{used / GiB:.1f} GiB > {total / GiB:.1f} GiB"
+                    f"{used / GiB:.1f} GiB > {total / GiB:.1f} GiB{_BEYOND_NOTE}"
                 )
             parts.append(f"GPU {g}: {text} = {used / GiB:.1f} of {total / GiB:.1f} GiB")
-        return "; ".join(parts)
+        return "; ".join(parts) + _BEYOND_NOTE
     need = _advise(probe, device or cpu_device())
     available = psutil.virtual_memory().available if ram_available is None else ram_available
     room = available - RAM_HEADROOM_BYTES
@@ -630,6 +633,23 @@ def admit_candidate(
     return figures
 
 
+# What a vLLM process holds on its GPU beyond its share (gpu-memory-utilization x the GPU's
+# memory, or its weights and explicit KV cache), by NVML: the CUDA context, cuBLAS and NCCL
+# workspaces, the allocator's slack, CUDA graphs' pool. Measured with vLLM 0.26: +2.7 GiB (1B,
+# eager, H100), +3.5 GiB (1B, CUDA graphs, H100), +2.8 GiB (8B, graphs, H100, per process),
+# three 8B eager instances at 0.28 of an H200 holding 129.5 GiB together, +3.9 GiB each
+# (docs/gpu-validation.md). It counts where instances share a GPU; one alone is vLLM's to size.
+BEYOND_SHARE_BYTES = 4 * GiB
+_BEYOND_NOTE = f" (each instance counted with {BEYOND_SHARE_BYTES / GiB:.0f} GiB beyond its share)"
+
+
+def beyond_share(users: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Instances' shares of one GPU, each with what it holds beyond it where they share it."""
+    if len(users) < 2:
+        return users
+    return [(name, used + BEYOND_SHARE_BYTES) for name, used in users]
+
+
 def _check_gpus(
     spec: FleetSpec, device: DeviceFacts, shares: dict[int, list[tuple[str, int]]]
 ) -> None:
@@ -641,10 +661,11 @@ def _check_gpus(
                 f"{spec.path}: instance '{users[0][0]}' names GPU {gpu}, "
                 f"but this machine has {device.count}"
             )
+        users = beyond_share(users)
         total = sum(b for _, b in users)
         if total > device.memory_total_bytes:
             parts = " + ".join(f"{n} {b / GiB:.1f} GiB" for n, b in users)
             raise ConfigError(
                 f"{spec.path}: GPU {gpu} is overfull: {parts} > "
-                f"{device.memory_total_bytes / GiB:.1f} GiB"
+                f"{device.memory_total_bytes / GiB:.1f} GiB{_BEYOND_NOTE}"
             )

@@ -36,7 +36,8 @@ from quantdeck.core.events import (
     RouteEvent,
     StateEvent,
 )
-from quantdeck.core.fleet.live import LiveTrial, drain
+from quantdeck.core.fleet.live import LiveTrial, drain, tree_pids
+from quantdeck.core.fleet.live import sleep as sleep_server
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
 from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec, admit_candidate
@@ -87,6 +88,20 @@ ROUTER_KEY_ENV = "QUANTDECK_ROUTER_API_KEY"
 
 
 _ANOTHER_FLEET = "a fleet already runs from this cache folder: `quantdeck fleet down`"
+RETIRED = "~before"  # a retired (sleeping) incumbent's events: instance NAME~before
+
+
+@dataclass
+class Retired:
+    """An instance's launch before its last promotion, kept for ``fleet undo``: its server
+    asleep (sleep mode, until ``until``) for a wake-up, or only its launch, to start again."""
+
+    cfg: LaunchConfig
+    promotion: str  # what was promoted over it (the knob diff, one line)
+    server: ServerProcess | None = None
+    until: float = 0.0  # (monotonic) the sleeper is stopped then
+    slept_s: float | None = None  # how long it took to fall asleep
+    residual: dict[int, int] | None = None  # GPU index -> bytes it holds asleep (NVML)
 
 
 def router_command_workers(spec: FleetSpec) -> list[str]:
@@ -155,9 +170,11 @@ class Fleet:
     ) -> None:
         """``nice``: run the instances this much nicer (the panel keeps its UI responsive)."""
         self.spec = spec
+        self._forwards: dict[int, Callable[[], None]] = {}  # id(server) -> its unsubscribe
         self.servers: dict[str, ServerProcess] = {
             i.name: self._server(i, startup_timeout, nice) for i in spec.local
         }
+        self.retired: dict[str, Retired] = {}  # per instance, for `fleet undo`
         self.router: Child | None = None
         self.router_log = cache_dir() / "fleet" / "router.log"
         self.router_api = RouterClient(spec.router.url, spec.router.api_key)
@@ -199,7 +216,9 @@ class Fleet:
             startup_timeout=startup_timeout,
             nice=nice,
         )
-        server.subscribe(lambda ev: self._events.emit(InstanceEvent(inst.name, ev)))
+        self._forwards[id(server)] = server.subscribe(
+            lambda ev: self._events.emit(InstanceEvent(inst.name, ev))
+        )
         return server
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
@@ -381,6 +400,7 @@ class Fleet:
                     self._tend(t, now)
                 if self.trial is not None and self.trial.done.is_set():
                     self.trial = None
+                self._expire(now)
                 self.slowest_tick_s = max(self.slowest_tick_s, time.monotonic() - now)
                 stop.wait(TICK_S)
             return True
@@ -719,18 +739,68 @@ class Fleet:
             if self.servers[name].state != "ready" or not self._router_ready.is_set():
                 raise ConfigError(f"instance '{name}' does not serve now: try it once it does")
             cfg = validate(cfg.copy())
-            admitted = admit_candidate(self.spec, inst, cfg)
-            trial = LiveTrial(
+            admitted = admit_candidate(self.spec, inst, cfg, asleep=self._asleep())
+            trial = self._trial(inst, cfg, opts)
+        trial.start(admitted)
+        return trial
+
+    def _trial(
+        self, inst: InstanceSpec, cfg: LaunchConfig, opts: TrialOptions, **kw: Any
+    ) -> LiveTrial:
+        trial = LiveTrial(
+            inst,
+            cfg,
+            opts,
+            emit=self._events.emit,
+            promote=self._promote,
+            routed_now=lambda url: url in self._routed,
+            nice=self.nice,
+            startup_timeout=self.startup_timeout,
+            **kw,
+        )
+        self.trial = trial
+        return trial
+
+    def _asleep(self) -> dict[int, list[tuple[str, int]]]:
+        """The sleeping retired incumbents' GPU memory (NVML, when they fell asleep), per GPU:
+        what a candidate's admission counts beside the fleet."""
+        held: dict[int, list[tuple[str, int]]] = {}
+        for name, r in self.retired.items():
+            if r.server is not None:
+                for gpu, used in (r.residual or {}).items():
+                    held.setdefault(gpu, []).append((name + RETIRED + " (asleep)", used))
+        return held
+
+    def undo(self, name: str) -> LiveTrial:
+        """Undo the last promotion of instance ``name``: its launch from before back without
+        downtime, as a trial that promotes as soon as it serves: woken up where it sleeps
+        (seconds), else started beside the instance (a start-up). Refused (ConfigError, one
+        line) when a trial runs or nothing was promoted."""
+        with self._trial_lock:
+            if self.trial is not None and not self.trial.done.is_set():
+                raise ConfigError(f"a trial of '{self.trial.name}' is under way: one at a time")
+            inst = next((i for i in self.spec.instances if i.name == name), None)
+            before = self.retired.get(name)
+            if inst is None or inst.cfg is None or before is None:
+                raise ConfigError(f"instance '{name}' has no promotion to undo in this fleet")
+            if self.servers[name].state != "ready" or not self._router_ready.is_set():
+                raise ConfigError(f"instance '{name}' does not serve now: undo it once it does")
+            asleep = before.server
+            if asleep is not None and asleep.state == "ready":
+                admitted = f"the launch before ({before.promotion}) sleeps: a wake-up"
+                self._forwards.pop(id(asleep), lambda: None)()  # the trial forwards it now
+            else:
+                asleep = None
+                admitted = admit_candidate(self.spec, inst, before.cfg, asleep=self._asleep())
+            del self.retired[name]
+            opts = TrialOptions(keep_s=self._keep_s)
+            trial = self._trial(
                 inst,
-                cfg,
+                before.cfg,
                 opts,
-                emit=self._events.emit,
-                promote=self._promote,
-                routed_now=lambda url: url in self._routed,
-                nice=self.nice,
-                startup_timeout=self.startup_timeout,
+                undo=f"undo of the promotion ({before.promotion})",
+                asleep=asleep,
             )
-            self.trial = trial
         trial.start(admitted)
         return trial
 
@@ -750,11 +820,61 @@ class Fleet:
             t.hung_since = None
             trial.label = trial.name  # its events are the instance's from now
             trial.routed = trial.retiring = False  # its URL is the instance's: a primary's
-        old.stop()
-        saved = self._save_profile(inst, trial)
+            self._forwards[id(trial.server)] = trial.forward
+        self._keep_s = trial.opts.keep_s
+        kept = self._retire(trial, old)
+        saved = self._save_profile(inst, trial) + "; " + kept
         if self._state_lock is not None:
             write_atomic(state_path(), json.dumps(self._state()))
         return saved
+
+    _keep_s = TrialOptions().keep_s  # the last trial's: an undo keeps what it retires as long
+
+    def _retire(self, trial: LiveTrial, old: ServerProcess) -> str:
+        """The promoted-over incumbent, kept for ``fleet undo``: asleep for ``keep_s`` where
+        it runs with sleep mode (its events become instance ``NAME~before``), else stopped
+        (its launch kept). One line saying which."""
+        name = trial.name
+        diff = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in trial.knobs.items()) or "same"
+        earlier = self.retired.pop(name, None)
+        if earlier is not None and earlier.server is not None:
+            earlier.server.stop()  # one launch kept per instance: the last one
+        before = Retired(trial.incumbent_cfg.copy(), diff)
+        self.retired[name] = before
+        keep = trial.opts.keep_s
+        if not old.cfg.model.enable_sleep_mode:
+            why = "it runs without sleep mode"
+        elif keep <= 0:
+            why = "--keep 0"
+        else:
+            try:
+                slept = sleep_server(old.url, old.cfg.server.api_key)
+            except ServerError as e:
+                why = f"it did not sleep: {e}"
+            else:
+                self._forwards.pop(id(old), lambda: None)()
+                self._forwards[id(old)] = old.subscribe(
+                    lambda ev: self._events.emit(InstanceEvent(name + RETIRED, ev))
+                )
+                before.server, before.slept_s = old, slept
+                before.until = time.monotonic() + keep
+                before.residual = _gpu_memory(old, trial.inst.gpus or [])
+                held = ", ".join(
+                    f"{b / 2**30:.2f} GiB of GPU {g}" for g, b in (before.residual or {}).items()
+                )
+                return (
+                    f"the incumbent sleeps for {keep:g} s (asleep in {slept:.1f} s"
+                    f"{', holding ' + held if held else ''}): `fleet undo` wakes it up"
+                )
+        old.stop()
+        return f"the incumbent stopped ({why}): `fleet undo` starts its launch again"
+
+    def _expire(self, now: float) -> None:
+        """Stop the sleepers whose time is up (their launch stays, for an undo by start)."""
+        for r in self.retired.values():
+            if r.server is not None and now >= r.until:
+                server, r.server = r.server, None
+                threading.Thread(target=server.stop, name="fleet-stop-retired").start()
 
     def _save_profile(self, inst: InstanceSpec, trial: LiveTrial) -> str:
         """The promoted launch saved: over the instance's profile file (atomically; the one
@@ -803,9 +923,10 @@ class Fleet:
         if self.router is not None:
             self._stop_router(self.router)
         self.sampler.close()
+        asleep = [(n + RETIRED, r.server) for n, r in self.retired.items() if r.server]
         threads = [
             threading.Thread(target=s.stop, name=f"fleet-stop-{name}")
-            for name, s in self.servers.items()
+            for name, s in [*self.servers.items(), *asleep]
             if s.pid is not None
         ]
         for t in threads:
@@ -900,6 +1021,19 @@ class Fleet:
         state_path().unlink(missing_ok=True)
         self._state_lock.close()  # the flock goes with it
         self._state_lock = None
+
+
+def _gpu_memory(server: ServerProcess, gpus: list[int]) -> dict[int, int] | None:
+    """What ``server``'s processes hold on each of ``gpus`` (NVML); None without NVML."""
+    from quantdeck.core.monitor.telemetry import read_gpu
+
+    pids = tree_pids(server.pid)
+    held: dict[int, int] = {}
+    for g in gpus:
+        used = read_gpu(g, frozenset(pids)).server_memory_bytes
+        if isinstance(used, int):
+            held[g] = used
+    return held or None
 
 
 def running_fleet() -> dict[str, Any] | None:

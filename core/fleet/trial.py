@@ -69,6 +69,13 @@ class TrialOptions:
     margin: float = 0.10  # the smallest effect called a difference (a share: 0.10 = 10 %)
     breach_window_s: float = 10.0  # the SLO breach and error burst rule's window
     drain_timeout_s: float = 120.0  # the retired arm's requests finish within this
+    # after a promotion, an incumbent launched with sleep mode sleeps this long (weights in
+    # host RAM, KV cache freed) so that `fleet undo` is a wake-up; 0: it stops at once
+    keep_s: float = 600.0
+    # a paired probe load: identical prompts sent to both arms at once, beside the live
+    # traffic; its pairs decide (the router's split cannot confound them). Off: it starts by
+    # itself when the live traffic is too thin to reach min_requests in time
+    probe: bool = False
 
     def __post_init__(self) -> None:
         if self.goal not in GOALS:
@@ -83,6 +90,8 @@ class TrialOptions:
             raise ConfigError("--min-requests must be at least 5")
         if self.max_duration_s <= 0 or self.breach_window_s <= 0:
             raise ConfigError("--max-duration and the breach window must be positive")
+        if self.keep_s < 0:
+            raise ConfigError("--keep must be 0 (stop the incumbent) or more seconds")
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -394,6 +403,166 @@ def _why(v: Verdict, opts: TrialOptions) -> str:
     return (
         f"{opts.goal}: candidate {v.candidate:g} vs incumbent {v.incumbent:g} ({effect}), {v.test}"
     )
+
+
+# -- the paired probe --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One probe request as its client saw it: time to first token, mean inter-token gap and
+    end to end (seconds); ``error`` when it failed."""
+
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    e2e_s: float = 0.0
+    error: str | None = None
+
+    def value(self, goal: str) -> float:
+        """The figure the goal compares (lower is better for every goal: throughput reads
+        the inter-token gap, the inverse of decode speed)."""
+        if goal == "ttft_p99":
+            return self.ttft_s
+        if goal == "e2e_p99":
+            return self.e2e_s
+        return self.itl_s
+
+    def within(self, slo: dict[str, float]) -> bool:
+        """Whether the request kept every limit (each read on its own figures)."""
+        figures = {"ttft": self.ttft_s, "itl": self.itl_s, "e2e": self.e2e_s}
+        return self.error is None and all(
+            1000 * figures[SLO_METRICS[name][0]] <= limit for name, limit in slo.items()
+        )
+
+
+@dataclass(frozen=True)
+class ProbePair:
+    """One prompt sent to both arms at the same moment."""
+
+    incumbent: ProbeRecord
+    candidate: ProbeRecord
+
+    @property
+    def ok(self) -> bool:
+        return self.incumbent.error is None and self.candidate.error is None
+
+
+def wilcoxon_signed_rank(diffs: list[float]) -> tuple[float, float]:
+    """One-sided p-values that paired differences tend to be negative, and positive: the
+    Wilcoxon signed-rank test, normal approximation with the tie correction, zero differences
+    dropped ((1.0, 1.0) without data)."""
+    d = [x for x in diffs if x != 0]
+    n = len(d)
+    if n == 0:
+        return 1.0, 1.0
+    order = sorted(range(n), key=lambda k: abs(d[k]))
+    ranks = [0.0] * n
+    ties = 0.0
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and abs(d[order[j + 1]]) == abs(d[order[i]]):
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        t = j - i + 1
+        ties += t**3 - t
+        i = j + 1
+    w_plus = sum(r for r, x in zip(ranks, d, strict=True) if x > 0)
+    mean = n * (n + 1) / 4
+    var = n * (n + 1) * (2 * n + 1) / 24 - ties / 48
+    if var <= 0:
+        return 1.0, 1.0
+    z = (w_plus - mean) / math.sqrt(var)
+    return _normal_sf(-z), _normal_sf(z)
+
+
+def mcnemar(only_a: int, only_b: int) -> float:
+    """One-sided p-value that arm a keeps the SLO where b does not more often than the other
+    way round (McNemar's test on the discordant pairs, normal approximation; 1.0 without)."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    return _normal_sf((only_a - only_b) / math.sqrt(n))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def judge_paired(pairs: list[ProbePair], opts: TrialOptions, *, final: bool = False) -> Verdict:
+    """The verdict on ``opts.goal`` from the probe's pairs (the failed ones left out): the
+    Wilcoxon signed-rank test on each pair's difference (goodput: McNemar's test), and the
+    effect as :func:`judge` reads it, on the pairs' figures."""
+    goal, threshold = opts.goal, opts.alpha / LOOKS
+    good = [p for p in pairs if p.ok]
+    n = len(good)
+    open_ = "no difference" if final else "undecided"
+    v = Verdict(open_, goal, "", None, threshold, None, None, None, n, n, "")
+    if n < opts.min_requests:
+        why = f"{n} probe pairs measured; {opts.min_requests} are needed"
+        return dataclasses.replace(v, outcome="undecided", reason=why)
+    if goal == "goodput":
+        keep_i = [p.incumbent.within(opts.slo) for p in good]
+        keep_c = [p.candidate.within(opts.slo) for p in good]
+        only_c = sum(1 for i, c in zip(keep_i, keep_c, strict=True) if c and not i)
+        only_i = sum(1 for i, c in zip(keep_i, keep_c, strict=True) if i and not c)
+        p_better, p_worse = mcnemar(only_c, only_i), mcnemar(only_i, only_c)
+        si, sc = sum(keep_i) / n, sum(keep_c) / n
+        fig_i: float | None = round(100 * si, 2)
+        fig_c: float | None = round(100 * sc, 2)
+        effect: float | None = round(100 * (sc - si), 2)
+        better_effect, worse_effect = sc - si >= opts.margin, si - sc >= opts.margin
+        v = dataclasses.replace(v, test="McNemar (paired probe)")
+    else:
+        vi = [p.incumbent.value(goal) for p in good]
+        vc = [p.candidate.value(goal) for p in good]
+        p_better, p_worse = wilcoxon_signed_rank([c - i for i, c in zip(vi, vc, strict=True)])
+        v = dataclasses.replace(v, test="Wilcoxon signed-rank (paired probe)")
+        if goal == "throughput":
+            mi, mc = _quantile(vi, 0.5), _quantile(vc, 0.5)
+            fig_i = round(1 / mi, 2) if mi > 0 else None
+            fig_c = round(1 / mc, 2) if mc > 0 else None
+            ratio = fig_c / fig_i if fig_i and fig_c else None
+            better_effect = ratio is not None and ratio >= 1 + opts.margin
+            worse_effect = ratio is not None and ratio <= 1 - opts.margin
+        else:
+            q = 0.99 if n >= TAIL_REQUESTS else 0.9
+            fig_i = round(1000 * _quantile(vi, q), 3)
+            fig_c = round(1000 * _quantile(vc, q), 3)
+            ratio = fig_c / fig_i if fig_i and fig_c is not None else None
+            better_effect = ratio is not None and ratio <= 1 - opts.margin
+            worse_effect = ratio is not None and ratio >= 1 + opts.margin
+        effect = None if ratio is None else round(ratio, 4)
+    v = dataclasses.replace(v, effect=effect, incumbent=fig_i, candidate=fig_c)
+    if p_better < threshold and better_effect:
+        return dataclasses.replace(v, outcome="better", p_value=p_better, reason=_why(v, opts))
+    if p_worse < threshold and worse_effect:
+        return dataclasses.replace(v, outcome="worse", p_value=p_worse, reason=_why(v, opts))
+    p = min(p_better, p_worse)
+    if p < threshold:
+        why = f"a difference the test sees, but within the {opts.margin:.0%} margin"
+    else:
+        why = f"p = {p:.3g} is not under {threshold:.3g}"
+    return dataclasses.replace(v, p_value=p, reason=why)
+
+
+def probe_figures(pairs: list[ProbePair]) -> dict[str, Any]:
+    """What the trial events carry of the probe: pairs, failures, each arm's medians (ms)."""
+    good = [p for p in pairs if p.ok]
+
+    def med(arm: str, key: str) -> float | None:
+        values = [getattr(getattr(p, arm), key) for p in good]
+        return round(1000 * _quantile(values, 0.5), 2) if values else None
+
+    return {
+        "pairs": len(good),
+        "failed": len(pairs) - len(good),
+        **{
+            f"{arm}_{key[:-2]}_p50_ms": med(arm, key)
+            for arm in ("incumbent", "candidate")
+            for key in ("ttft_s", "itl_s", "e2e_s")
+        },
+    }
 
 
 def next_look(n: int, opts: TrialOptions) -> int:

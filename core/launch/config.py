@@ -122,7 +122,9 @@ class ModelConfig:
     enable_sleep_mode: bool = knob(
         False,
         "Let the server sleep (/sleep frees the weights and KV cache, /wake_up restores them); "
-        "CUDA and ROCm only: vLLM refuses it on CPU.",
+        "CUDA and ROCm only: vLLM refuses it on CPU. vLLM serves those routes in its dev mode "
+        "(VLLM_SERVER_DEV_MODE=1, set with it), without the API key: bind to loopback. A live "
+        "trial's promoted-over incumbent then sleeps, so that an undo is a wake-up.",
         advanced=True,
         title="Sleep mode",
     )

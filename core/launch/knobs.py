@@ -374,6 +374,8 @@ def switch_env(cfg: LaunchConfig) -> dict[str, str]:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if cfg.parallel.ray_address:  # vLLM calls ray.init(address=None), which reads this
         env["RAY_ADDRESS"] = cfg.parallel.ray_address
+    if cfg.model.enable_sleep_mode:  # vLLM serves /sleep, /wake_up, /is_sleeping only then
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     return env
 
 

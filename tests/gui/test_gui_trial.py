@@ -314,7 +314,23 @@ def test_try_live_shows_the_diff_and_a_refusal_in_one_red_line(
     assert "\n" not in dialog.error.text() and "#b71c1c" in dialog.error.styleSheet()
     assert dialog.isVisible() and dialog.ok_button.isEnabled()  # the operator may edit
     assert view.trial_view is None and fleet.trial is None
+    assert dialog.options().probe is False
+    dialog.probe.setChecked(True)  # the paired probe, asked for
+    assert dialog.options().probe is True
     dialog.reject()
+    # the Undo promotion button waits for a promotion of the selected instance
+    assert not view.undo_button.isEnabled()
+
+
+def test_the_split_line_says_when_the_paired_probe_decides() -> None:
+    from quantdeck.gui.trial_view import split_text
+
+    arms: dict[str, Any] = {"incumbent": {"requests": 3}, "candidate": {"requests": 1}}
+    assert split_text(arms) == "traffic split: incumbent 75 % (3) · candidate 25 % (1)"
+    arms["probe"] = {"pairs": 24, "failed": 1, "why": "asked for (--probe)"}
+    assert split_text(arms).endswith(
+        "; paired probe: 24 pairs decide (asked for (--probe)), 1 failed"
+    )
 
 
 # -- on a real fleet ----------------------------------------------------------------------------
@@ -398,11 +414,23 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
             assert len(tv.curves[(TTFT, arm)].getData()[1]) > 0, arm
         assert v.rows is not None and "a+try" not in v.rows
         assert "max_num_seqs=8" in v.model.text(1, "knobs")
+        assert "starts its launch again" in tv.result_label.text()  # no sleep mode on CPU
+        # Undo promotion: the launch from before back (started beside: no sleep here)
+        v.select("a")
+        qtbot.waitUntil(v.undo_button.isEnabled, timeout=10_000)
+        qtbot.mouseClick(v.undo_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: v.trial_view is not tv, timeout=60_000)
+        undo = v.trial_view
+        assert undo is not None
+        qtbot.waitUntil(lambda: undo.result is not None, timeout=400_000)
+        assert undo.result == "promoted", (undo.result_label.text(), undo.reason_label.text())
+        assert "max_num_seqs=8" not in v.model.text(1, "knobs")
+        assert v.fleet is not None and "a" in v.fleet.retired  # the undo can be undone too
         stop.set()
         for t in clients:
             t.join(timeout=150)
         assert failed == [], failed[:3]
-        assert yaml.safe_load((tmp_path / "a.yaml").read_text())["max-num-seqs"] == 8
+        assert yaml.safe_load((tmp_path / "a.yaml").read_text())["max-num-seqs"] == 1
     finally:
         stop.set()
         v.stop_fleet()

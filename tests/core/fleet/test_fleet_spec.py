@@ -212,9 +212,14 @@ def test_an_overfull_gpu_is_refused(tmp_path: Path) -> None:
     for inst in doc["instances"]:
         inst["profile"]["gpu-memory-utilization"] = 0.6
     spec = load_fleet(write_fleet(tmp_path, doc))
-    with pytest.raises(ConfigError, match=r"GPU 0 is overfull: p 48\.0 GiB \+ q 48\.0 GiB"):
+    with pytest.raises(ConfigError, match=r"GPU 0 is overfull: p 52\.0 GiB \+ q 52\.0 GiB"):
         check_fleet(spec, device=cuda_device(80))
+    # shares that add up to 76 of 80 GiB leave no room for what each process holds beyond
+    # its share (NVML: 3-4 GiB with vLLM 0.26)
     doc["instances"][1]["profile"]["gpu-memory-utilization"] = 0.35
+    with pytest.raises(ConfigError, match=r"p 52\.0 GiB \+ q 32\.0 GiB > 80\.0 GiB \(each"):
+        check_fleet(load_fleet(write_fleet(tmp_path, doc)), device=cuda_device(80))
+    doc["instances"][1]["profile"]["gpu-memory-utilization"] = 0.3
     check_fleet(load_fleet(write_fleet(tmp_path, doc)), device=cuda_device(80))
     # an explicit KV size counts with the weights it sits beside
     doc["instances"][1]["profile"] = {"model": str(big), "kv-cache-memory-bytes": 30 * 2**30}
@@ -311,3 +316,51 @@ def test_an_instance_names_its_engine(tmp_path: Path, model: Path, bare_venv: Pa
     doc["instances"][0] = {"name": "a", "url": "http://10.0.0.2:8000", "engine": "bare"}
     with pytest.raises(ConfigError, match="'engine' is for an instance Quantdeck starts"):
         load_fleet(write_fleet(tmp_path, doc))
+
+
+def test_a_sleeping_incumbent_counts_in_a_candidates_admission(tmp_path: Path) -> None:
+    """After a promotion with sleep mode the retired incumbent sleeps on the GPU, holding what
+    NVML said it held asleep: the next candidate is admitted beside the fleet and it."""
+    from quantdeck.core.fleet.spec import admit_candidate
+    from quantdeck.core.launch.knobs import from_dict
+
+    big = write_checkpoint(tmp_path / "big", LLAMA3_8B)
+    doc = {
+        "instances": [
+            {
+                "name": "a",
+                "port": 8001,
+                "gpus": [0],
+                "profile": {"model": str(big), "gpu-memory-utilization": 0.45},
+            }
+        ]
+    }
+    spec = load_fleet(write_fleet(tmp_path, doc))
+    inst = spec.instances[0]
+    cand = from_dict({"model": str(big), "gpu-memory-utilization": 0.45})
+    gpu = cuda_device(80)
+    fits = admit_candidate(spec, inst, cand, device=gpu)
+    assert fits == (
+        "GPU 0: a 40.0 GiB + a (candidate) 40.0 GiB = 80.0 of 80.0 GiB "
+        "(each instance counted with 4 GiB beyond its share)"
+    )
+    asleep = {0: [("a~before (asleep)", int(1.5 * 2**30))]}
+    with pytest.raises(ConfigError) as e:
+        admit_candidate(spec, inst, cand, device=gpu, asleep=asleep)
+    assert str(e.value) == (
+        "the candidate does not fit beside the fleet on GPU 0: a 40.0 GiB + a (candidate) "
+        "40.0 GiB + a~before (asleep) 1.5 GiB = 81.5 GiB > 80.0 GiB "
+        "(each instance counted with 4 GiB beyond its share)"
+    )
+    # a sleeper on another GPU does not count
+    assert admit_candidate(spec, inst, cand, device=gpu, asleep={1: asleep[0]}) == fits
+
+
+def test_sleep_mode_turns_on_vllms_sleep_routes() -> None:
+    """vLLM serves /sleep, /wake_up and /is_sleeping only in its dev mode: a launch with sleep
+    mode sets it, one without does not."""
+    from quantdeck.core.launch.knobs import from_dict, switch_env
+
+    on = from_dict({"model": "m", "enable-sleep-mode": True})
+    assert switch_env(on)["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "VLLM_SERVER_DEV_MODE" not in switch_env(from_dict({"model": "m"}))
