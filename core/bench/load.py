@@ -354,6 +354,14 @@ class RequestRecord:
     resumed: int = 0  # times its stream was cut and continued (Bench(resume=N))
 
     @property
+    def read_in_one_piece(self) -> bool:
+        """Its tokens (8 or more) all read within 1 ms, though it took 20 ms or more: vLLM
+        sends one event per token as it decodes, so the client read them late (it got no CPU
+        while they came: on a host whose cores the server's threads take). Its TTFT and ITL
+        are then the client's delay, not the server's (benchmarks/stream_chunks.py)."""
+        return len(self.itl) >= 7 and sum(self.itl) < 0.001 and self.latency >= 0.02
+
+    @property
     def tpot(self) -> float:
         return (
             (self.latency - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0

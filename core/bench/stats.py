@@ -44,6 +44,8 @@ def compute_metrics(
         "failed": len(records) - len(ok),
         # requests whose stream was cut and continued (Bench(resume=N)): completed or not
         "resumed_requests": sum(1 for r in records if r.resumed),
+        # requests the client read late, all at once (RequestRecord.read_in_one_piece)
+        "read_in_one_piece": sum(1 for r in ok if r.read_in_one_piece),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": len(ok) / dur,
@@ -110,6 +112,14 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             lines.append(f"{label + ' ' + name.upper() + ' (ms):':<{w}}{result[key]:.2f}")
     if result.get("ended_early"):
         lines.append(f"ended early: {result['ended_early']}")
+    late = result.get("read_in_one_piece") or 0
+    if late:
+        lines.append(
+            f"warning: {late} of {result['completed']} requests were read in one piece: this "
+            "client got no CPU while their tokens streamed (the server's threads take the "
+            "cores?), so their TTFT and ITL are its delay, not the server's; leave the client a "
+            "core (VLLM_CPU_OMP_THREADS_BIND, a fleet instance's cpus) or run it elsewhere"
+        )
     lines.append("=" * 50)
     return lines
 

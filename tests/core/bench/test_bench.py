@@ -421,3 +421,32 @@ def test_sse_stream_split_anywhere_gives_the_same_messages() -> None:
     for cut in range(1, len(body)):
         assert asyncio.run(read([cut])) == whole, cut
     assert asyncio.run(read(list(range(1, len(body))))) == whole  # one byte per read
+
+
+def test_requests_read_in_one_piece_are_counted_and_warned_of() -> None:
+    """vLLM sends one event per token as it decodes; a request whose 64 tokens the client read
+    within a millisecond was read late (benchmarks/stream_chunks.py: the kernel had them spread
+    over 170 ms). Counted, and the summary says what that does to TTFT and ITL."""
+    from quantdeck.core.bench.load import RequestRecord
+
+    def rec(i: int, gap: float) -> RequestRecord:
+        return RequestRecord(
+            i,
+            16,
+            64,
+            success=True,
+            ttft=0.2,
+            itl=[gap] * 63,
+            latency=0.2 + 63 * gap,
+            output_tokens=64,
+        )
+
+    streamed, late = rec(0, 0.004), rec(1, 0.00001)
+    assert not streamed.read_in_one_piece and late.read_in_one_piece
+    short = RequestRecord(2, 16, 4, success=True, itl=[0.0] * 3, latency=0.3, output_tokens=4)
+    assert not short.read_in_one_piece  # too few tokens to tell
+    res = compute_metrics([streamed, late, short], duration=1.0)
+    assert res["read_in_one_piece"] == 1
+    text = "\n".join(summary_lines(res))
+    assert "warning: 1 of 3 requests were read in one piece" in text
+    assert "warning" not in "\n".join(summary_lines(compute_metrics([streamed], 1.0)))
