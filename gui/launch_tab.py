@@ -35,6 +35,7 @@ from quantdeck.core.launch import (
     advise,
     command_line,
     engine_checks,
+    fit_to_engine,
     local_vllm_version,
     plan,
     profiles,
@@ -43,7 +44,7 @@ from quantdeck.core.launch import (
 from quantdeck.core.models import ModelInfo
 from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.knob_form import KnobForm
-from quantdeck.gui.labels import plain_label
+from quantdeck.gui.labels import error_label, plain_label
 from quantdeck.gui.style import ERROR, FREE_MEMORY, QUIET_TEXT, SERIES_COLORS, WARNING
 
 SEGMENTS = (
@@ -197,6 +198,23 @@ class LaunchTab(QWidget):
         self.engine_caps: Any = None
         self.all_options = QPushButton("All engine options…")
         self.all_options.setEnabled(False)
+        # the form's settings against the chosen engine, as `quantdeck serve --profile F
+        # --engine NAME` checks them (core.launch.migrate): the vLLM version they were made
+        # for (a profile's record, then the engine they were last fit for), the last
+        # migration's notes, and the engine's refusal (Start is refused with it)
+        self._settings_for: str | None = None
+        self._profile_name: str | None = None  # a loaded profile's, not yet fit for an engine
+        self._probing = False  # the chosen engine is being probed: nothing checked yet
+        self._refusal: str | None = None
+        self._notes: tuple[str, ...] = ()
+        self._notes_head = ""
+        self.engine_note = plain_label()
+        self.engine_note.setWordWrap(True)
+        self.engine_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.engine_note.setVisible(False)
+        self.engine_error = error_label()
+        self.engine_error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.engine_error.setVisible(False)
         self.start_button = QPushButton("Start")
         self.stop_button = QPushButton("Stop")
         self.restart_button = QPushButton("Restart")
@@ -275,6 +293,8 @@ class LaunchTab(QWidget):
         body.addLayout(right, 2)
         lay = QVBoxLayout(self)
         lay.addLayout(body, 1)
+        lay.addWidget(self.engine_note)
+        lay.addWidget(self.engine_error)
         lay.addWidget(self.message)
         lay.addLayout(actions)
 
@@ -314,21 +334,92 @@ class LaunchTab(QWidget):
         cfg.model.model = self.model_path
         return cfg
 
-    def set_config(self, cfg: LaunchConfig) -> None:
+    def set_config(
+        self, cfg: LaunchConfig, *, saved_with: str | None = None, profile: str | None = None
+    ) -> None:
+        """Put ``cfg`` in the form: settings made for vLLM ``saved_with`` (None: not known),
+        from the profile named ``profile`` (None: from none). They are fit for the chosen
+        engine at once where it is probed, else once it is (:meth:`set_engine`)."""
+        self._settings_for, self._profile_name = saved_with, profile
+        self._notes, self._notes_head = (), ""
         self.form.set_config(cfg)
         self._show_extra_count()
         self._on_form_changed()
 
     def set_engine(self, caps: Any) -> None:
-        """The chosen engine's probe (None while it is probed): its flags grey out the knobs
-        it lacks, and its parser fills the All engine options page."""
+        """The chosen engine's probe (None while it is probed; Start waits for it): its flags
+        grey out the knobs it lacks, its parser fills the All engine options page, and the
+        form's settings are fit for its vLLM version (migrated with a note, or refused)."""
         self.engine_caps = caps
+        self._probing = caps is None
+        self._notes, self._notes_head = (), ""  # the last engine's: a new check follows
+        self._refusal = None
         if caps is None:
             self.form.set_supported(None)
         else:
             self.form.set_supported(caps.flags, caps.label)
         self.all_options.setEnabled(caps is not None and bool(getattr(caps, "options", None)))
         self._show_extra_count()
+        self._on_form_changed()
+
+    def set_engine_problem(self, reason: str) -> None:
+        """The chosen engine could not be probed (``reason``, which the engine line shows):
+        nothing to wait for; a start says the same, before any server."""
+        self.engine_caps = None
+        self._probing = False
+        self.form.set_supported(None)
+        self.all_options.setEnabled(False)
+        self._on_form_changed()
+
+    def _fit_to_engine(self) -> None:
+        """The form's settings against the chosen engine's own parser, from the vLLM version
+        they were made for (:func:`~quantdeck.core.launch.migrate.fit_to_engine`, as the CLI
+        before a launch): renamed options take the engine's names and options removed without
+        effect go, the form taking the result and a note saying what moved; what the engine
+        cannot take is its one-line refusal, the form left as it was."""
+        caps = self.engine_caps
+        if caps is None:
+            self._show_fit()
+            return
+        try:
+            cfg = self.config()
+        except QuantdeckError:  # a value the form cannot read: the planner names it
+            return
+        saved, profile = self._settings_for, self._profile_name
+        try:
+            fitted, notes = fit_to_engine(
+                cfg, saved_with=saved, target=caps, profile=profile is not None
+            )
+        except QuantdeckError as e:
+            self._refusal = str(e)
+            self._notes, self._notes_head = (), ""
+        else:
+            self._refusal = None
+            if saved != caps.vllm_version or profile is not None:  # (not an edit's recheck)
+                # the head names the engine; each note then says its version, not its label
+                target = f"vLLM {caps.vllm_version}"
+                self._notes = tuple(n.replace(caps.label, target) for n in notes)
+                made_for = f"saved with vLLM {saved}" if saved else "its vLLM not recorded"
+                made = (
+                    f"Profile '{profile}' ({made_for})"
+                    if profile is not None
+                    else (f"Settings made for vLLM {saved}" if saved else "The settings")
+                )
+                name = f" (engine '{caps.name}')" if caps.name else ""
+                self._notes_head = f"{made} migrated to {target}{name}:"
+            if fitted != cfg:
+                self.form.set_config(fitted)
+                self._show_extra_count()
+            self._settings_for, self._profile_name = caps.vllm_version, None
+        self.form.set_supported(caps.flags, caps.label)  # a knob set back greys out
+        self._show_fit()
+
+    def _show_fit(self) -> None:
+        notes = "\n".join(f"• {n}" for n in self._notes)
+        self.engine_note.setText(f"{self._notes_head}\n{notes}" if notes else "")
+        self.engine_note.setVisible(bool(notes))
+        self.engine_error.setText(self._refusal or "")
+        self.engine_error.setVisible(bool(self._refusal))
 
     def _show_extra_count(self) -> None:
         n = len(self.form.extra_args())
@@ -352,6 +443,7 @@ class LaunchTab(QWidget):
             self._on_form_changed()
 
     def _on_form_changed(self) -> None:
+        self._fit_to_engine()
         ed = self.form.editors["enforce_eager"]
         with QSignalBlocker(self.eager):
             self.eager.setChecked(bool(ed.value()))
@@ -406,7 +498,12 @@ class LaunchTab(QWidget):
         self.planner.show_engine(self._planned, self._facts, self._state)
 
     def _blocking(self) -> list[str]:
-        return [f.message for f in self.findings if f.level == "error"]
+        out = [f.message for f in self.findings if f.level == "error"]
+        if self._refusal:
+            out.insert(0, self._refusal)
+        elif self._probing:
+            out.append("the settings are checked against the chosen engine once it is probed")
+        return out
 
     def _update_start(self) -> None:
         blocked = self._blocking()
@@ -464,6 +561,10 @@ class LaunchTab(QWidget):
         self.stage.setText(self._stage_text + elapsed)
 
     def _on_start_clicked(self) -> None:
+        blocked = self._blocking()
+        if blocked:  # (the button is off then; a click that got through says why)
+            self.message.setText(blocked[0])
+            return
         try:
             cfg = validate(self.config())
         except QuantdeckError as e:
@@ -519,7 +620,9 @@ class LaunchTab(QWidget):
         name = self.profiles.currentText().strip()
         try:
             cfg = self.config()
-            path = profiles.save_profile(name, cfg)
+            # the vLLM the settings are made for: the engine they were last fit for (or the
+            # loaded profile's record; None: the vLLM installed beside Quantdeck)
+            path = profiles.save_profile(name, cfg, vllm_version=self._settings_for)
             self.message.setText(f"saved {path} (without the API key)")
         except QuantdeckError as e:
             self.message.setText(str(e))
@@ -535,14 +638,15 @@ class LaunchTab(QWidget):
                 self.message.setText(f"saved {path}; {problem}")
 
     def _on_load_profile(self) -> None:
+        name = self.profiles.currentText().strip()
         try:
-            cfg = profiles.load_profile(self.profiles.currentText().strip())
+            cfg, saved_with = profiles.read_profile(name)
         except QuantdeckError as e:
             self.message.setText(str(e))
             return
         if cfg.server.api_key is None:  # none remembered: keep the one typed in
             cfg.server.api_key = self.form.editors["api_key"].value()
-        self.set_config(cfg)
+        self.set_config(cfg, saved_with=saved_with, profile=name)
         if cfg.model.model and cfg.model.model != self.model_path:
             self.profile_model_requested.emit(cfg.model.model)
         self.message.setText(f"loaded profile {self.profiles.currentText()}")

@@ -290,6 +290,7 @@ class MainWindow(QMainWindow):
             # the probe cannot be cancelled (a subprocess that imports vLLM, ~15 s cold): its
             # worker ticks, so that closing the window does not wait for it
             python = self.controller.engine_python or ""
+            self.launch.set_engine(None)  # probed: Start waits for its check of the form
             workers.follow(
                 lambda: _probe_engine(python),
                 tick_s=0.25,
@@ -353,6 +354,7 @@ class MainWindow(QMainWindow):
             return
         if isinstance(caps, str):
             self.launch.engine_label.setText(f"engine: {caps}")
+            self.launch.set_engine_problem(caps)
             return
         self.capabilities = caps
         self.launch.engine_label.setText(

@@ -20,6 +20,7 @@ from quantdeck.core.launch.knobs import (
     vllm_args,
     vllm_env,
 )
+from quantdeck.core.launch.migrate import fit_to_engine
 from quantdeck.core.launch.planner import (
     CPU_DEFAULT_KV_BYTES,
     EngineCheck,
@@ -41,6 +42,7 @@ __all__ = [
     "detect_device",
     "DeviceFacts",
     "EngineCheck",
+    "fit_to_engine",
     "for_engine",
     "engine_checks",
     "errors",

@@ -24,7 +24,13 @@ from typing import Any, Protocol
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch.config import LaunchConfig
 from quantdeck.core.launch.engine_args import SECTION
-from quantdeck.core.launch.knobs import COMPILATION_PREFIX, from_dict, iter_knobs, to_dict
+from quantdeck.core.launch.knobs import (
+    COMPILATION_PREFIX,
+    for_engine,
+    from_dict,
+    iter_knobs,
+    to_dict,
+)
 from quantdeck.core.launch.planner import version_tuple
 
 
@@ -38,6 +44,14 @@ class EngineOptions(Protocol):
 
     @property
     def options(self) -> dict[str, dict[str, Any]]: ...
+
+
+class NamedEngineOptions(EngineOptions, Protocol):
+    """:class:`EngineOptions` and how refusals name the engine (``Capabilities.label``), as
+    :func:`fit_to_engine` needs them."""
+
+    @property
+    def label(self) -> str: ...
 
 
 # -- what changed, version by version --------------------------------------------------------
@@ -402,9 +416,10 @@ def _default_notes(given: set[str], ctx: _Context) -> list[str]:
         if d.flag in given or d.flag not in ctx.target.options:
             continue
         if _older(saved, d.since) and not _older(target, d.since):
+            made = ", which the profile was saved with," if ctx.profile else ""
             notes.append(
                 f"{d.flag}: on {ctx.where} {d.note} (default {d.after!r} from vLLM {d.since}; "
-                f"vLLM {saved}, which the profile was saved with, had {d.before!r})"
+                f"vLLM {saved}{made} had {d.before!r})"
             )
         elif not _older(saved, d.since) and _older(target, d.since):
             notes.append(
@@ -504,6 +519,26 @@ def migrate_config(
     out.extra_args = extra.settings
     out.server.api_key = cfg.server.api_key  # never in to_dict
     return out, [*knobs.notes, *extra.notes]
+
+
+def fit_to_engine(
+    cfg: LaunchConfig,
+    *,
+    saved_with: str | None,
+    target: NamedEngineOptions,
+    engine: str | None = None,
+    profile: bool = True,
+) -> tuple[LaunchConfig, list[str]]:
+    """``cfg`` made fit for the engine ``target`` before anything starts, as ``quantdeck serve
+    --profile F --engine NAME`` and the Launch tab do it: :func:`migrate_config` from vLLM
+    ``saved_with``, then everything checked against that engine's own ``vllm serve`` parser
+    (:func:`~quantdeck.core.launch.knobs.for_engine`). Returns the config and the migration's
+    notes; one :class:`ConfigError` line naming the engine's (and the profile's) vLLM version
+    when it cannot launch there."""
+    out, notes = migrate_config(
+        cfg, saved_with=saved_with, target=target, engine=engine, profile=profile
+    )
+    return for_engine(out, target), notes
 
 
 # -- the parsers' differences ----------------------------------------------------------------

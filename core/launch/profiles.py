@@ -79,11 +79,17 @@ def load_file(path: str | os.PathLike[str]) -> LaunchConfig:
     return read_file(path)[0]
 
 
+def read_profile(name: str) -> tuple[LaunchConfig, str | None]:
+    """The profile, with its API key from the keyring when one was remembered, and the vLLM
+    version it was saved with (None: not recorded)."""
+    cfg, version = read_file(profile_path(name))
+    cfg.server.api_key = remembered_key(name)
+    return cfg, version
+
+
 def load_profile(name: str) -> LaunchConfig:
     """The profile, with its API key from the keyring when one was remembered."""
-    cfg = load_file(profile_path(name))
-    cfg.server.api_key = remembered_key(name)
-    return cfg
+    return read_profile(name)[0]
 
 
 KEYRING_SERVICE = "quantdeck"
