@@ -21,8 +21,36 @@ from quantdeck.cli._common import (
     print_json,
     until_signal,
 )
+from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import Event, FactEvent, StateEvent
 from quantdeck.core.launch import knobs
+
+
+def _serve_behind_router(ns: argparse.Namespace, cfg: Any) -> int:
+    """``serve --behind-router``: a fleet of one (core.fleet.spec.fleet_of_one) run as ``fleet
+    up`` runs a fleet file, so that ``fleet try`` / ``fleet undo`` / ``tune --live`` change its
+    knobs live while the URL clients use (the router's: the serve's port) stays."""
+    from quantdeck.cli.fleet import cmd_up
+    from quantdeck.core.fleet.spec import fleet_of_one
+    from quantdeck.core.paths import cache_dir
+
+    if ns.kv_capture:
+        raise ConfigError("--kv-capture is not taken with --behind-router")
+    path = fleet_of_one(cfg, cache_dir() / "fleet", engine=ns.engine)
+    print(
+        f"quantdeck: serving behind vLLM's router on {cfg.server.host}:{cfg.server.port}: a "
+        f"fleet of one, instance 'serve' ({path}); `quantdeck fleet try {path} serve --KNOB V` "
+        "tries a change on the live traffic",
+        file=sys.stderr,
+    )
+    up = argparse.Namespace(
+        file=str(path),
+        json_events=ns.json_events,
+        logs=ns.logs,
+        record=ns.record,
+        record_max_mib=ns.record_max_mib,
+    )
+    return int(cmd_up(up))
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
@@ -37,6 +65,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         cfg, notes = fit_for_engine(ns, cfg)
         for note in notes:
             print(f"quantdeck: note: {note}", file=sys.stderr)
+    if ns.behind_router:
+        return _serve_behind_router(ns, cfg)
     server = ServerProcess(cfg, engine=engine, startup_timeout=ns.startup_timeout)
     stop = threading.Event()
     until_signal(stop)  # serve's normal end: a stop signal ends it with exit code 0
@@ -221,6 +251,13 @@ def register(add: AddCommand) -> None:
     )
     add_engine(sp, "serves (Quantdeck need not be installed there)")
     sp.add_argument("--logs", action="store_true", help="also print the server's log lines")
+    sp.add_argument(
+        "--behind-router",
+        action="store_true",
+        help="serve as a fleet of one: vLLM's router on the port, the server beside it, so "
+        "that `fleet try` changes knobs on the live traffic without a restart and the URL "
+        "never changes (the fleet file is written to the cache folder)",
+    )
     sp.add_argument(
         "--kv-capture",
         metavar="FILE",

@@ -44,11 +44,12 @@ from quantdeck.core.launch import (
     plan,
     validate,
 )
-from quantdeck.core.launch.knobs import from_dict
+from quantdeck.core.launch.knobs import from_dict, to_dict
 from quantdeck.core.launch.profiles import load_file, remembered_key
 from quantdeck.core.models import inspect_model
+from quantdeck.core.paths import write_atomic
 from quantdeck.core.runtime import AttachedServer, EngineEnv
-from quantdeck.core.runtime.server import base_url, url_host
+from quantdeck.core.runtime.server import base_url, free_port, url_host
 from quantdeck.core.schema import Fields, read_bounded, shown
 
 MAX_BYTES = 2**20  # a fleet file is a few hundred bytes
@@ -669,3 +670,36 @@ def _check_gpus(
                 f"{spec.path}: GPU {gpu} is overfull: {parts} > "
                 f"{device.memory_total_bytes / GiB:.1f} GiB{_BEYOND_NOTE}"
             )
+
+
+# -- a fleet of one: `serve --behind-router` -------------------------------------------------
+SERVE_KEY_ENV = "QUANTDECK_SERVE_API_KEY"  # the key of a fleet of one, named in its file
+
+
+def fleet_of_one(
+    cfg: LaunchConfig, folder: Path, *, name: str = "serve", engine: str | None = None
+) -> Path:
+    """A fleet file of one instance of ``cfg`` behind vLLM's router, the router on ``cfg``'s
+    host and port (the URL clients use, which then stays across live trials and promotions)
+    and the instance on a free loopback port; written (0600) in ``folder``, its path returned.
+    An API key is named, never written: ``env:`` :data:`SERVE_KEY_ENV`, set in this process's
+    environment (its children, the router and the instance, inherit it)."""
+    profile = to_dict(cfg)  # secrets are never in it
+    for key in ("host", "port"):
+        profile.pop(key, None)
+    inst: dict[str, Any] = {"name": name, "port": free_port(), "profile": profile}
+    if engine is not None:
+        inst["engine"] = engine
+    router: dict[str, Any] = {"host": cfg.server.host, "port": cfg.server.port}
+    if cfg.server.api_key:
+        os.environ[SERVE_KEY_ENV] = cfg.server.api_key
+        router["api_key"] = inst["api_key"] = f"env:{SERVE_KEY_ENV}"
+    path = folder / f"serve-{cfg.server.port}.yaml"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    doc = {"router": router, "instances": [inst]}
+    header = (
+        "# a fleet of one, written by `quantdeck serve --behind-router`: the router on the "
+        "serve's port, the instance beside it\n"
+    )
+    write_atomic(path, header + yaml.safe_dump(doc, sort_keys=False), private=True)
+    return path

@@ -364,3 +364,28 @@ def test_sleep_mode_turns_on_vllms_sleep_routes() -> None:
     on = from_dict({"model": "m", "enable-sleep-mode": True})
     assert switch_env(on)["VLLM_SERVER_DEV_MODE"] == "1"
     assert "VLLM_SERVER_DEV_MODE" not in switch_env(from_dict({"model": "m"}))
+
+
+def test_a_fleet_of_one_keeps_the_serve_url_and_names_its_key(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve --behind-router`: the router takes the serve's host and port, the instance a
+    free loopback port; the key is named (env:), never written; the file reads as a fleet."""
+    from quantdeck.core.fleet.spec import SERVE_KEY_ENV, fleet_of_one
+    from quantdeck.core.launch.knobs import from_dict
+
+    monkeypatch.delenv(SERVE_KEY_ENV, raising=False)
+    cfg = from_dict({"model": str(model), "max-num-seqs": 4, "port": 18555})
+    cfg.server.api_key = "sk-not-on-disk-1234"
+    path = fleet_of_one(cfg, tmp_path / "fleet")
+    text = path.read_text()
+    assert "sk-not-on-disk" not in text and f"env:{SERVE_KEY_ENV}" in text
+    assert path.stat().st_mode & 0o077 == 0
+    spec = load_fleet(path)
+    assert (spec.router.host, spec.router.port) == ("127.0.0.1", 18555)
+    assert spec.router.api_key == "sk-not-on-disk-1234"  # from this process's environment
+    (inst,) = spec.instances
+    assert inst.name == "serve" and inst.cfg is not None
+    assert inst.cfg.scheduler.max_num_seqs == 4 and inst.cfg.server.port != 18555
+    assert inst.cfg.server.host == "127.0.0.1" and inst.api_key == "sk-not-on-disk-1234"
+    check_fleet(spec)
