@@ -305,6 +305,13 @@ def _levers(cfg: LaunchConfig, device: DeviceFacts, err: Report, warn: Report) -
                 "weights and KV cache; it saves time at low concurrency and costs compute "
                 "(rejected drafts) at high concurrency",
             )
+    if cfg.cache.kv_offloading_size and not device.is_cuda:
+        err(
+            "kv_offloading_size",
+            "vLLM's CPU engine fails at start with KV offloading ('CPU Offloading is currently "
+            "only supported on CUDA-alike and XPU GPUs'): on a CPU the KV cache is in host "
+            "memory already; give it more with kv_cache_memory_bytes",
+        )
     if cfg.cache.kv_offloading_backend is not None and cfg.cache.kv_offloading_size is None:
         warn(
             "kv_offloading_backend",

