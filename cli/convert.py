@@ -18,6 +18,22 @@ from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, ProgressEvent
 
 
+def serving_note(method: str, python: str) -> None:
+    """Before the job: a result the engine cannot serve is said (the conversion itself runs:
+    the fix can come after)."""
+    from quantdeck.core.models import CONVERSION_METHODS
+    from quantdeck.core.runtime import EngineEnv
+
+    if CONVERSION_METHODS[method].quant_method != "bitsandbytes":
+        return
+    try:
+        problem = EngineEnv(python).bnb_problem()
+    except QuantdeckError:
+        return  # no vLLM there: the job says what it needs
+    if problem is not None:
+        print(f"quantdeck: note: the result will not serve here: {problem}", file=sys.stderr)
+
+
 def cmd_quantize(ns: argparse.Namespace) -> int:
     import threading
 
@@ -31,6 +47,7 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
         samples=ns.samples,
         seq_len=ns.seq_len,
     )
+    serving_note(ns.method, engine_from(ns))
     cancel = threading.Event()
     stops = until_signal(cancel)
 

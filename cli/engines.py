@@ -38,6 +38,19 @@ def cmd_engines(ns: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     if not known:
         print("(no engine registered or found: quantdeck engines add PATH/bin/python)")
+    for k in known:  # what an engine lacks to serve a format, with the command that fixes it
+        c = k.check
+        if c is None or not c.vllm_imports:
+            continue
+        from quantdeck.core.runtime.doctor import needs_bnb_plugin
+
+        plugin = next((x for x in c.libraries if x.name == "vllm-bnb-plugin"), None)
+        if needs_bnb_plugin(c) and plugin is not None and not plugin.importable:
+            print(
+                f"{k.name or k.python}: bitsandbytes does not serve there without "
+                f"vllm-bnb-plugin (vLLM {c.vllm_version}): {k.python} -m pip install "
+                "vllm-bnb-plugin"
+            )
     return 0
 
 

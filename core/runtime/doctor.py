@@ -33,6 +33,7 @@ from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.launch.planner import version_tuple
 from quantdeck.core.models import CONVERSION_METHODS
 from quantdeck.core.paths import cache_dir, data_root
+from quantdeck.core.runtime.engine import BNB_PLUGIN_FROM
 
 GiB = 2**30
 # What the engine's libraries are for, beyond the conversions (compressed-tensors comes with
@@ -41,6 +42,7 @@ GiB = 2**30
 LIBRARY_SERVES = {
     "bitsandbytes": "serving bitsandbytes checkpoints",
     "compressed-tensors": "serving compressed-tensors checkpoints",
+    "vllm-bnb-plugin": "serving bitsandbytes checkpoints on vLLM 0.28 and later",
 }
 
 
@@ -186,6 +188,11 @@ class DoctorReport(_Section):
 # -- engines ---------------------------------------------------------------------------------
 
 
+def needs_bnb_plugin(engine: Engine) -> bool:
+    """vLLM 0.28 moved bitsandbytes out of the tree: from then on vllm-bnb-plugin serves it."""
+    return version_tuple(engine.vllm_version or "0") >= BNB_PLUGIN_FROM
+
+
 def _engine_problems(engine: Engine, gpus: Gpus) -> list[Problem]:
     py, out = engine.python, []
     if engine.error and engine.python_version is None:
@@ -244,6 +251,8 @@ def _engine_problems(engine: Engine, gpus: Gpus) -> list[Problem]:
         )
     for lib in engine.libraries:
         use = library_use(lib.name)
+        if lib.name == "vllm-bnb-plugin" and not needs_bnb_plugin(engine):
+            continue  # vLLM before 0.28 serves bitsandbytes in tree
         if not lib.importable and use is not None:  # one nothing needs is not asked for
             out.append(
                 Problem(

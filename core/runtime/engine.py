@@ -91,6 +91,13 @@ _VERSION_CODE = (
 )
 
 
+_PLUGINS_CODE = (
+    "import importlib.metadata as m, json\n"
+    "print(json.dumps(sorted({e.name for e in m.entry_points(group='vllm.general_plugins')})))\n"
+)
+BNB_PLUGIN_FROM = (0, 28)  # vLLM moved bitsandbytes out of the tree: vllm-bnb-plugin serves it
+
+
 @dataclass(frozen=True)
 class EngineEnv:
     """An interpreter with vLLM installed (default: the app's own; a bundle's first engine)."""
@@ -114,6 +121,31 @@ class EngineEnv:
         if len(words) != 2:  # a program that is no Python, answering something else
             raise ServerError(f"engine python {self.python}: not a Python interpreter")
         return words[0], words[1]
+
+    def plugins(self) -> list[str]:
+        """The vLLM plugins installed there (entry points of ``vllm.general_plugins``, read
+        from the packages' metadata: vLLM is not imported)."""
+        try:
+            r = subprocess.run(
+                [self.python, "-c", _PLUGINS_CODE], capture_output=True, text=True, timeout=60
+            )
+            return [str(p) for p in json.loads(r.stdout)] if r.returncode == 0 else []
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return []
+
+    def bnb_problem(self) -> str | None:
+        """Why this engine cannot serve bitsandbytes, with the command that fixes it; None
+        when it can (vLLM before 0.28 serves it in tree; from 0.28 vllm-bnb-plugin does)."""
+        from quantdeck.core.launch.planner import version_tuple
+
+        dist, ver = self.version()
+        if version_tuple(ver) < BNB_PLUGIN_FROM or "bitsandbytes" in self.plugins():
+            return None
+        return (
+            f"{dist} {ver} ({self.python}) serves bitsandbytes only through vllm-bnb-plugin "
+            "(vLLM 0.28 moved it out of the tree), which is not installed there; fix: "
+            f"{self.python} -m pip install vllm-bnb-plugin"
+        )
 
     def capabilities(self, *, refresh: bool = False) -> Capabilities:
         """What this engine accepts: its probe, cached per interpreter, vLLM version and probe

