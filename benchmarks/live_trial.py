@@ -30,6 +30,7 @@ A/A trials).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -94,12 +95,12 @@ class Clients:
         try:
             with c.stream("POST", self.router + "/v1/completions", json=body) as r:
                 if r.status_code != 200:
-                    error = f"HTTP {r.status_code}"
+                    error = f"HTTP {r.status_code}: {r.read()[:120]!r}"
                 for line in r.iter_lines():
                     if ttft is None and line.startswith("data: {"):
                         ttft = time.time() - sent
         except httpx.HTTPError as e:
-            error = type(e).__name__
+            error = f"{type(e).__name__}: {str(e)[:80]}"
         if ttft is None and error is None:
             error = "no token"
         self.records.append((sent, ttft, error))
@@ -281,6 +282,14 @@ def main() -> int:
         during = clients.between(r["t0"], end)
         switch = clients.between(r["at"]["decided"], end)
         failed = [e for _, _, e in during if e is not None]
+        if failed:
+            kinds = collections.Counter(failed).most_common(5)
+            first = min(t for t, _, e in during if e is not None) - r["t0"]
+            print(
+                f"failed: {kinds}; the first {first:.1f} s after try; phases at "
+                f"{ {k: round(v - r['t0'], 1) for k, v in r['at'].items()} }",
+                flush=True,
+            )
         p_steady = p99([t for _, t, e in steady if t is not None])
         p_switch = p99([t for _, t, e in switch if t is not None])
         start_s = r["at"]["started"] - r["at"]["admitted"]
