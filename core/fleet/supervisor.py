@@ -69,8 +69,8 @@ STABLE_S = 60.0
 # Liveness, as Kubernetes' probes: a ready instance whose scrapes go unanswered for SILENT_S,
 # or that holds requests while its generated-token counter stands still for STUCK_S, is
 # `hung`: out of the router at once, restarted (restart: on-failure) after HUNG_GRACE_S more
-# unless it came back. The router: its /health unanswered for SILENT_S is killed, and like a
-# router that died, started again on its port with the workers it should have, after
+# unless it came back. The router: its /health unanswered for ROUTER_SILENT_S is killed, and
+# like a router that died, started again on its port with the workers it should have, after
 # ROUTER_DELAYS (more than ROUTER_LIMIT deaths in a row, none up STABLE_S: the fleet ends).
 SILENT_S = 5.0
 STUCK_S = 8.0
@@ -78,6 +78,10 @@ HUNG_GRACE_S = 10.0
 ROUTER_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 ROUTER_LIMIT = 5
 PROBE_TIMEOUT_S = 1.0
+# the router is hung after this long without an answer to its own probe (a thread of its own,
+# a probe a second): more than an instance's SILENT_S, since a needless restart refuses every
+# client, and within the 10 s a hang must be seen in (issue 31)
+ROUTER_SILENT_S = 8.0
 # a stop of a hung or crashed instance: each signal waits this long (a stopped process gets
 # SIGCONT after each, so that it can act on it)
 HUNG_STOP_S = 2.0
@@ -195,7 +199,7 @@ class Fleet:
         self._router_up_since: float | None = None
         self._router_restart_at: float | None = None
         self._router_action: threading.Thread | None = None
-        self._router_answered_at = 0.0  # its last /health 200 (the watcher's, monotonic)
+        self._router_answered_at = 0.0  # its last /health 200 (its own prober's, monotonic)
         self._router_ready = threading.Event()  # up and given its workers: routes may change
         self.failure: str | None = None  # why run() ended without a stop (one line)
         self._stopping = False  # stop() has begun: no restart starts anything
@@ -387,6 +391,9 @@ class Fleet:
         helpers = [
             threading.Thread(target=self._watch_loop, args=(stop, done), name="fleet-watch"),
             threading.Thread(target=self._route_loop, args=(stop, done), name="fleet-routes"),
+            threading.Thread(
+                target=self._router_watch_loop, args=(stop, done), name="fleet-router-watch"
+            ),
         ]
         for h in helpers:
             h.daemon = True
@@ -418,9 +425,6 @@ class Fleet:
             now = time.monotonic()
             try:
                 self.sample(now)
-                r = self.spec.router
-                if self.router_running and probe(r.url, PROBE_TIMEOUT_S, r.api_key) == "ready":
-                    self._router_answered_at = time.monotonic()
                 if now >= next_facts:
                     next_facts = now + FACTS_S
                     facts = self.router_facts()
@@ -429,6 +433,20 @@ class Fleet:
                         last_facts = facts
             except Exception:  # a bug here must not end the watching
                 log.exception("the fleet's watcher failed a turn")
+            done.wait(max(0.0, SAMPLE_S - (time.monotonic() - now)))
+
+    def _router_watch_loop(self, stop: threading.Event, done: threading.Event) -> None:
+        """The router's liveness, probed every SAMPLE_S in a thread of its own: slow scrapes
+        of busy instances (the watcher's) must not make a router that answers look hung (a
+        loaded machine once had it killed while it served, every client then refused)."""
+        r = self.spec.router
+        while not (stop.is_set() or done.is_set()):
+            now = time.monotonic()
+            try:
+                if self.router_running and probe(r.url, PROBE_TIMEOUT_S, r.api_key) == "ready":
+                    self._router_answered_at = time.monotonic()
+            except Exception:
+                log.exception("the router's probe failed a turn")
             done.wait(max(0.0, SAMPLE_S - (time.monotonic() - now)))
 
     def _route_loop(self, stop: threading.Event, done: threading.Event) -> None:
@@ -582,7 +600,7 @@ class Fleet:
             if self._router_up_since is not None and now - self._router_up_since >= STABLE_S:
                 self._router_crashes = 0
             silent = now - self._router_answered_at
-            if self._router_ready.is_set() and silent >= SILENT_S:
+            if self._router_ready.is_set() and silent >= ROUTER_SILENT_S:
                 why = f"no answer for {silent:.0f} s"
                 self._router_event(StateEvent("hung", reason=why))
                 signal_group(self.router.pid, signal.SIGKILL)  # its death follows: restarted

@@ -399,6 +399,27 @@ def test_kill_9_of_the_router_is_a_crash_and_it_comes_back(fleet: RunningFleet) 
     assert fleet.proc.poll() is None  # fleet up goes on
 
 
+def test_a_hung_router_is_seen_within_10_s_and_started_again(fleet: RunningFleet) -> None:
+    """SIGSTOP of the router: its own prober (a thread apart from the instances' scrapes)
+    gets no answer, the fleet calls it hung within 10 s, kills it and starts it again."""
+    pid = _last_pid(fleet, "router")
+    stopped = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    hung = fleet.wait_for(
+        lambda e: e.get("instance") == "router" and e.get("state") == "hung" and e["t"] > stopped,
+        20,
+    )
+    assert hung["t"] - stopped <= 10.0 and "no answer" in hung["reason"], hung
+    ready = fleet.wait_for(
+        lambda e: (
+            e.get("instance") == "router" and e.get("state") == "ready" and e["t"] > hung["t"]
+        ),
+        30,
+    )
+    assert _last_pid(fleet, "router") != pid and ready["t"] - hung["t"] <= 10.0
+    assert [fleet.complete().status_code for _ in range(4)] == [200] * 4
+
+
 def test_sigterm_stops_the_whole_fleet(
     fleet: RunningFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
