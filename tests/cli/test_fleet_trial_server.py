@@ -5,8 +5,8 @@ anything starts; a clearly better one (max-num-seqs 8) is promoted with no faile
 request (the incumbent drained and stopped, the profile file replaced and the one before kept,
 ``fleet status`` showing the new knobs); a clearly worse one (back to 1) is rolled back by
 itself, again with no failed request; the promotion is undone (``fleet undo``); a paired
-probe (``--probe``) judges a worse candidate with no client at all; SIGTERM to the fleet
-leaves no process."""
+probe (``--probe``) judges a worse candidate with no client at all; an SLO breach by the
+candidate rolls it back at once; SIGTERM to the fleet leaves no process."""
 
 from __future__ import annotations
 
@@ -306,6 +306,38 @@ def test_a_paired_probe_judges_without_any_client(
     assert probe["pairs"] == verdict["n_candidate"] and probe["failed"] == 0
     assert probe["candidate_ttft_p50_ms"] > probe["incumbent_ttft_p50_ms"]
     assert probe["why"] == "asked for (--probe)"
+    assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 1
+
+
+def test_an_slo_breach_by_the_candidate_rolls_it_back_at_once(
+    fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An SLO no arm can keep here (TTFT p99 within 1 ms): the candidate breaks it as soon as
+    5 of its requests are in the rule's 10 s window, and is rolled back then, long before a
+    verdict (--min-requests 1000) or the time limit; no client request fails."""
+    with Load(fleet) as load:
+        code, events = _try(
+            capsys,
+            str(fleet.file),
+            "a",
+            "--max-num-seqs",
+            "2",
+            "--slo",
+            "ttft_p99<=1ms",
+            "--min-requests",
+            "1000",
+            "--max-duration",
+            "240",
+        )
+    assert code == 0, events[-5:]
+    decided = _trial(events, "decided")
+    assert decided["decision"] == "rollback", decided
+    assert decided["reason"].startswith("SLO breach: ttft_p99 "), decided
+    assert "> 1 ms over the last" in decided["reason"]
+    started = _trial(events, "started")
+    assert decided["t"] - started["t"] <= 30.0  # warm-up, routing, 5 requests: well in time
+    assert _trial(events, "rolled back")
+    assert load.failed == [], load.failed[:3]
     assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 1
 
 
