@@ -5,8 +5,8 @@ missing), registered with ``quantdeck engines add`` in the test's own config fol
 On each: ``quantdeck command --engine NAME`` prints an argv that engine's own parser accepts
 (parsed in its interpreter, no server), and a flag it lacks is refused naming its version; a
 profile saved on 0.32 launches on 0.29 with its migration note or a one-line refusal naming both
-versions, and one saved on 0.30 is migrated onto 0.32's parser; and one real serve of the demo
-model on 0.29 makes the planner's KV blocks."""
+versions, and one saved on 0.30 is migrated onto 0.32's parser; and a real serve of the demo
+model on each makes the planner's KV blocks."""
 
 from __future__ import annotations
 
@@ -177,12 +177,14 @@ def test_profile_saved_on_030_migrates_onto_032(
     assert parsed(sys.executable, shlex.split(out.strip()), [dest]) == {dest: True}
 
 
-def test_serve_on_029_makes_the_planners_blocks(
-    demo_server_parked: Any, demo_model: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("version", EXTRA_VERSIONS)
+def test_serve_on_each_version_makes_the_planners_blocks(
+    version: str, demo_server_parked: Any, demo_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One real serve through ``--engine`` on vLLM 0.29 (eager, 64 MiB of KV cache, the engine
-    in one process): its KV blocks are the planner's (planned with 0.29's rules)."""
-    name = register(capsys, "0.29.0")
+    """One real serve through ``--engine`` on each extra vLLM (eager, 64 MiB of KV cache, the
+    engine in one process): its KV blocks are the planner's (planned with that version's
+    rules)."""
+    name = register(capsys, version)
     proc, _url, events, _reader = serve_demo(demo_model, "--engine", name)
     try:
         deadline = time.time() + 420
@@ -202,7 +204,7 @@ def test_serve_on_029_makes_the_planners_blocks(
     served = [e for e in events if e["event"] == "metrics" and e.get("kv_blocks_total")]
     states = [e["state"] for e in events if e["event"] == "state"]
     assert served, f"no metrics from the server (states {states})"
-    assert facts["vllm_version"] == "0.29.0"
+    assert facts["vllm_version"] == version
     assert served[-1]["kv_blocks_total"] == plan["num_blocks"] == KV_BYTES // (128 * 2048)
     assert facts["kv_cache_tokens"] == plan["kv_cache_tokens"]
-    assert facts["kv_device"] == "cpu"  # 0.29's log says "GPU KV cache size" on this CPU
+    assert facts["kv_device"] == "cpu"  # (0.29's log says "GPU KV cache size" on this CPU)
