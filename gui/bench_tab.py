@@ -13,6 +13,11 @@ that cannot be told apart are refused (:func:`quantdeck.core.bench.check_arms`).
 shows its points as they are measured (point i of n, why a point was dropped), marks the best in
 the table and the plot, names the profile it saved and loads it into the Launch tab on request.
 
+The Tune page's live mode runs the search as a chain of live trials of an instance of the fleet
+the Fleet tab runs (:mod:`quantdeck.gui.live_tune`): no server of its own, no load of its own
+(the fleet's traffic), a row per trial as it goes, the goal figure of both arms per trial in
+the plot, and the instance's launch at the end.
+
 The results table and the run history are item models (:class:`ObjectTableModel`): the results
 over :data:`METRICS` (a column per run or arm), a tuning run's over its points (a row each:
 :class:`TunePoint`), the history over the run files. The form scrolls; the results keep at least
@@ -25,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -55,30 +60,48 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.bench import LoadSpec, SloLimits, load_fields, parse_slo
-from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.events import (
     ArmEvent,
     ArmServerEvent,
     BenchProgress,
     Event,
+    InstanceEvent,
+    LiveTuneEvent,
     PointEvent,
     ProgressEvent,
     StateEvent,
+    TrialEvent,
 )
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.gui.knob_form import SettingRows
 from quantdeck.gui.labels import plain_label
+from quantdeck.gui.live_tune import (
+    GOAL_FIGURES,
+    NO_FLEET,
+    RESULT_COLORS,
+    FleetTrials,
+    LiveTrialRow,
+    LiveTuneForm,
+    LiveTuneJob,
+    live_columns,
+    tunable_instances,
+)
 from quantdeck.gui.report import fmt as _fmt
 from quantdeck.gui.style import (
     BEST_POINT,
     DROPPED_POINT,
     ERROR,
+    GREY,
     PLOT_BACKGROUND,
     PLOT_TEXT,
     POINT,
 )
 from quantdeck.gui.table_model import Column, ObjectTableModel
 from quantdeck.gui.workers import EventQueue, WorkerSet
+
+if TYPE_CHECKING:
+    from quantdeck.core.fleet import Fleet
 
 
 @dataclass(frozen=True)
@@ -225,6 +248,10 @@ PANEL_LOAD = LoadSpec(concurrency=8, num_prompts=32, output_len=64)
 # Requests the live TTFT plot shows: the newest (a 100 000-prompt run stays light to draw).
 MAX_LIVE_POINTS = 10000
 
+# The Tune page's two ways of running: servers of its own, or live trials on the Fleet tab's fleet
+TUNE_OFFLINE = "own servers, one point at a time"
+TUNE_LIVE = "live, on the Fleet tab's fleet"
+
 
 def _values_text(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
@@ -257,11 +284,15 @@ class BenchTab(QWidget):
         parent: QWidget | None = None,
         *,
         apply_profile: Callable[[str], None] | None = None,
+        fleet: Callable[[], Fleet | None] | None = None,
     ) -> None:
         """``target()`` gives (url, model, api_key) of the current server; ``launch_config()``
         the Launch tab's config (the base of A/B arms and tuning); ``apply_profile(name)``
-        loads a saved profile into the Launch tab (the tuned one: "Apply to Launch")."""
+        loads a saved profile into the Launch tab (the tuned one: "Apply to Launch");
+        ``fleet()`` the fleet the Fleet tab runs while it serves (None: none), which the Tune
+        page's live mode tunes."""
         super().__init__(parent)
+        self._fleet = fleet or (lambda: None)
         self._target, self._launch_config, self._server_running = (
             target,
             launch_config,
@@ -281,9 +312,14 @@ class BenchTab(QWidget):
         self._tune_knobs: list[str] = []
         self._planned = 0  # the most points the tuning run measures
         self._tune_base: LaunchConfig | None = None
+        self._live_rows: list[LiveTrialRow] = []  # the live chain's trials so far
+        self._live_goal = ""  # the live chain's trial goal (ttft_p99...)
+        self._live_until = False  # the live chain has a goal of its own (until)
 
         # -- load: a row per field of the load and of the SLO limits (their declarations) ------
-        load = QFormLayout()
+        self.load_box = QWidget()  # hidden in live tuning: the fleet's own traffic is the load
+        load = QFormLayout(self.load_box)
+        load.setContentsMargins(0, 0, 0, 0)
         self.load_rows = SettingRows(load, load_fields())
         self.slo_rows = SettingRows(load, load_fields(SloLimits))
         self.load_rows.set_values(PANEL_LOAD)
@@ -337,7 +373,14 @@ class BenchTab(QWidget):
         al.addWidget(self.arms, 1)
         al.addWidget(self.arm_diffs)
         al.addWidget(self.arm_warning)
-        tune_page = QWidget()
+        tune_page = self.tune_page = QWidget()
+        self.tune_where = QComboBox()
+        self.tune_where.addItems([TUNE_OFFLINE, TUNE_LIVE])
+        self.tune_where.setToolTip(
+            "Own servers: each point started, measured under the load above and stopped in "
+            "turn. Live: each candidate tried beside an instance of the Fleet tab's fleet on "
+            "its own traffic, promoted or rolled back, without downtime"
+        )
         self.space = QPlainTextEdit()
         self.space.setPlainText("max_num_seqs = 2,4,8,16\nenable_chunked_prefill = true,false")
         self.tune_ttft = QDoubleSpinBox()
@@ -352,13 +395,24 @@ class BenchTab(QWidget):
         self.grid = QCheckBox("Exhaustive grid")
         self.save_profile = QLineEdit()
         self.save_profile.setPlaceholderText("profile for the best point (default: tuned-DATE)")
-        tl = QFormLayout(tune_page)
+        # one form, so that the labels line up: the offline rows or the live ones shown
+        tl = self.tune_form = QFormLayout(tune_page)
+        tl.addRow("Run on", self.tune_where)
         tl.addRow("Space (KNOB = V1,V2)", self.space)
+        self.offline_fields = (
+            self.tune_ttft,
+            self.tune_tpot,
+            self.max_points,
+            self.grid,
+            self.save_profile,
+        )
         tl.addRow("p99 TTFT target", self.tune_ttft)
         tl.addRow("p99 TPOT target", self.tune_tpot)
         tl.addRow("Max points", self.max_points)
         tl.addRow("", self.grid)
         tl.addRow("Save best as", self.save_profile)
+        self.live = LiveTuneForm(tl)
+        self.live.set_visible(False)
         hist_page = QWidget()
         self.runs_model: ObjectTableModel[Path] = ObjectTableModel(RUN_COLUMNS, self)
         self.history = QListView()
@@ -413,8 +467,14 @@ class BenchTab(QWidget):
         )
         self.best_text = pg.TextItem("best", color=BEST_POINT, anchor=(0.5, 1.6))
         self.plot.addItem(self.best_text)
-        self._plot_mode = ""
-        self._set_plot_mode("ttft")
+        # live tuning: each trial's goal figure, the incumbent's (hollow) and the candidate's
+        # (filled, in its result's colour)
+        self.incumbent_curve = self.plot.plot(
+            [], [], pen=None, symbol="o", symbolSize=12, symbolBrush=None, symbolPen=GREY
+        )
+        self.candidate_curve = self.plot.plot(
+            [], [], pen=None, symbol="o", symbolSize=11, symbolBrush=POINT, symbolPen=None
+        )
         self.results_model: ObjectTableModel[Any] = ObjectTableModel(
             (METRIC_COLUMN, series_column("value", {})), self
         )
@@ -434,7 +494,7 @@ class BenchTab(QWidget):
 
         left = QWidget()
         ll = QVBoxLayout(left)
-        ll.addLayout(load)
+        ll.addWidget(self.load_box)
         ll.addWidget(self.modes, 1)
         bb = QHBoxLayout()
         bb.addWidget(self.run_button)
@@ -452,6 +512,15 @@ class BenchTab(QWidget):
         rsl = QVBoxLayout(results)
         rsl.setContentsMargins(0, 0, 0, 0)
         rsl.addWidget(self.table, 1)
+        # a live chain's trial in full (the table's reasons are one line): the selected one,
+        # else the latest
+        self.trial_detail = plain_label()
+        self.trial_detail.setWordWrap(True)
+        self.trial_detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.trial_detail.setVisible(False)
+        rsl.addWidget(self.trial_detail)
+        self._plot_mode = ""
+        self._set_plot_mode("ttft")
         summary = QHBoxLayout()
         summary.addWidget(self.tune_summary, 1)
         summary.addWidget(self.apply_button)
@@ -477,6 +546,9 @@ class BenchTab(QWidget):
         self.apply_button.clicked.connect(self._on_apply_clicked)
         self.arms.textChanged.connect(self._on_arms_changed)
         self.modes.currentChanged.connect(self._on_arms_changed)
+        self.modes.currentChanged.connect(self._on_tune_where_changed)
+        self.table.selectionModel().currentRowChanged.connect(self._on_live_row_changed)
+        self.tune_where.currentIndexChanged.connect(self._on_tune_where_changed)
         self.refresh_history()
         self._on_arms_changed()
 
@@ -497,6 +569,8 @@ class BenchTab(QWidget):
         """The job the chosen mode runs, and its kind (bench, ab, tune); ``on_event`` gets its
         events (from the job's thread)."""
         mode = self.modes.tabText(self.modes.currentIndex())
+        if self.live_mode:  # no server of its own: the Launch tab's may run
+            return "live", self._live_job(on_event)
         if mode == "Run":
             from quantdeck.core.bench import Bench
 
@@ -563,10 +637,15 @@ class BenchTab(QWidget):
     # -- running -----------------------------------------------------------------------------
     def run(self) -> None:
         events: EventQueue = EventQueue()
+        self.live.error.setText("")
         try:
             kind, job = self._make_job(events.put)
         except QuantdeckError as e:
-            self.status.setText(str(e))
+            if self.live_mode:  # the refusal in one red line under the live form
+                self.live.error.setText(str(e))
+                self.status.setText("—")
+            else:
+                self.status.setText(str(e))
             self.failed.emit(str(e))
             return
         self.job, self.job_kind = job, kind
@@ -575,12 +654,19 @@ class BenchTab(QWidget):
         self._tune_points = []
         self.saved_profile = None
         self.tune_summary.setText("")
+        self.tune_summary.setToolTip("")
         self.apply_button.setEnabled(False)
-        self._set_plot_mode("tune" if kind == "tune" else "ttft")
+        self._set_plot_mode(kind if kind in ("tune", "live") else "ttft")
         if kind == "tune":
             self._show_tune([])
+        if kind == "live":
+            self._show_live()
+        self.progress.setRange(0, 0 if kind == "live" else 100)  # live: busy, no count known
         self.progress.setValue(0)
-        self.status.setText(f"{kind}: running…")
+        if kind == "live":
+            self.status.setText(f"live tune of {job.instance}: starting the chain…")
+        else:
+            self.status.setText(f"{kind}: running…")
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.worker = self._workers.follow(
@@ -593,10 +679,14 @@ class BenchTab(QWidget):
         )
 
     def cancel(self) -> None:
-        """End the run early; what it measured so far is its result."""
+        """End the run early; what it measured so far is its result (a live chain: no trial
+        starts, the one under way is rolled back)."""
         if self.job is not None:
             self.job.cancel()
-            self.status.setText("cancelling…")
+            if self.job_kind == "live":
+                self.status.setText("stopping: the trial under way is rolled back…")
+            else:
+                self.status.setText("cancelling…")
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Quit the run (cancelled, no result) and wait for its worker (the window is closing)."""
@@ -653,9 +743,202 @@ class BenchTab(QWidget):
                             self.status.setText(f"{who}: server {state}: {why}")
                         case StateEvent(state=state):
                             self.status.setText(f"{who}: server {state}")
+                case LiveTuneEvent(phase="trying", step=n, knobs=knobs):
+                    row = LiveTrialRow(n, dict(knobs))
+                    self._live_rows.append(row)
+                    self._live_row_changed(len(self._live_rows) - 1)
+                    self.status.setText(f"trial {n} ({row.change}): sent to the fleet")
+                case LiveTuneEvent(phase="tried", step=n, knobs=knobs) as tried:
+                    self._on_tried(n, dict(knobs), tried)
+                case InstanceEvent(event=TrialEvent() as trial):
+                    self._on_trial(trial)
         if changed:
             n = self._ttft_count
             self.curve.setData(np.arange(n - len(self._ttfts), n), np.asarray(self._ttfts))
+
+    # -- a live chain ------------------------------------------------------------------------------
+    @property
+    def live_mode(self) -> bool:
+        """The Tune page is shown, set to tune live on the Fleet tab's fleet."""
+        return self.modes.currentWidget() is self.tune_page and self.tune_where.currentText() == (
+            TUNE_LIVE
+        )
+
+    def _on_tune_where_changed(self, *_: Any) -> None:
+        """Live: the live form in place of the offline one, no load form (the fleet's traffic
+        is the load), the Fleet tab's instances listed."""
+        live = self.tune_where.currentText() == TUNE_LIVE
+        for widget in self.offline_fields:
+            self.tune_form.setRowVisible(widget, not live)
+        self.live.set_visible(live)
+        self.load_box.setVisible(not self.live_mode)
+        if live:
+            self.refresh_instances()
+        if self.job is not None:
+            return
+        # nothing runs: the results of the mode shown (the last chain's trials, or none)
+        if self.live_mode and self._plot_mode != "live":
+            self._set_plot_mode("live")
+            self._show_live()
+        elif not self.live_mode and self._plot_mode == "live":
+            self._set_plot_mode("ttft")
+            self.results_model.set_rows([], (METRIC_COLUMN, series_column("value", {})))
+            if self.result is not None and self.result.get("kind") != "live_tune":
+                self.show_result(self.result)
+
+    def refresh_instances(self) -> None:
+        """The Fleet tab's fleet's instances in the live form (none: no fleet serves)."""
+        fleet = self._fleet()
+        self.live.set_instances(None if fleet is None else tunable_instances(fleet))
+
+    def _live_job(self, on_event: Callable[[Event], None]) -> LiveTuneJob:
+        """The live chain the form asks for, checked: a fleet serves, the instance serves, the
+        space, the options and the budgets are good (ConfigError, one line)."""
+        from quantdeck.core.bench import LiveTuner, parse_space
+        from quantdeck.core.launch import detect_device
+
+        self.refresh_instances()
+        fleet = self._fleet()
+        if fleet is None:
+            raise ConfigError(NO_FLEET)
+        settings = self.live.settings()
+        items = [ln for ln in self.space.toPlainText().splitlines() if ln.strip()]
+        space = parse_space(items, detect_device(), None)
+        tuner = LiveTuner(
+            space,
+            budget=settings.budget,
+            budget_s=settings.budget_s,
+            until=settings.until,
+            on_event=on_event,
+        )
+        trials = FleetTrials(fleet, settings.instance, settings.opts, on_event=on_event)
+        trials.check()
+        self._live_rows = []
+        self._live_goal, self._live_until = settings.opts.goal, settings.until is not None
+        return LiveTuneJob(tuner, trials)
+
+    def _live_row(self, step: int) -> int:
+        """The table row of trial ``step`` (-1: none yet)."""
+        return next((i for i, r in enumerate(self._live_rows) if r.step == step), -1)
+
+    def _live_row_changed(self, i: int) -> None:
+        """Row ``i`` of the chain's trials is new or changed: the table (back to the trials
+        if the History's comparison took it meanwhile) and the plot follow."""
+        if self.results_model.column_names[1:2] != ["knob change"]:
+            self._show_live()
+        elif i >= self.results_model.rowCount():
+            self.results_model.append(self._live_rows[i])
+        else:
+            self.results_model.row_changed(i)
+        self._live_changed()
+
+    def _on_tried(self, step: int, knobs: dict[str, list[Any]], ev: LiveTuneEvent) -> None:
+        i = self._live_row(step)
+        if i < 0:  # refused before the fleet was asked: no "trying" came
+            self._live_rows.append(LiveTrialRow(step, knobs))
+            i = len(self._live_rows) - 1
+        row = self._live_rows[i]
+        row.result = ev.result or "failed"
+        row.decision = ev.decision or None
+        row.reason = ev.reason or ""
+        if ev.verdict:
+            row.verdict = dict(ev.verdict)
+        row.meets = ev.meets if isinstance(ev.meets, bool) else None
+        self._live_row_changed(i)
+        goal = "" if row.meets is None else "; meets the goal" if row.meets else "; misses the goal"
+        self.status.setText(f"trial {step} ({row.change}): {row.result}{goal}")
+
+    def _on_trial(self, ev: TrialEvent) -> None:
+        """A step of the trial under way (the fleet's own event): its row and the status."""
+        if not self._live_rows or self._live_rows[-1].result:
+            return
+        i = len(self._live_rows) - 1
+        row = self._live_rows[i]
+        row.phase, row.news = ev.phase, ev.reason or ""
+        if ev.verdict:
+            row.verdict = dict(ev.verdict)
+        if ev.arms:
+            row.arms = {arm: dict(f) for arm, f in ev.arms.items()}
+        self._live_row_changed(i)
+        head = f"trial {row.step} ({row.change})"
+        match ev:
+            case TrialEvent(phase="admitted"):  # the fit: in the detail line
+                self.status.setText(f"{head}: admitted; starting the candidate…")
+            case TrialEvent(phase="started"):
+                self.status.setText(f"{head}: the candidate is ready; warming up, routing…")
+            case TrialEvent(phase="measuring", verdict=dict() as v):
+                self.status.setText(
+                    f"{head}: measuring · {v.get('outcome')} · requests "
+                    f"{v.get('n_incumbent')} / {v.get('n_candidate')} · {v.get('reason')}"
+                )
+            case TrialEvent(phase="decided", decision=decision, reason=why):
+                self.status.setText(f"{head}: decided: {decision} ({why}); carrying it out…")
+            case TrialEvent(phase=phase, reason=why):
+                self.status.setText(f"{head}: {phase}" + (f" ({why})" if why else ""))
+
+    def _live_changed(self) -> None:
+        """The table's columns fit their contents (the reason takes the rest, on one line; the
+        detail line below says it in full); the plot shows each trial's arms' goal figure."""
+        for c in range(self.results_model.columnCount() - 1):
+            self.table.resizeColumnToContents(c)
+        self.table.resizeRowsToContents()
+        self._on_live_row_changed()
+        goal = self._live_goal or self.live.goal.currentText()
+        inc = [(r.step, r.figure("incumbent", goal)) for r in self._live_rows]
+        cand = [(r.step, r.figure("candidate", goal), r.result) for r in self._live_rows]
+        inc_ = [(x, y) for x, y in inc if y is not None]
+        cand_ = [(x, y, res) for x, y, res in cand if y is not None]
+        self.incumbent_curve.setData([x for x, _ in inc_], [y for _, y in inc_])
+        self.candidate_curve.setData(
+            [x for x, _, _ in cand_],
+            [y for _, y, _ in cand_],
+            symbolBrush=[RESULT_COLORS.get(res, POINT) for _, _, res in cand_],
+        )
+        high = max([y for _, y in inc_] + [y for _, y, _ in cand_], default=0.0)
+        self.plot.setXRange(0.5, max(len(self._live_rows), 1) + 0.5, padding=0)
+        self.plot.setYRange(0, high * 1.2 if high > 0 else 1.0, padding=0.04)
+
+    def _on_live_row_changed(self, *_: Any) -> None:
+        """The detail line: the selected trial in full, else the latest."""
+        if self._plot_mode != "live" or not self._live_rows:
+            self.trial_detail.setText("")
+            return
+        i = self.table.selectionModel().currentIndex().row()
+        row = self._live_rows[i] if 0 <= i < len(self._live_rows) else self._live_rows[-1]
+        self.trial_detail.setText(row.detail)
+
+    def _show_live(self) -> None:
+        self.results_model.set_rows(self._live_rows, live_columns(self._live_until))
+        self._live_changed()
+
+    def _show_live_result(self, result: dict[str, Any]) -> None:
+        """The chain's end: the instance's launch now, what the chain changed, the goal."""
+        from quantdeck.core.bench.live_tune import until_text
+
+        trials = result["trials"]
+        ran = sum(1 for t in trials if t["result"] in ("promoted", "rolled back"))
+        won = sum(1 for t in trials if t["result"] == "promoted")
+        best = ", ".join(f"{k}={v}" for k, v in result["best"].items())
+        changed = diff_text(result["changed"]) or "nothing"
+        lines = [
+            f"Final launch of {self.job.instance if self.job else 'the instance'}: {best} "
+            f"(changed by the chain: {changed})."
+        ]
+        ended = f"; ended: {result['ended']}"
+        if result.get("until"):
+            goal = until_text(result["until"])
+            if result.get("goal_met"):  # the chain ended there: its reason says how
+                lines.append(f"Goal {goal}: {result['ended'].removeprefix('the goal: ')}.")
+                ended = ""
+            else:
+                lines.append(f"Goal {goal}: not met (no promoted launch met every limit).")
+        lines.append(
+            f"{ran} trial{'' if ran == 1 else 's'} in {result['seconds']:.0f} s, {won} promoted, "
+            f"{len(trials) - ran} not run{ended}."
+        )
+        self.tune_summary.setText("\n".join(lines))
+        launch = "\n".join(f"{k}: {v}" for k, v in result["launch"].items())
+        self.tune_summary.setToolTip(f"The instance's launch now:\n{launch}")
 
     def _reset_plot(self) -> None:
         self._ttfts.clear()
@@ -665,6 +948,11 @@ class BenchTab(QWidget):
         from quantdeck.core.bench import environment, save_run
 
         kind = self.job_kind
+        if kind == "live":  # the fleet saved each promoted launch as the instance's profile
+            self.result = result
+            self._show_live_result(result)
+            self.status.setText(f"live tune done: {result['ended']}")
+            return
         result.setdefault("env", environment(result.get("server_version")))
         label = self.label.text().strip() or None
         if kind == "tune":
@@ -719,6 +1007,9 @@ class BenchTab(QWidget):
         self.failed.emit(msg)
 
     def _on_finished(self) -> None:
+        if self.progress.maximum() == 0:  # a live chain's busy bar: done
+            self.progress.setRange(0, 1)
+            self.progress.setValue(1)
         self.worker = None
         self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
@@ -764,10 +1055,37 @@ class BenchTab(QWidget):
         """The Launch tab's config may have changed meanwhile: the arms' diffs follow it."""
         super().showEvent(event)
         self._on_arms_changed()
+        if self.tune_where.currentText() == TUNE_LIVE:  # the Fleet tab's fleet may have changed
+            self.refresh_instances()
 
     # -- showing results -----------------------------------------------------------------------
     def _set_plot_mode(self, mode: str) -> None:
-        """``ttft``: each request's TTFT, live; ``tune``: goodput per tuning point."""
+        """``ttft``: each request's TTFT, live; ``tune``: goodput per tuning point; ``live``:
+        each live trial's goal figure, both arms."""
+        if mode == "live":
+            self._plot_mode = mode
+            self.curve.setVisible(False)
+            for item in (self.goodput_curve, self.no_goodput_curve, self.best_marker):
+                item.setVisible(False)
+            self.best_text.setVisible(False)
+            self.incumbent_curve.setVisible(True)
+            self.candidate_curve.setVisible(True)
+            self.table.setWordWrap(False)  # one line a trial: the detail line says it in full
+            self.trial_detail.setVisible(True)
+            self.apply_button.setVisible(False)  # the fleet saves the instance's profile
+            goal = GOAL_FIGURES[self._live_goal or self.live.goal.currentText()]
+            self.plot.setTitle(f"{goal.title} per trial: ○ incumbent, ● candidate", color=PLOT_TEXT)
+            self.plot.setLabel("bottom", "trial")
+            self.plot.getAxis("bottom").setTickSpacing(1, 1)
+            self.plot.setLabel("left", goal.title, units=goal.unit)
+            self.plot.getAxis("left").enableAutoSIPrefix(False)  # 2500 ms, not 2.5 kms
+            return
+        self.plot.getAxis("left").enableAutoSIPrefix(True)
+        self.table.setWordWrap(True)
+        self.trial_detail.setVisible(False)
+        self.apply_button.setVisible(self._apply_profile is not None)
+        self.incumbent_curve.setVisible(False)
+        self.candidate_curve.setVisible(False)
         if mode == self._plot_mode:
             return
         self._plot_mode = mode

@@ -438,6 +438,8 @@ class MainWindow(QMainWindow):
                 self.launch.config,
                 lambda: self.controller.state not in ("stopped", "crashed"),
                 apply_profile=self.launch.select_profile,
+                # the Tune page's live mode tunes the fleet the Fleet tab runs, while it serves
+                fleet=lambda: self.fleet.fleet if self.fleet.phase == "serving" else None,
             )
             self._bench_lay.addWidget(self._bench)
             # a benchmark run is a marker on the Monitor's timeline

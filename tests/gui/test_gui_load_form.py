@@ -8,7 +8,7 @@ import math
 import random
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 from quantdeck.core.bench import LoadSpec, SloLimits, load_fields
 from quantdeck.core.launch import LaunchConfig
@@ -45,9 +45,10 @@ def test_advanced_fields_wait_for_more_load_options(qtbot, tab: BenchTab) -> Non
 
     advanced = {f.name for f in (*load_fields(), *load_fields(SloLimits)) if f.advanced}
     assert advanced and hidden() == advanced
-    qtbot.mouseClick(tab.more_load, Qt.LeftButton)
+    box = QPoint(8, tab.more_load.height() // 2)  # on its box (the row is wider than its text)
+    qtbot.mouseClick(tab.more_load, Qt.LeftButton, pos=box)
     assert hidden() == set()
-    qtbot.mouseClick(tab.more_load, Qt.LeftButton)
+    qtbot.mouseClick(tab.more_load, Qt.LeftButton, pos=box)
     assert hidden() == advanced
 
 

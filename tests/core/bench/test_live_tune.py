@@ -1,7 +1,7 @@
 """Tune, live (core/bench/live_tune.py): the coordinate walk over trial outcomes, the chain's
-budget, refused candidates skipped, promotions rebasing the next candidates. The trials here
-are a table of outcomes (what the fleet would decide): the chain on real parts is
-tests/cli/test_tune_live_server.py."""
+budget, refused candidates skipped, promotions rebasing the next candidates, the goal
+(``until``) met by a promoted launch. The trials here are a table of outcomes (what the fleet
+would decide): the chain on real parts is tests/cli/test_tune_live_server.py."""
 
 from __future__ import annotations
 
