@@ -28,9 +28,9 @@ import psutil
 import pytest
 import yaml
 from conftest import alive_pids, read_json_lines
+from fleet_load import Load, fleet_file_of_one
 
 from quantdeck.cli.main import main
-from quantdeck.core.runtime import free_port
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
 pytestmark = pytest.mark.server
@@ -46,61 +46,12 @@ class TrialFleet:
     model: str = ""
 
 
-@dataclass
-class Load:
-    """Six clients sending completions through the router until stopped."""
-
-    fleet: TrialFleet
-    sent: int = 0
-    failed: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def _client(self) -> None:
-        with httpx.Client(timeout=120) as c:
-            while not self.stop.is_set():
-                body = {"model": self.fleet.model, "prompt": "Hello there " * 8, "max_tokens": 12}
-                try:
-                    r = c.post(self.fleet.router + "/v1/completions", json=body)
-                    if r.status_code != 200:
-                        self.failed.append(f"{r.status_code} {r.text[:200]}")
-                except httpx.HTTPError as e:
-                    self.failed.append(repr(e))
-                self.sent += 1
-
-    def __enter__(self) -> Load:
-        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(6)]
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=150)
-
-
 @contextlib.contextmanager
 def fleet_of_one(demo_model: Path, folder: Path) -> Iterator[TrialFleet]:
     """`fleet up` of one demo instance at max-num-seqs 1, its profile in a file, behind the
     real router; yielded once the router is ready; killed (its group) at the end."""
+    path, router_port = fleet_file_of_one(demo_model, folder)
     profile = folder / "a.yaml"
-    profile.write_text(
-        yaml.safe_dump(
-            {
-                "model": str(demo_model),
-                "enforce-eager": True,
-                "kv-cache-memory-bytes": 64 * 2**20,
-                "max-num-seqs": 1,
-            }
-        )
-    )
-    router_port = free_port()
-    spec = {
-        "router": {"port": router_port, "policy": "round_robin", "retries": 5},
-        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml"}],
-    }
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(spec))
     env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
     proc = subprocess.Popen(
         [sys.executable, "-m", "quantdeck.cli", "fleet", "up", str(path), "--json-events"],
@@ -166,7 +117,7 @@ def test_a_better_candidate_is_promoted_without_a_failed_request(
     fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     old_url = next(e["url"] for e in fleet.events if e.get("instance") == "a" and "url" in e)
-    with Load(fleet) as load:
+    with Load(fleet.router, fleet.model) as load:
         code, events = _try(
             capsys,
             str(fleet.file),
@@ -208,7 +159,7 @@ def test_a_worse_candidate_is_rolled_back_by_itself(
 ) -> None:
     assert main(["fleet", "status", "--json"]) == 0
     url = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}["a"]["url"]
-    with Load(fleet) as load:
+    with Load(fleet.router, fleet.model) as load:
         code, events = _try(
             capsys,
             str(fleet.file),
@@ -259,7 +210,7 @@ def test_the_promotion_is_undone_without_a_failed_request(
     assert "no instance 'nobody'" in capsys.readouterr().err
     promoted = [e for e in fleet.events if e.get("phase") == "promoted"]
     assert "the incumbent stopped (it runs without sleep mode)" in promoted[0]["reason"]
-    with Load(fleet) as load:
+    with Load(fleet.router, fleet.model) as load:
         code = main(["fleet", "undo", str(fleet.file), "a", "--json-events"])
         out = capsys.readouterr().out
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -315,7 +266,7 @@ def test_an_slo_breach_by_the_candidate_rolls_it_back_at_once(
     """An SLO no arm can keep here (TTFT p99 within 1 ms): the candidate breaks it as soon as
     5 of its requests are in the rule's 10 s window, and is rolled back then, long before a
     verdict (--min-requests 1000) or the time limit; no client request fails."""
-    with Load(fleet) as load:
+    with Load(fleet.router, fleet.model) as load:
         code, events = _try(
             capsys,
             str(fleet.file),

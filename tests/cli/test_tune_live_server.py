@@ -18,7 +18,8 @@ import httpx
 import psutil
 import pytest
 from conftest import alive_pids
-from test_fleet_trial_server import Load, TrialFleet, _trial, fleet_of_one
+from fleet_load import Load
+from test_fleet_trial_server import TrialFleet, _trial, fleet_of_one
 
 from quantdeck.cli.main import main
 
@@ -41,7 +42,7 @@ def test_tune_live_promotes_the_better_value_without_a_failed_request(
     argv = ["tune", "--live", str(fleet.file), "a", "--space", "max_num_seqs=1,8"]
     argv += ["--min-requests", "20", "--max-duration", "240", "--json-events"]
     t0 = time.monotonic()
-    with Load(fleet) as load:
+    with Load(fleet.router, fleet.model) as load:
         code = main(argv)
         out = capsys.readouterr().out
     took = time.monotonic() - t0

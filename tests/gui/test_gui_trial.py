@@ -15,7 +15,6 @@ client request.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pytest
 import yaml
 from ckpt import TINY_LLAMA, write_checkpoint
 from conftest import metrics_event
+from fleet_load import Load, fleet_file_of_one
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSpinBox
 
@@ -342,31 +342,15 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
     the router; Try live with max-num-seqs 8 is promoted, shown so, 0 failed requests."""
     import httpx
 
-    from quantdeck.core.runtime import free_port
     from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
     mp = pytest.MonkeyPatch()
     for k, value in ONE_PROCESS_ENGINE_ENV.items():
         mp.setenv(k, value)
-    profile = {
-        "model": str(demo_model),
-        "enforce-eager": True,
-        "kv-cache-memory-bytes": 64 * 2**20,
-        "max-num-seqs": 1,
-    }
-    router = free_port()
-    (tmp_path / "a.yaml").write_text(yaml.safe_dump(profile))
-    doc = {
-        "router": {"port": router, "policy": "round_robin", "retries": 5},
-        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml"}],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path, router = fleet_file_of_one(demo_model, tmp_path)
     v = FleetView()
     qtbot.addWidget(v)
-    failed: list[str] = []
-    stop = threading.Event()
-    clients: list[threading.Thread] = []
+    load: Load | None = None
     try:
         v.load(str(path))
         qtbot.waitUntil(lambda: v.start_button.isEnabled(), timeout=20_000)
@@ -376,20 +360,7 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         url = f"http://127.0.0.1:{router}"
         model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
 
-        def client() -> None:
-            with httpx.Client(timeout=120) as c:
-                while not stop.is_set():
-                    body = {"model": model, "prompt": "Hello there " * 8, "max_tokens": 12}
-                    try:
-                        r = c.post(url + "/v1/completions", json=body)
-                        if r.status_code != 200:
-                            failed.append(f"{r.status_code} {r.text[:200]}")
-                    except httpx.HTTPError as e:
-                        failed.append(repr(e))
-
-        clients = [threading.Thread(target=client, daemon=True) for _ in range(6)]
-        for t in clients:
-            t.start()
+        load = Load(url, model).__enter__()
         v.select("a")
         qtbot.waitUntil(v.try_button.isEnabled, timeout=10_000)
         qtbot.mouseClick(v.try_button, Qt.MouseButton.LeftButton)
@@ -426,13 +397,12 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         assert undo.result == "promoted", (undo.result_label.text(), undo.reason_label.text())
         assert "max_num_seqs=8" not in v.model.text(1, "knobs")
         assert v.fleet is not None and "a" in v.fleet.retired  # the undo can be undone too
-        stop.set()
-        for t in clients:
-            t.join(timeout=150)
-        assert failed == [], failed[:3]
+        load.__exit__()
+        assert load.failed == [] and load.sent > 0, load.failed[:3]
         assert yaml.safe_load((tmp_path / "a.yaml").read_text())["max-num-seqs"] == 1
     finally:
-        stop.set()
+        if load is not None:
+            load.__exit__()
         v.stop_fleet()
         qtbot.waitUntil(lambda: v.job is None, timeout=180_000)
         v.shutdown()

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from ckpt import TINY_LLAMA, write_checkpoint
+from fleet_load import Load, fleet_file_of_one
 from PySide6.QtCore import Qt
 
 from quantdeck.core.fleet import Fleet, load_fleet
@@ -348,35 +349,18 @@ def test_a_live_chain_on_the_fleet_tabs_fleet_promotes_the_better_value(
     beside 1, promotes it (in the table, the final launch said), 0 failed client requests."""
     import httpx
 
-    from quantdeck.core.runtime import free_port
     from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
     from quantdeck.gui.fleet_view import FleetView
 
     mp = pytest.MonkeyPatch()
     for k, value in ONE_PROCESS_ENGINE_ENV.items():
         mp.setenv(k, value)
-    profile = {
-        "model": str(demo_model),
-        "enforce-eager": True,
-        "kv-cache-memory-bytes": 64 * 2**20,
-        "max-num-seqs": 1,
-    }
-    router = free_port()
-    (tmp_path / "a.yaml").write_text(yaml.safe_dump(profile))
-    doc = {
-        "router": {"port": router, "policy": "round_robin", "retries": 5},
-        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml"}],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path, router = fleet_file_of_one(demo_model, tmp_path)
     v = FleetView()
     qtbot.addWidget(v)
     # as the window hands it over (test_the_window_hands_the_tune_page_the_fleet_tabs_fleet...)
     tab = _tab(qtbot, lambda: v.fleet if v.phase == "serving" else None)
-    failed: list[str] = []
-    sent = [0]
-    stop = threading.Event()
-    clients: list[threading.Thread] = []
+    load: Load | None = None
     try:
         v.load(str(path))
         qtbot.waitUntil(lambda: v.start_button.isEnabled(), timeout=20_000)
@@ -386,21 +370,7 @@ def test_a_live_chain_on_the_fleet_tabs_fleet_promotes_the_better_value(
         url = f"http://127.0.0.1:{router}"
         model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
 
-        def client() -> None:
-            with httpx.Client(timeout=120) as c:
-                while not stop.is_set():
-                    body = {"model": model, "prompt": "Hello there " * 8, "max_tokens": 12}
-                    try:
-                        r = c.post(url + "/v1/completions", json=body)
-                        sent[0] += 1
-                        if r.status_code != 200:
-                            failed.append(f"{r.status_code} {r.text[:200]}")
-                    except httpx.HTTPError as e:
-                        failed.append(repr(e))
-
-        clients = [threading.Thread(target=client, daemon=True) for _ in range(6)]
-        for t in clients:
-            t.start()
+        load = Load(url, model).__enter__()
         tab.refresh_instances()  # as showing the page does
         assert tab.live.instance.currentText() == "a"
         tab.space.setPlainText("max_num_seqs = 1,8")
@@ -420,13 +390,11 @@ def test_a_live_chain_on_the_fleet_tabs_fleet_promotes_the_better_value(
         )
         assert "max_num_seqs=8" in v.model.text(1, "knobs")  # the Fleet tab's row follows
         assert v.rows is not None and "a+try" not in v.rows
-        stop.set()
-        for t in clients:
-            t.join(timeout=150)
-        assert failed == [], failed[:3]
-        assert sent[0] >= 40
+        load.__exit__()
+        assert load.failed == [] and load.sent >= 40, (load.failed[:3], load.sent)
     finally:
-        stop.set()
+        if load is not None:
+            load.__exit__()
         v.stop_fleet()
         qtbot.waitUntil(lambda: v.job is None, timeout=180_000)
         v.shutdown()
