@@ -187,16 +187,29 @@ def test_a_worse_candidate_is_rolled_back_by_itself(
 def test_a_trial_without_traffic_rolls_back_for_want_of_it(
     fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No client sends anything: at the time limit nothing was compared. Before, that read
-    "no difference"; now the trial says there was too little traffic, and the incumbent
-    stays."""
-    code, events = _try(capsys, str(fleet.file), "a", "--max-num-seqs", "4", "--max-duration", "8")
+    """No client sends anything: a third into the time limit the paired probe starts by
+    itself (the live traffic is too thin), and when even its pairs are too few at the limit
+    (here 1,000 are asked for) nothing was compared: the trial says there was too little
+    traffic, and the incumbent stays (before, that read "no difference")."""
+    code, events = _try(
+        capsys,
+        str(fleet.file),
+        "a",
+        "--max-num-seqs",
+        "4",
+        "--max-duration",
+        "8",
+        "--min-requests",
+        "1000",
+    )
     assert code == 0, events[-5:]
     decided = _trial(events, "decided")
     assert decided["decision"] == "rollback", decided
     assert decided["verdict"]["outcome"] == "undecided"
     assert decided["reason"].startswith("too little traffic in 8 s to compare"), decided
+    assert "probe pairs measured; 1000 are needed" in decided["reason"]
     assert "the incumbent stays" in decided["reason"]
+    assert decided["arms"]["probe"]["why"].startswith("the live traffic is too thin: 0 requests")
     assert _trial(events, "rolled back")
     assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 8
 
