@@ -356,17 +356,34 @@ def judge(
             worse_effect = ratio is not None and ratio >= 1 + opts.margin
         effect = None if ratio is None else round(ratio, 4)
     v = dataclasses.replace(v, effect=effect, incumbent=fig_i, candidate=fig_c)
-    if p_better < threshold and better_effect:
-        why = _why(v, opts) + queueing_caveat(incumbent, candidate, goal)
+    caveats = (
+        queueing_caveat(incumbent, candidate, goal),
+        queueing_caveat(candidate, incumbent, goal),
+    )
+    return _settle(v, opts, (p_better, better_effect), (p_worse, worse_effect), caveats)
+
+
+def _settle(
+    v: Verdict,
+    opts: TrialOptions,
+    better: tuple[float, bool],
+    worse: tuple[float, bool],
+    caveats: tuple[str, str] = ("", ""),
+) -> Verdict:
+    """The outcome from each direction's (p, effect beyond the margin): better, worse, or
+    neither (the reason says whether the test or the margin held it back)."""
+    (p_better, better_effect), (p_worse, worse_effect) = better, worse
+    if p_better < v.threshold and better_effect:
+        why = _why(v, opts) + caveats[0]
         return dataclasses.replace(v, outcome="better", p_value=p_better, reason=why)
-    if p_worse < threshold and worse_effect:
-        why = _why(v, opts) + queueing_caveat(candidate, incumbent, goal)
+    if p_worse < v.threshold and worse_effect:
+        why = _why(v, opts) + caveats[1]
         return dataclasses.replace(v, outcome="worse", p_value=p_worse, reason=why)
     p = min(p_better, p_worse)
-    if p < threshold:
+    if p < v.threshold:
         why = f"a difference the test sees, but within the {opts.margin:.0%} margin"
     else:
-        why = f"p = {p:.3g} is not under {threshold:.3g}"
+        why = f"p = {p:.3g} is not under {v.threshold:.3g}"
     return dataclasses.replace(v, p_value=p, reason=why)
 
 
@@ -534,16 +551,7 @@ def judge_paired(pairs: list[ProbePair], opts: TrialOptions, *, final: bool = Fa
             worse_effect = ratio is not None and ratio >= 1 + opts.margin
         effect = None if ratio is None else round(ratio, 4)
     v = dataclasses.replace(v, effect=effect, incumbent=fig_i, candidate=fig_c)
-    if p_better < threshold and better_effect:
-        return dataclasses.replace(v, outcome="better", p_value=p_better, reason=_why(v, opts))
-    if p_worse < threshold and worse_effect:
-        return dataclasses.replace(v, outcome="worse", p_value=p_worse, reason=_why(v, opts))
-    p = min(p_better, p_worse)
-    if p < threshold:
-        why = f"a difference the test sees, but within the {opts.margin:.0%} margin"
-    else:
-        why = f"p = {p:.3g} is not under {threshold:.3g}"
-    return dataclasses.replace(v, p_value=p, reason=why)
+    return _settle(v, opts, (p_better, better_effect), (p_worse, worse_effect))
 
 
 def probe_figures(pairs: list[ProbePair]) -> dict[str, Any]:
