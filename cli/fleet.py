@@ -469,7 +469,7 @@ def add_trial_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
     p.add_argument(
         "--probe",
         action="store_true",
-        help="a paired probe load: the same prompt sent to both arms at once, one at a time, "
+        help="a paired probe load: the same prompt sent to both arms, one right after the other, "
         "beside the live traffic; its pairs decide (Wilcoxon signed-rank), so the router's "
         "split cannot sway the verdict. Without it the probe starts by itself when the live "
         "traffic is too thin",

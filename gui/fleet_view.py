@@ -838,9 +838,9 @@ class TryLiveDialog(QDialog):
         self.max_duration.setSuffix(" s")
         self.probe = QCheckBox("send the same prompts to both arms (paired probe)")
         self.probe.setToolTip(
-            "One prompt at a time to both arms at once, beside the live traffic: its pairs "
-            "decide, so the router's split cannot sway the verdict. Off, it starts by itself "
-            "when the live traffic is too thin to decide"
+            "Each prompt to both arms, one right after the other, beside the live traffic: "
+            "its pairs decide, so the router's split cannot sway the verdict. Off, it starts "
+            "by itself when the live traffic is too thin to decide"
         )
         self.error = error_label()
         buttons = QDialogButtonBox(

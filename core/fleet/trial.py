@@ -72,7 +72,7 @@ class TrialOptions:
     # after a promotion, an incumbent launched with sleep mode sleeps this long (weights in
     # host RAM, KV cache freed) so that `fleet undo` is a wake-up; 0: it stops at once
     keep_s: float = 600.0
-    # a paired probe load: identical prompts sent to both arms at once, beside the live
+    # a paired probe load: identical prompts sent to both arms back to back, beside the live
     # traffic; its pairs decide (the router's split cannot confound them). Off: it starts by
     # itself when the live traffic is too thin to reach min_requests in time
     probe: bool = False
@@ -452,7 +452,7 @@ class ProbeRecord:
 
 @dataclass(frozen=True)
 class ProbePair:
-    """One prompt sent to both arms at the same moment."""
+    """One prompt sent to both arms, one right after the other."""
 
     incumbent: ProbeRecord
     candidate: ProbeRecord

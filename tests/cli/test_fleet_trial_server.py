@@ -246,14 +246,14 @@ def test_a_paired_probe_judges_without_any_client(
     fleet: TrialFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No client sends anything; with --probe the trial sends the same prompts to both arms
-    at once and decides on those pairs: a candidate that prefills 16 tokens a step (several
-    steps for each probe prompt) is worse on TTFT, and rolled back."""
+    and decides on those pairs: a candidate that prefills 4 tokens a step (some 25 steps for
+    each probe prompt of about 100 tokens) is worse on TTFT, and rolled back."""
     code, events = _try(
         capsys,
         str(fleet.file),
         "a",
         "--max-num-batched-tokens",
-        "16",
+        "4",
         "--probe",
         "--min-requests",
         "20",

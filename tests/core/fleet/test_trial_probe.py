@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
+from quantdeck.core.fleet.live import ProbeLoad
 from quantdeck.core.fleet.trial import (
     LOOKS,
     ProbePair,
@@ -122,3 +126,57 @@ def test_goodput_on_pairs_is_mcnemars() -> None:
     v = judge_paired(pairs([150.0] * 30 + [90.0] * 10, [80.0] * 40), opts)
     assert v.test == "McNemar (paired probe)" and v.outcome == "better"
     assert (v.incumbent, v.candidate, v.effect) == (25.0, 100.0, 75.0)
+
+
+class _Arm(BaseHTTPRequestHandler):
+    """An arm that streams 3 server-sent events over 60 ms and logs when each request began
+    and ended (on the class: one log per arm). It checks the probe's schedule, not vLLM."""
+
+    log: list[tuple[str, float, float]]
+    name = ""
+
+    def do_POST(self) -> None:
+        t0 = time.monotonic()
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for _ in range(3):
+            time.sleep(0.02)
+            self.wfile.write(b'data: {"choices": [{"text": "x"}]}\n\n')
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.log.append((self.name, t0, time.monotonic()))
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_probe_sends_to_one_arm_then_the_other_first_arm_alternating() -> None:
+    """Never both arms at once (arms on shared cores or one GPU would slow each other's
+    request of the pair), and the arm that goes first alternates pair by pair."""
+    log: list[tuple[str, float, float]] = []
+    servers = []
+    for name in ("incumbent", "candidate"):
+        handler = type(name, (_Arm,), {"log": log, "name": name})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    inc, cand = (f"http://127.0.0.1:{s.server_address[1]}" for s in servers)
+    probe = ProbeLoad((inc, None), (cand, None), "m")
+    try:
+        deadline = time.monotonic() + 20
+        while len(probe.pairs()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        probe.close()
+        for s in servers:
+            s.shutdown()
+    pairs = probe.pairs()
+    assert len(pairs) >= 4 and all(p.ok for p in pairs), pairs
+    assert all(p.incumbent.ttft_s >= 0.02 and p.candidate.ttft_s >= 0.02 for p in pairs)
+    spans = sorted(log, key=lambda r: r[1])
+    for (_, _, end), (_, start, _) in itertools.pairwise(spans):
+        assert start >= end - 0.005, spans  # the next request began once the last one ended
+    firsts = [spans[2 * k][0] for k in range(4)]
+    assert firsts == ["incumbent", "candidate", "incumbent", "candidate"], spans
