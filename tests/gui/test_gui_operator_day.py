@@ -1,5 +1,5 @@
 """The operator's day on the real demo server, driven through the window as a person would:
-start, load, stop for a minute, start again with a knob changed. The curves break across the
+start, load, stop for a while, start again with a knob changed. The curves break across the
 stop and say it stopped; a recording opened meanwhile leaves the live samples alone and raises
 no alert; Compare spans picks the spans either side of the knob change; the Logs tab holds no
 access line of the panel's own scrapes; the alert list shows an alert raised and cleared."""
@@ -22,7 +22,9 @@ from quantdeck.gui.main_window import MainWindow
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-STOPPED_S = 60.0  # the stop in the middle of the day
+# the stop in the middle of the day: issue 30 stopped for a minute; a quarter of it makes the
+# same gap in every curve (samples come every 0.5 s) and keeps 45 s off the suite
+STOPPED_S = 15.0
 RECORDING = ROOT / "docs" / "gpu-validation" / "record-bf16-graphs.jsonl.gz"
 
 
@@ -95,7 +97,7 @@ def test_the_operators_day(qtbot, window: MainWindow) -> None:
         ctl.metrics.connect(mon.add_event)
     window.replays[-1].close()
 
-    # stop for a minute: the stopped cue, no samples meanwhile
+    # stop for a while: the stopped cue, no samples meanwhile
     qtbot.mouseClick(launch.stop_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: "stopped" in window.state_label.text(), timeout=60_000)
     assert "stopped at" in mon.source_state.text()

@@ -177,10 +177,14 @@ def test_multi_gpu_launches_turn_nvlink_multicast_off(tmp_path, monkeypatch, sho
     assert engine_environment(tmp_path, cfg)["NCCL_NVLS_ENABLE"] == "1"
 
 
-def test_another_process_answering_on_the_port_is_not_readiness(server: ServerProcess) -> None:
+def test_another_process_answering_on_the_port_is_not_readiness(
+    _layered_server: ServerProcess,
+) -> None:
     """Readiness is ours: a process that took the port between the start's check and vLLM's
     bind, and answers /health and /v1/models as vLLM would, never makes the server ready;
-    the start fails with the reason (two servers started on one port end the same way)."""
+    the start fails with the reason (two servers started on one port end the same way).
+    (The module's server as the last test left it: it is stopped first, never made ready.)"""
+    server = _layered_server
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
