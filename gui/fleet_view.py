@@ -129,11 +129,15 @@ def read_fleet(path: str) -> tuple[FleetSpec, dict[str, ModelInfo | None]]:
 class FleetView(QWidget):
     """The fleet file's instances and router in a table; the fleet's lifecycle in a worker."""
 
-    instance_chosen = Signal(str, str)  # url, API key ("" for none): attach Monitor/Playground
+    # url, API key ("" for none), whether to show the Monitor: attach Monitor/Playground (again
+    # when the chosen instance's URL changes: a promotion moves it to the candidate's port)
+    instance_chosen = Signal(str, str, bool)
     instance_event = Signal(object)  # the chosen instance's own events (its log, its states)
     instances_changed = Signal(object)  # {name: TimeSeriesStore}: the instances to overlay
     _fleet_event = Signal(object)  # the fleet's events, from its threads
     phase_changed = Signal(str)  # no fleet, stopped, starting, serving, stopping, replay
+    changed = Signal()  # the phase, rows, selection or a trial may have changed
+    serve_refused = Signal(str, str)  # path, why: a file given to serve_file did not start
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -146,6 +150,7 @@ class FleetView(QWidget):
         self.phase = "no fleet"  # stopped, starting, serving, stopping
         self._phase_shown = self.phase  # the last phase_changed said
         self.chosen: str | None = None  # the instance Monitor, Logs and Playground follow
+        self._chosen_url: str | None = None  # the URL they were pointed at (None: not yet)
         self._unwatch: Any = None
         self.series: dict[str, TimeSeriesStore] = {}  # each instance's metrics
         self.replayed: str | None = None  # the recording shown, if one is
@@ -229,7 +234,7 @@ class FleetView(QWidget):
         self.inst_stop.clicked.connect(lambda: self._act("stop_instance"))
         self.inst_restart.clicked.connect(lambda: self._act("restart_instance"))
         self.open_monitor.clicked.connect(self.choose_selected)
-        self.try_button.clicked.connect(self.try_live)
+        self.try_button.clicked.connect(lambda: self.try_live())
         self.undo_button.clicked.connect(self.undo_promotion)
         self.table.selectionModel().selectionChanged.connect(self._update_buttons)
         self._update_buttons()
@@ -259,6 +264,31 @@ class FleetView(QWidget):
             returned=lambda r: self._on_loaded(path, *r),
             finished=self._update_buttons,
         )
+
+    def serve_file(self, path: str) -> None:
+        """Read a fleet file (in a worker) and start its fleet once read, as Open fleet file…
+        then Start fleet do (the Launch tab's fleet of one, behind the router). A file that
+        cannot be read or a fleet that runs already: ``serve_refused(path, why)``."""
+
+        def read() -> tuple[FleetSpec, dict[str, ModelInfo | None]] | str:
+            try:
+                return read_fleet(path)
+            except (QuantdeckError, OSError) as e:
+                return str(e)
+
+        def returned(result: tuple[FleetSpec, dict[str, ModelInfo | None]] | str) -> None:
+            if isinstance(result, str):
+                self.message.setText(result)
+                self.serve_refused.emit(path, result)
+                return
+            self._on_loaded(path, *result)
+            if self.path != path or self.job is not None:
+                self.serve_refused.emit(path, f"the Fleet tab runs {self.path}: stop it first")
+                return
+            self.start_fleet()
+
+        self.message.setText("")
+        self.workers.start(read, returned=returned, finished=self._update_buttons)
 
     def _on_loaded(self, path: str, spec: FleetSpec, infos: dict[str, ModelInfo | None]) -> None:
         from quantdeck.core.fleet.rows import FleetRows
@@ -428,6 +458,7 @@ class FleetView(QWidget):
             for i in changed:
                 self.model.row_changed(i)
         ev, name = event.event, event.instance
+        self._follow_chosen()
         if isinstance(ev, MetricsEvent):
             store = self.series.get(name)
             if store is not None:
@@ -475,24 +506,44 @@ class FleetView(QWidget):
         self.table.selectRow(self.model.find(lambda r: r.name == name))
 
     def choose_selected(self) -> None:
-        """Point Monitor, Logs and Playground at the selected instance: its recent log lines
-        go to Logs at once, then its events as they come; Monitor and Playground attach to
-        it when it serves (a crashed one: its log is what there is to see)."""
+        """Point Monitor, Logs and Playground at the selected instance (:meth:`choose`)."""
         row = self.selected()
-        if row is None or row.is_router:
+        if row is not None:
+            self.choose(row.name)
+
+    def choose(self, name: str, show: bool = True) -> None:
+        """Point Monitor, Logs and Playground at instance ``name``: its recent log lines go
+        to Logs at once, then its events as they come; Monitor and Playground attach to it
+        when it serves (a crashed one: its log is what there is to see), and follow it when
+        its URL changes (a promotion). ``show``: the window shows the Monitor."""
+        if self.rows is None or name not in self.rows:
             return
-        self.chosen = row.name
+        row = self.rows.row(name)
+        if row.is_router:
+            return
+        self.chosen, self._chosen_url = row.name, None
         self.instance_event.emit(FactEvent("fleet instance", row.name))  # a mark in Logs
         server = self.fleet.servers.get(row.name) if self.fleet is not None else None
         for line in list(server.log_tail)[-LOG_REPLAY:] if server is not None else []:
             self.instance_event.emit(LogEvent(line))
         if row.serving:
-            self.instance_chosen.emit(row.url, row.api_key or "")
+            self._chosen_url = row.url
+            self.instance_chosen.emit(row.url, row.api_key or "", show)
         else:
             self.message.setText(
                 f"{row.name} is {row.state}: its log is in the Logs tab; Monitor and "
                 "Playground follow it once it serves"
             )
+
+    def _follow_chosen(self) -> None:
+        """The chosen instance serves at another URL (a promotion gives it the candidate's,
+        an undo the one before): Monitor and Playground follow it there."""
+        if self.rows is None or self.chosen is None or self.chosen not in self.rows:
+            return
+        row = self.rows.row(self.chosen)
+        if row.serving and self._chosen_url is not None and row.url != self._chosen_url:
+            self._chosen_url = row.url
+            self.instance_chosen.emit(row.url, row.api_key or "", False)
 
     def _update_buttons(self, *_: Any) -> None:
         idle = self.job is None
@@ -538,6 +589,7 @@ class FleetView(QWidget):
             and self.fleet is not None
             and row.name in self.fleet.retired
         )
+        self.changed.emit()
 
     # -- live trials ---------------------------------------------------------------------------
     @property
@@ -548,16 +600,30 @@ class FleetView(QWidget):
             return False
         return view is None or view.result is None
 
-    def try_live(self) -> None:
-        """The candidate's form for the selected instance; its OK starts the trial."""
-        row = self.selected()
+    @property
+    def trial_busy(self) -> bool:
+        """A trial is being started or is under way (one at a time)."""
+        return self._trial_starting or self.trial_running
+
+    def running_launch(self, name: str) -> LaunchConfig | None:
+        """Local instance ``name``'s launch as it runs now (a promotion's candidate's after
+        one); None: no fleet runs, or no such local instance."""
         fleet = self.fleet
-        if fleet is None or row is None:
+        if fleet is None:
+            return None
+        inst = next((i for i in fleet.spec.instances if i.name == name), None)
+        return inst.cfg if inst is not None else None
+
+    def try_live(self, candidate: LaunchConfig | None = None) -> None:
+        """The candidate's form for the selected instance (prefilled with ``candidate``'s
+        knobs where given, else with the instance's launch); its OK starts the trial."""
+        row = self.selected()
+        if row is None:
             return
-        inst = next((i for i in fleet.spec.instances if i.name == row.name), None)
-        if inst is None or inst.cfg is None:
+        running = self.running_launch(row.name)
+        if running is None:
             return
-        dialog = TryLiveDialog(row.name, inst.cfg, self)
+        dialog = TryLiveDialog(row.name, running, self, candidate=candidate)
         dialog.submitted.connect(lambda cfg, opts: self._start_trial(dialog, row.name, cfg, opts))
         dialog.finished.connect(lambda *_: self._update_buttons())
         self.trial_dialog = dialog
@@ -803,7 +869,16 @@ class TryLiveDialog(QDialog):
 
     submitted = Signal(object, object)  # LaunchConfig, TrialOptions
 
-    def __init__(self, name: str, running: LaunchConfig, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        running: LaunchConfig,
+        parent: QWidget | None = None,
+        *,
+        candidate: LaunchConfig | None = None,
+    ) -> None:
+        """``candidate``: the knobs to start from (the Launch tab's form; its model, host,
+        port and key are the instance's), else the running launch's."""
         from quantdeck.core.fleet.trial import DECIDE, GOALS
         from quantdeck.gui.knob_form import KnobForm
 
@@ -811,7 +886,9 @@ class TryLiveDialog(QDialog):
         self.setWindowTitle(f"Try live: {name}")
         self.running = running.copy()
         self.form = KnobForm(skip=("model", "host", "port", "api_key"))  # the fleet's to give
-        self.form.set_config(self.running)
+        self.form.set_config(
+            self.running if candidate is None else live_candidate(self.running, candidate)
+        )
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.form)
@@ -916,11 +993,31 @@ class TryLiveDialog(QDialog):
         self.error.setText(line)
 
 
-def diff_text(running: LaunchConfig, cfg: LaunchConfig) -> str:
-    """The candidate's knobs against the running launch, in one line."""
+def live_candidate(running: LaunchConfig, cfg: LaunchConfig) -> LaunchConfig:
+    """``cfg``'s knobs as a candidate of the instance running ``running``: its model, host,
+    port and API key are the instance's (the fleet's to give)."""
+    out = cfg.copy()
+    out.model.model = running.model.model
+    out.server.host, out.server.port = running.server.host, running.server.port
+    out.server.api_key = running.server.api_key
+    return out
+
+
+def live_changes(running: LaunchConfig, cfg: LaunchConfig) -> dict[str, tuple[Any, Any]]:
+    """The knobs a live trial of ``cfg`` would change on the instance running ``running``
+    (``{knob: (running's, cfg's)}``; the model, host, port and key are not a trial's)."""
     from quantdeck.core.launch.diff import knob_diff
 
-    changed = {k: v for k, v in knob_diff(running, cfg).items() if k not in ("host", "port")}
+    return {
+        k: v
+        for k, v in knob_diff(running, live_candidate(running, cfg)).items()
+        if k not in ("host", "port")
+    }
+
+
+def diff_text(running: LaunchConfig, cfg: LaunchConfig) -> str:
+    """The candidate's knobs against the running launch, in one line."""
+    changed = live_changes(running, cfg)
     if not changed:
         return "no knob changed: the candidate is the running launch (an A/A trial)"
     return "changed: " + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in changed.items())

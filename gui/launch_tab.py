@@ -41,11 +41,37 @@ from quantdeck.core.launch import (
     profiles,
     validate,
 )
+from quantdeck.core.launch.diff import knob_diff
 from quantdeck.core.models import ModelInfo
 from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.knob_form import KnobForm
 from quantdeck.gui.labels import error_label, plain_label
 from quantdeck.gui.style import ERROR, FREE_MEMORY, QUIET_TEXT, SERIES_COLORS, WARNING
+
+BEHIND_ROUTER_TIP = (
+    "Serve as a fleet of one behind vLLM's router on the form's port: the URL clients use "
+    "stays the same across live trials, promotions and undo, and knob changes go through "
+    "Try live… without downtime. The fleet shows in the Fleet tab. "
+    "CLI: quantdeck serve MODEL --behind-router"
+)
+TRY_LIVE_TIP = (
+    "Try the form's knobs on the live traffic: a candidate beside the running server, "
+    "promoted or rolled back by the verdict, the URL unchanged (opens the trial in the "
+    "Fleet tab). CLI: quantdeck fleet try FILE serve --KNOB VALUE"
+)
+ROUTER_INSTANCE = "serve"  # the fleet of one's instance (core.fleet.spec.fleet_of_one's)
+STATE_NAMES = {
+    "starting": "starting",
+    "loading_weights": "loading weights",
+    "profiling": "profiling memory",
+    "compiling": "compiling",
+    "capturing_cuda_graphs": "capturing CUDA graphs",
+    "ready": "ready",
+    "stopping": "stopping",
+    "stopped": "stopped",
+    "crashed": "crashed",
+    "attached": "attached",
+}
 
 SEGMENTS = (
     ("weights", "weights_bytes", SERIES_COLORS[0]),
@@ -170,6 +196,8 @@ class LaunchTab(QWidget):
     ``vllm serve`` command, profiles, attach to a URL."""
 
     start_requested = Signal(object)  # LaunchConfig
+    router_start_requested = Signal(object)  # LaunchConfig, to serve behind the router
+    try_live_requested = Signal(object)  # LaunchConfig: the candidate's knobs
     stop_requested = Signal()
     attach_requested = Signal(str, str)  # url, api key
     profile_model_requested = Signal(str)  # a loaded profile's model folder
@@ -216,10 +244,25 @@ class LaunchTab(QWidget):
         self.engine_error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.engine_error.setVisible(False)
         self.start_button = QPushButton("Start")
+        self.behind_router = QCheckBox("Behind the router")
+        self.behind_router.setToolTip(BEHIND_ROUTER_TIP)
         self.stop_button = QPushButton("Stop")
         self.restart_button = QPushButton("Restart")
+        self.try_live_button = QPushButton("Try live…")
+        self.try_live_button.setEnabled(False)
+        # behind the router: the phase of the Launch tab's fleet of one (None: a plain server
+        # or none), its state line, and the instance's running launch Try live… compares the
+        # form with (None: why not, in _live_why)
+        self._router: str | None = None
+        self._router_text = ""
+        self._live_running: LaunchConfig | None = None
+        self._live_why = "check Behind the router and Start: Try live… changes its knobs"
+        self.router_error = error_label()
+        self.router_error.setVisible(False)
         self.copy_button = QPushButton("Copy `vllm serve` command")
         self.stage = plain_label("stopped")
+        # wrapped: a long line takes two lines rather than widening the window
+        self.stage.setWordWrap(True)
         # a start shows its sub-stage and the time since the click, ticking once a second (a
         # CPU engine spends most of a minute importing before its first stage)
         self._stage_text = "stopped"
@@ -284,8 +327,15 @@ class LaunchTab(QWidget):
             att.addWidget(aw)
         right.addLayout(att)
         actions = QHBoxLayout()
-        for w in (self.start_button, self.stop_button, self.restart_button, self.stage):
+        for w in (
+            self.start_button,
+            self.behind_router,
+            self.stop_button,
+            self.restart_button,
+            self.try_live_button,
+        ):
             actions.addWidget(w)
+        actions.addWidget(self.stage, 1)
         actions.addWidget(self.progress, 1)
         actions.addWidget(self.copy_button)
         body = QHBoxLayout()
@@ -295,6 +345,7 @@ class LaunchTab(QWidget):
         lay.addLayout(body, 1)
         lay.addWidget(self.engine_note)
         lay.addWidget(self.engine_error)
+        lay.addWidget(self.router_error)
         lay.addWidget(self.message)
         lay.addLayout(actions)
 
@@ -305,6 +356,8 @@ class LaunchTab(QWidget):
         self.start_button.clicked.connect(self._on_start_clicked)
         self.restart_button.clicked.connect(self._on_start_clicked)
         self.stop_button.clicked.connect(self.stop_requested.emit)
+        self.try_live_button.clicked.connect(self._on_try_live_clicked)
+        self.behind_router.toggled.connect(lambda _on: self.refuse(""))
         self.copy_button.clicked.connect(self._on_copy_clicked)
         self.all_options.clicked.connect(self._on_all_options)
         self.save_profile.clicked.connect(self._on_save_profile)
@@ -508,43 +561,123 @@ class LaunchTab(QWidget):
     def _update_start(self) -> None:
         blocked = self._blocking()
         idle = self._state in ("stopped", "crashed")
-        self.start_button.setEnabled(idle and self.info is not None and not blocked)
-        self.restart_button.setEnabled(not idle and self.info is not None and not blocked)
-        self.stop_button.setEnabled(not idle)
+        routed = self._router is not None  # the fleet of one runs: Stop stops it
+        self.start_button.setEnabled(idle and not routed and self.info is not None and not blocked)
+        self.restart_button.setEnabled(
+            not idle and not routed and self.info is not None and not blocked
+        )
+        self.stop_button.setEnabled(
+            self._router not in (None, "stopping") or (not routed and not idle)
+        )
+        self.behind_router.setEnabled(idle and not routed)
         self.start_button.setToolTip(blocked[0] if blocked else "")
+        self.restart_button.setToolTip(
+            "Behind the router a knob change goes through Try live…, without downtime (Stop "
+            "then Start restarts the fleet of one)"
+            if routed
+            else ""
+        )
+        self._update_try_live()
 
     def set_server_state(self, state: str, detail: str = "") -> None:
         self._state = state
-        names = {
-            "starting": "starting",
-            "loading_weights": "loading weights",
-            "profiling": "profiling memory",
-            "compiling": "compiling",
-            "capturing_cuda_graphs": "capturing CUDA graphs",
-            "ready": "ready",
-            "stopping": "stopping",
-            "stopped": "stopped",
-            "crashed": "crashed",
-            "attached": "attached",
-        }
-        if state == "starting" and self._started_at is None:
-            self._started_at = time.monotonic()
-            self._elapsed.start()
-        text = names.get(state, state) + (f" — {detail}" if detail else "")
-        if state == "ready" and self._started_at is not None:
-            text += f" in {time.monotonic() - self._started_at:.0f} s"
-        if state in ("ready", "stopped", "crashed", "attached", "stopping"):
+        text = STATE_NAMES.get(state, state) + (f" — {detail}" if detail else "")
+        if self._router is None:  # (behind the router, the fleet's phase is the state line)
+            if state == "starting" and self._started_at is None:
+                self._started_at = time.monotonic()
+                self._elapsed.start()
+            if state == "ready" and self._started_at is not None:
+                text += f" in {time.monotonic() - self._started_at:.0f} s"
+            if state in ("ready", "stopped", "crashed", "attached", "stopping"):
+                self._started_at = None
+                self._elapsed.stop()
+            # the server's package is loaded by the time it reports a state
+            from quantdeck.core.runtime import START_ORDER as order
+
+            if state in order:
+                self.progress.setValue(int(100 * order.index(state) / (len(order) - 1)))
+            elif state in ("stopped", "crashed"):
+                self.progress.setValue(0)
+        self._show_stage(text)
+        self._update_start()
+
+    # -- behind the router -----------------------------------------------------------------------
+    def set_router_state(self, phase: str | None, url: str = "", instance: str = "") -> None:
+        """The Launch tab's fleet of one (``serve --behind-router``): its ``phase`` (starting,
+        serving, stopping; None or another: it does not run), the router's ``url`` (the one
+        clients use) and its instance's state while it starts."""
+        was = self._router
+        self._router = phase if phase in ("starting", "serving", "stopping") else None
+        if self._router == "starting":
+            if self._started_at is None:
+                self._started_at = time.monotonic()
+                self._elapsed.start()
+            step = f": {ROUTER_INSTANCE} {STATE_NAMES.get(instance, instance)}" if instance else ""
+            self._router_text = f"starting behind the router{step}"
+            from quantdeck.core.runtime import START_ORDER as order
+
+            if instance in order:
+                self.progress.setValue(int(90 * order.index(instance) / (len(order) - 1)))
+        elif self._router == "serving":
+            self._router_text = f"serving behind the router at {url}\nits fleet of one: Fleet tab"
+            self.progress.setValue(100)
+        elif self._router == "stopping":
+            self._router_text = "stopping the fleet of one"
+        else:
+            self._router_text = ""
+            if was is not None:
+                self.progress.setValue(0)
+        if self._router in (None, "serving", "stopping"):
             self._started_at = None
             self._elapsed.stop()
-        self._show_stage(text)
-        # the server's package is loaded by the time it reports a state (not before the window)
-        from quantdeck.core.runtime import START_ORDER as order
-
-        if state in order:
-            self.progress.setValue(int(100 * order.index(state) / (len(order) - 1)))
-        elif state in ("stopped", "crashed"):
-            self.progress.setValue(0)
+        self.progress.setVisible(self._router != "serving")  # nothing to progress: room
+        self._show_stage()
         self._update_start()
+
+    def refuse(self, line: str) -> None:
+        """A start behind the router refused (or "": none): one red line."""
+        self.router_error.setText(line)
+        self.router_error.setVisible(bool(line))
+
+    def set_live_target(self, running: LaunchConfig | None, why: str = "") -> None:
+        """The running launch of the fleet of one's instance, which Try live… compares the
+        form with (None: Try live… is off, ``why`` says why in its tooltip)."""
+        if running is self._live_running and why == self._live_why:
+            return
+        self._live_running, self._live_why = running, why
+        self._update_try_live()
+
+    def live_blocker(self) -> str:
+        """Why Try live… is off now ("": it is on)."""
+        running = self._live_running
+        if running is None:
+            return self._live_why or "the fleet of one does not serve"
+        try:
+            cfg = self.config()
+        except QuantdeckError as e:
+            return str(e)
+        if Path(cfg.model.model).resolve() != Path(running.model.model).resolve():
+            return (
+                f"the form's model is not the one served ({Path(running.model.model).name}): "
+                "a live trial changes knobs; Stop, then Start serves another model"
+            )
+        # the knobs a trial changes (fleet_view.live_changes): the model was checked above,
+        # the host and port are the router's, the key is not measured (knob_diff leaves it)
+        if not [k for k in knob_diff(running, cfg) if k not in ("model", "host", "port")]:
+            return "the form's knobs are the running launch's: change one to try it live"
+        return ""
+
+    def _update_try_live(self) -> None:
+        why = self.live_blocker()
+        self.try_live_button.setEnabled(not why)
+        self.try_live_button.setToolTip(TRY_LIVE_TIP if not why else f"{why}.\n\n{TRY_LIVE_TIP}")
+
+    def _on_try_live_clicked(self) -> None:
+        why = self.live_blocker()
+        if why:
+            self.message.setText(why)
+            return
+        self.try_live_requested.emit(self.config())
 
     def set_progress(self, stage: str, pct: float) -> None:
         if stage == "loading_weights":
@@ -558,7 +691,7 @@ class LaunchTab(QWidget):
         elapsed = ""
         if self._started_at is not None:
             elapsed = f" · {time.monotonic() - self._started_at:.0f} s"
-        self.stage.setText(self._stage_text + elapsed)
+        self.stage.setText((self._router_text or self._stage_text) + elapsed)
 
     def _on_start_clicked(self) -> None:
         blocked = self._blocking()
@@ -571,7 +704,11 @@ class LaunchTab(QWidget):
             self.message.setText(str(e))
             return
         self.message.setText("")
-        self.start_requested.emit(cfg)
+        self.refuse("")
+        if self.behind_router.isChecked():
+            self.router_start_requested.emit(cfg)
+        else:
+            self.start_requested.emit(cfg)
 
     def _on_copy_clicked(self) -> None:
         try:

@@ -36,7 +36,7 @@ from quantdeck.core.models.adapters import is_adapter_dir
 from quantdeck.core.paths import config_dir
 from quantdeck.gui.fleet_view import FleetView
 from quantdeck.gui.labels import plain_label
-from quantdeck.gui.launch_tab import LaunchTab
+from quantdeck.gui.launch_tab import ROUTER_INSTANCE, LaunchTab
 from quantdeck.gui.logs import LogsPanel
 from quantdeck.gui.playground import PlaygroundPanel
 from quantdeck.gui.server_control import QtServerController
@@ -193,6 +193,14 @@ class MainWindow(QMainWindow):
         # queued onto the UI thread, as the Fleet tab's own slot is)
         self.fleet._fleet_event.connect(self._on_fleet_event)
         self.fleet.phase_changed.connect(self._on_fleet_phase)
+        # the Launch tab's fleet of one (Start behind the router): the file written for it,
+        # whether its start is under way (written, read, not yet starting), and what the
+        # Launch tab was last told of it
+        self._router_file: str | None = None
+        self._router_pending = False
+        self._router_shown: tuple[Any, ...] = ()
+        self.fleet.changed.connect(self._on_fleet_changed)
+        self.fleet.serve_refused.connect(self._on_router_refused)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         side = QWidget()
         sl = QVBoxLayout(side)
@@ -226,7 +234,9 @@ class MainWindow(QMainWindow):
         self.library.selectionModel().currentChanged.connect(self._on_library_changed)
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.launch.start_requested.connect(self._on_start_requested)
-        self.launch.stop_requested.connect(self.controller.stop)
+        self.launch.router_start_requested.connect(self._on_router_start_requested)
+        self.launch.try_live_requested.connect(self._on_try_live_requested)
+        self.launch.stop_requested.connect(self._on_stop_requested)
         self.launch.attach_requested.connect(
             lambda url, key: self.controller.attach(url, key or None)
         )
@@ -557,7 +567,10 @@ class MainWindow(QMainWindow):
         self._server_state = f"<span style='color:{colors.get(st, ORANGE)}'>●</span> {st}"
         self._show_serving()
         if st in ("ready", "attached"):
-            self.url_label.setText(self.controller.url or "")
+            router = self.router_phase() is not None and self.fleet.spec is not None
+            # behind the router the URL clients use is the router's
+            url = f"{self.fleet.spec.router.url} (router)" if self.fleet.spec and router else ""
+            self.url_label.setText(url or self.controller.url or "")
             if st == "attached":  # the Monitor follows it as a source of its own
                 self.kv_view.clear()
         elif st == "starting":  # the plots go on: the timeline's marker shows the restart
@@ -610,6 +623,99 @@ class MainWindow(QMainWindow):
         self.launch.set_server_state("starting")
         self.controller.start(cfg)
 
+    def _on_stop_requested(self) -> None:
+        """The Launch tab's Stop: its fleet of one where it serves behind the router, else
+        its server (or the attached one)."""
+        if self.router_phase() is not None or self._router_pending:
+            self.fleet.stop_fleet()
+        else:
+            self.controller.stop()
+
+    # -- behind the router (serve --behind-router) -----------------------------------------------
+    def router_phase(self) -> str | None:
+        """The phase of the Launch tab's fleet of one (starting, serving, stopping); None
+        where it does not run (or the Fleet tab shows another fleet)."""
+        fleet = self.fleet
+        if self._router_file is None or fleet.path != self._router_file:
+            return None
+        return fleet.phase if fleet.phase in ("starting", "serving", "stopping") else None
+
+    def _on_router_start_requested(self, cfg: Any) -> None:
+        """Start behind the router, as ``quantdeck serve --behind-router``: a fleet file of
+        one (the router on the form's host and port, the instance "serve" on a free port,
+        served by the Launch tab's engine) that the Fleet tab reads and starts. A fleet of the
+        user's that runs there is not replaced: one red line says so."""
+        from quantdeck.core.fleet.spec import fleet_of_one
+        from quantdeck.core.paths import cache_dir
+
+        fleet = self.fleet
+        if fleet.job is not None or self._router_pending:
+            name = Path(fleet.path).name if fleet.path else "a fleet"
+            self.launch.refuse(
+                f"Not started: the Fleet tab runs {name}; stop it there first (behind the "
+                "router the Launch tab serves a fleet of one of its own, and one fleet runs "
+                "at a time)"
+            )
+            return
+        try:
+            path = fleet_of_one(
+                cfg, cache_dir() / "fleet", engine=self.launch.engine_box.currentData() or None
+            )
+        except (QuantdeckError, OSError) as e:
+            self.launch.refuse(f"Not started: {e}")
+            return
+        self._router_file, self._router_pending = str(path), True
+        self.launch.set_router_state("starting")
+        fleet.serve_file(str(path))
+
+    def _on_router_refused(self, path: str, why: str) -> None:
+        if path != self._router_file:
+            return
+        self._router_pending = False
+        self.launch.set_router_state(None)
+        self.launch.refuse(f"Not started behind the router: {why}")
+
+    def _on_try_live_requested(self, cfg: Any) -> None:
+        """The Launch tab's Try live…: the Fleet tab's dialog for its instance, the form's
+        knobs already the candidate's (the diff against the running launch shown)."""
+        self.tabs.setCurrentWidget(self.fleet)
+        self.fleet.select(ROUTER_INSTANCE)
+        self.fleet.try_live(candidate=cfg)
+
+    def _on_fleet_changed(self) -> None:
+        """The Launch tab follows its fleet of one: the state line, Stop, Try live… (on while
+        it serves, no trial is under way and the form differs from the running launch), and
+        Monitor, Logs and Playground pointed at its instance once it serves."""
+        fleet, phase = self.fleet, self.router_phase()
+        if phase is not None:
+            self._router_pending = False
+        elif self._router_pending:
+            phase = "starting"  # written and being read: the fleet has not started yet
+        rows = fleet.rows if phase is not None else None
+        row = rows.row(ROUTER_INSTANCE) if rows is not None and ROUTER_INSTANCE in rows else None
+        url = fleet.spec.router.url if fleet.spec is not None else ""
+        running, why = None, "check Behind the router and Start: Try live… changes its knobs"
+        if phase is not None and phase != "serving":
+            why = f"the fleet of one is {phase}"
+        elif phase == "serving" and fleet.trial_busy:
+            why = "a trial is under way (its view is in the Fleet tab): one at a time"
+        elif phase == "serving" and (row is None or not row.serving):
+            why = f"instance '{ROUTER_INSTANCE}' is {row.state if row else 'gone'}"
+        elif phase == "serving":
+            running, why = fleet.running_launch(ROUTER_INSTANCE), ""
+        self.launch.set_live_target(running, why)
+        shown = (phase, url, row.state if row is not None else "")
+        if shown == self._router_shown:
+            return
+        was = self._router_shown[0] if self._router_shown else None
+        self._router_shown = shown
+        self.launch.set_router_state(*shown)
+        if phase == "serving" and was != "serving":
+            fleet.choose(ROUTER_INSTANCE, show=False)  # Monitor, Logs, Playground follow it
+        if was is not None and phase is None and fleet.message.text():
+            self.launch.message.setText(f"The fleet of one stopped: {fleet.message.text()}")
+        self._show_serving()
+
     def _on_controller_idle(self) -> None:
         """Its actions done: the Launch tab shows its state (a start that failed before the
         server said anything leaves it stopped, Start enabled again)."""
@@ -628,7 +734,11 @@ class MainWindow(QMainWindow):
         a fleet while one runs."""
         fleet = self.fleet.phase
         text = self._server_state
-        if fleet in ("starting", "serving", "stopping"):
+        router = self.router_phase()
+        if router is not None:
+            color = GREEN if router == "serving" else ORANGE
+            text = f"<span style='color:{color}'>●</span> {router} behind the router"
+        elif fleet in ("starting", "serving", "stopping"):
             color = GREEN if fleet == "serving" else ORANGE
             text += f" · <span style='color:{color}'>●</span> fleet {fleet}"
         self.state_label.setText(text)
@@ -647,9 +757,10 @@ class MainWindow(QMainWindow):
             self.controller.stop()
         self._show_serving()
 
-    def _on_fleet_instance_chosen(self, url: str, api_key: str) -> None:
+    def _on_fleet_instance_chosen(self, url: str, api_key: str, show: bool) -> None:
         """Monitor, Logs and Playground follow a fleet's instance: the attach path, as the
-        Launch tab's attach row takes it (which would stop the Launch tab's own server)."""
+        Launch tab's attach row takes it (which would stop the Launch tab's own server);
+        ``show``: the Monitor tab comes to the front."""
         server = self.controller.server
         if server is not None and server.running:
             self.fleet.message.setText(
@@ -658,7 +769,8 @@ class MainWindow(QMainWindow):
             )
             return
         self.controller.attach(url, api_key or None)
-        self.tabs.setCurrentWidget(self._monitor_box)
+        if show:
+            self.tabs.setCurrentWidget(self._monitor_box)
 
     def _on_open_recording(self) -> None:
         from PySide6.QtWidgets import QFileDialog

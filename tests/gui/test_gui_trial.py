@@ -7,9 +7,10 @@ the view shows them and its buttons ask the trial for the operator's decision. T
 shows the candidate as a row of its own and, after a promotion, the instance's new knobs; the
 Try live dialog shows the diff and a refusal in one red line.
 
-With a server (marked ``server``): a fleet of one demo instance in the Fleet tab, a clearly
-better candidate tried live under load through the router, promoted in the view with no failed
-client request.
+With a server (marked ``server``): the Launch tab serving the demo behind the router (a fleet
+of one), a clearly better candidate tried live from its form under load through the router,
+promoted in the view (the Monitor following the instance), undone, with no failed client
+request.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 import yaml
 from ckpt import TINY_LLAMA, write_checkpoint
 from conftest import metrics_event
-from fleet_load import Load, fleet_file_of_one
+from fleet_load import Load
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSpinBox
 
@@ -338,43 +339,62 @@ def test_the_split_line_says_when_the_paired_probe_decides() -> None:
 def test_a_better_candidate_is_promoted_in_the_trial_view(
     qtbot: Any, demo_model: Path, demo_server_parked: Any, tmp_path: Path
 ) -> None:
-    """A fleet of one demo instance (max-num-seqs 1, eager, small KV) under 6 clients through
-    the router; Try live with max-num-seqs 8 is promoted, shown so, 0 failed requests."""
+    """The Launch tab serves the demo (max-num-seqs 1, eager, small KV) behind the router, 6
+    clients on the form's port; max-num-seqs 8 in the form, its Try live… is promoted, shown
+    so, the Monitor following the instance to its new port; undone; 0 failed requests."""
     import httpx
 
+    from quantdeck.core.launch import cpu_device
+    from quantdeck.core.runtime import free_port
     from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+    from quantdeck.gui.main_window import MainWindow
 
     mp = pytest.MonkeyPatch()
     for k, value in ONE_PROCESS_ENGINE_ENV.items():
         mp.setenv(k, value)
-    path, router = fleet_file_of_one(demo_model, tmp_path)
-    v = FleetView()
-    qtbot.addWidget(v)
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    win.add_model(demo_model, select=True)
+    launch, v = win.launch, win.fleet
+    ed = launch.form.editors
+    ed["enforce_eager"].widget.setChecked(True)  # type: ignore[union-attr]
+    ed["max_num_seqs"].widget.setValue(1)  # type: ignore[union-attr]
+    ed["kv_cache_memory_bytes"].widget.setText("64MiB")  # type: ignore[union-attr]
+    port = free_port()
+    ed["port"].widget.setValue(port)  # type: ignore[union-attr]
     load: Load | None = None
     try:
-        v.load(str(path))
-        qtbot.waitUntil(lambda: v.start_button.isEnabled(), timeout=20_000)
-        qtbot.mouseClick(v.start_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: v.phase == "serving" or v.job is None, timeout=600_000)
-        assert v.phase == "serving", v.message.text()
-        url = f"http://127.0.0.1:{router}"
+        launch.behind_router.setChecked(True)
+        qtbot.mouseClick(launch.start_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(
+            lambda: (
+                win.router_phase() == "serving"
+                or (not win._router_pending and win.router_phase() is None)
+            ),
+            timeout=600_000,
+        )
+        assert win.router_phase() == "serving", (launch.router_error.text(), v.message.text())
+        url = f"http://127.0.0.1:{port}"  # the Launch form's port: the router's
+        assert launch.stage.text().startswith(f"serving behind the router at {url}")
         model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        assert v.rows is not None
+        qtbot.waitUntil(lambda: win.controller.url == v.rows.row("serve").url, timeout=30_000)
 
         load = Load(url, model).__enter__()
-        v.select("a")
-        qtbot.waitUntil(v.try_button.isEnabled, timeout=10_000)
-        qtbot.mouseClick(v.try_button, Qt.MouseButton.LeftButton)
+        assert not launch.try_live_button.isEnabled()  # the form is the running launch
+        ed["max_num_seqs"].widget.setValue(8)  # type: ignore[union-attr]
+        qtbot.waitUntil(launch.try_live_button.isEnabled, timeout=10_000)
+        qtbot.mouseClick(launch.try_live_button, Qt.MouseButton.LeftButton)
         dialog = v.trial_dialog
-        assert dialog is not None
-        dialog.form.editors["max_num_seqs"].widget.setValue(8)  # type: ignore[union-attr]
+        assert dialog is not None and win.tabs.currentWidget() is v
+        assert dialog.diff.text() == "changed: max_num_seqs: 1 → 8"
         dialog.min_requests.setValue(20)
         dialog.max_duration.setValue(240)
-        assert dialog.diff.text() == "changed: max_num_seqs: 1 → 8"
         qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: v.trial_view is not None, timeout=60_000)
         tv = v.trial_view
         assert tv is not None
-        qtbot.waitUntil(lambda: v.rows is not None and "a+try" in v.rows, timeout=10_000)
+        qtbot.waitUntil(lambda: v.rows is not None and "serve+try" in v.rows, timeout=10_000)
         qtbot.waitUntil(lambda: tv.phase == "measuring", timeout=300_000)
         assert tv.promote_button.isEnabled()
         qtbot.waitUntil(lambda: tv.result is not None, timeout=400_000)
@@ -383,11 +403,19 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         tv.redraw()
         for arm in ("incumbent", "candidate"):
             assert len(tv.curves[(TTFT, arm)].getData()[1]) > 0, arm
-        assert v.rows is not None and "a+try" not in v.rows
+        assert v.rows is not None and "serve+try" not in v.rows
         assert "max_num_seqs=8" in v.model.text(1, "knobs")
         assert "starts its launch again" in tv.result_label.text()  # no sleep mode on CPU
+        # the Monitor follows the instance to the candidate's port; the form is its launch now
+        promoted = v.rows.row("serve").url
+        qtbot.waitUntil(lambda: win.controller.url == promoted, timeout=30_000)
+        qtbot.waitUntil(
+            lambda: launch.try_live_button.toolTip().startswith("the form's knobs are the "),
+            timeout=10_000,
+        )
+        assert not launch.try_live_button.isEnabled()
         # Undo promotion: the launch from before back (started beside: no sleep here)
-        v.select("a")
+        v.select("serve")
         qtbot.waitUntil(v.undo_button.isEnabled, timeout=10_000)
         qtbot.mouseClick(v.undo_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: v.trial_view is not tv, timeout=60_000)
@@ -396,14 +424,18 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         qtbot.waitUntil(lambda: undo.result is not None, timeout=400_000)
         assert undo.result == "promoted", (undo.result_label.text(), undo.reason_label.text())
         assert "max_num_seqs=8" not in v.model.text(1, "knobs")
-        assert v.fleet is not None and "a" in v.fleet.retired  # the undo can be undone too
+        assert v.fleet is not None and "serve" in v.fleet.retired  # the undo can be undone too
         load.__exit__()
         assert load.failed == [] and load.sent > 0, load.failed[:3]
-        assert yaml.safe_load((tmp_path / "a.yaml").read_text())["max-num-seqs"] == 1
+        running = v.running_launch("serve")
+        assert running is not None and running.scheduler.max_num_seqs == 1
+        qtbot.waitUntil(launch.try_live_button.isEnabled, timeout=10_000)  # 8 differs again
     finally:
         if load is not None:
             load.__exit__()
+        if win.router_phase() is not None:
+            qtbot.mouseClick(launch.stop_button, Qt.MouseButton.LeftButton)
         v.stop_fleet()
         qtbot.waitUntil(lambda: v.job is None, timeout=180_000)
-        v.shutdown()
+        win.close()
         mp.undo()
