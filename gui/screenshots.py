@@ -214,6 +214,10 @@ def _shoot(app: QApplication, out: Path, size: tuple[int, int] = (1400, 900)) ->
     kv_events.setChecked(True)  # for the KV view (kv.png)
     win.monitor.ttft_limit.setValue(2000)
     win.monitor.kv_limit.setValue(1)  # the load crosses it: an alert raised and cleared
+    # Start is off while the engine's options are read (a first run on a machine: seconds)
+    if not _wait(app, launch.start_button.isEnabled, 180):
+        win.close()
+        raise ServerError(f"Start stayed off: {launch.start_button.toolTip() or 'no reason'}")
     _wait(app, lambda: False, 0.5)
     launch.grab().save(str(out / "launch.png"))
     launch.start_button.click()

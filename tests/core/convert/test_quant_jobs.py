@@ -154,11 +154,17 @@ def test_cancel_mid_job_leaves_nothing(demo_model: Path, tmp_path: Path) -> None
     ],
 )
 def test_converted_models_serve_on_vllm_cpu(
-    demo_server_parked, demo_model: Path, tmp_path: Path, method: str, kernel: str | None
+    demo_server_parked,
+    demo_model: Path,
+    converted,
+    tmp_path: Path,
+    method: str,
+    kernel: str | None,
 ) -> None:
     """Each format vllm-cpu has kernels for loads in the real server and answers; the log names
     the quantization method class vLLM chose. The session server steps aside meanwhile. The
-    Convert tab's note says the same (quantdeck.core.convert.serving_note)."""
+    Convert tab's note says the same (quantdeck.core.convert.serving_note). GPTQ and AWQ serve
+    the module's GPTQModel conversions (the tests below read the same outputs), made once."""
     import httpx
 
     from quantdeck.core.convert import serving_note
@@ -170,8 +176,11 @@ def test_converted_models_serve_on_vllm_cpu(
     if method in ("gptq", "awq") and "avx512f" not in device.cpu_flags:
         pytest.skip("vllm-cpu has no int4 kernel without AVX-512")
     assert serving_note(method, inspect_model(demo_model), device).problem is None
-    out = tmp_path / f"demo-{method}"
-    run_job(QuantSpec(str(demo_model), method, str(out), samples=8, seq_len=128))
+    if method in GPTQMODEL_LIMITS:
+        out = converted(method).out
+    else:
+        out = tmp_path / f"demo-{method}"
+        run_job(QuantSpec(str(demo_model), method, str(out), samples=8, seq_len=128))
     cfg = LaunchConfig()
     cfg.model.model = str(out)
     cfg.compilation.enforce_eager = True
