@@ -13,6 +13,23 @@ import yaml
 from quantdeck.core.runtime import free_port
 
 
+def tiny_fleet_file(folder: Path) -> Path:
+    """``folder/fleet.yaml``: one instance 'a' (max-num-seqs 2) of a tiny random checkpoint, on
+    fixed ports: for views and runners tested without starting it."""
+    from ckpt import TINY_LLAMA, write_checkpoint
+
+    model = write_checkpoint(folder / "model", TINY_LLAMA)
+    doc = {
+        "router": {"port": 18080, "policy": "round_robin"},
+        "instances": [
+            {"name": "a", "port": 18001, "profile": {"model": str(model), "max-num-seqs": 2}}
+        ],
+    }
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 def fleet_file_of_one(demo_model: Path, folder: Path, max_num_seqs: int = 1) -> tuple[Path, int]:
     """``folder/fleet.yaml``: one demo instance 'a' (eager, 64 MiB of KV cache, its profile in
     ``folder/a.yaml``) behind the router on a free port, round robin; the file and that port."""

@@ -22,10 +22,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
-from ckpt import TINY_LLAMA, write_checkpoint
 from conftest import metrics_event
-from fleet_load import Load
+from fleet_load import Load, tiny_fleet_file
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSpinBox
 
@@ -48,16 +46,7 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def fleet_file(tmp_path: Path) -> Path:
-    model = write_checkpoint(tmp_path / "model", TINY_LLAMA)
-    doc = {
-        "router": {"port": 18080, "policy": "round_robin"},
-        "instances": [
-            {"name": "a", "port": 18001, "profile": {"model": str(model), "max-num-seqs": 2}}
-        ],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return tiny_fleet_file(tmp_path)
 
 
 @pytest.fixture

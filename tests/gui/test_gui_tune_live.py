@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from ckpt import TINY_LLAMA, write_checkpoint
-from fleet_load import Load, fleet_file_of_one
+from fleet_load import Load, fleet_file_of_one, tiny_fleet_file
 from PySide6.QtCore import Qt
 
 from quantdeck.core.fleet import Fleet, load_fleet
@@ -44,16 +42,7 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def fleet(tmp_path: Path) -> Fleet:
     """A fleet of one instance 'a' (max-num-seqs 2) that runs nothing."""
-    model = write_checkpoint(tmp_path / "model", TINY_LLAMA)
-    doc = {
-        "router": {"port": 18080, "policy": "round_robin"},
-        "instances": [
-            {"name": "a", "port": 18001, "profile": {"model": str(model), "max-num-seqs": 2}}
-        ],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return Fleet(load_fleet(str(path)))
+    return Fleet(load_fleet(str(tiny_fleet_file(tmp_path))))
 
 
 def _tab(qtbot: Any, fleet: Callable[[], Fleet | None]) -> BenchTab:
