@@ -97,6 +97,23 @@ def test_identical_arms_are_refused_with_their_diffs_shown() -> None:
     assert knob_diff(base, seqs.config) == {"max_num_seqs": (base.scheduler.max_num_seqs, 3)}
 
 
+def test_arms_that_differ_only_in_an_engine_option_are_two_arms() -> None:
+    """An option of the engine's own (``--vllm-arg``, the All engine options page) is part of
+    the config: arms that differ only there are compared, not refused as one config, and the
+    diff names the option as vLLM spells it (a secret never shows in a diff)."""
+    base = _demo_cfg(Path("demo"))
+    fcfs = parse_arm("fcfs = --vllm-arg scheduling-policy=fcfs", base)
+    prio = parse_arm("prio = --vllm-arg scheduling-policy=priority", base)
+    check_arms([fcfs, prio])
+    assert knob_diff(fcfs.config, prio.config) == {"scheduling-policy": ("fcfs", "priority")}
+    assert knob_diff(base, prio.config) == {"scheduling-policy": (None, "priority")}
+    with pytest.raises(ConfigError, match="have the same config"):
+        check_arms([prio, parse_arm("again = --vllm-arg scheduling-policy=priority", base)])
+    token = base.copy()
+    token.extra_args["hf-token"] = "hf_secret"
+    assert knob_diff(base, token) == {}
+
+
 def test_rounds_run_the_arms_abba_and_summarise_their_spread() -> None:
     """--rounds N: the arms again in every other round reversed (A B B A), each run labelled
     LABEL#N, however alike the repeats of one arm are (the identical-arms refusal is for two
