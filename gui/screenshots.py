@@ -178,7 +178,6 @@ def _shoot_offline(app: QApplication, win: Any, out: Path) -> None:
         replay = win.replays[-1]  # the recording's own window
         replay.resize(win.size())
         replay.show()
-        replay.panel.window_box.setCurrentText("1 h")
         replay.panel.compare_button.click()
         _wait(app, lambda: False, 1.0)
         replay.panel.refresh(force=True)

@@ -8,7 +8,9 @@ import numpy as np
 
 from quantdeck.gui.style import SERIES_COLORS
 
-WINDOWS = {"1 min": 60.0, "10 min": 600.0, "1 h": 3600.0}
+# the plots' time windows; a replay opens at the smallest that holds its recording (a
+# quarter-hour session fills half of "30 min", a third of "1 h")
+WINDOWS = {"1 min": 60.0, "10 min": 600.0, "30 min": 1800.0, "1 h": 3600.0}
 
 # plot title -> [(series, label, color index, light)]; GPU series are added per GPU.
 # p99 curves are drawn in the p50 colour, lighter.

@@ -169,3 +169,20 @@ def test_the_window_marks_launches_fleet_switches_bench_runs_and_replays(
     qtbot.addWidget(box)
     assert [m.what for m in panel.timeline.markers] == ["launch"]
     win.close()
+
+
+def test_a_replay_opens_at_the_smallest_window_that_holds_it(qtbot, tmp_path: Path) -> None:
+    """The two launches recorded 18 minutes apart open at "30 min" (with only 10 min and 1 h
+    the curves took a third of each plot); the first alone, 27 s of samples, at "1 min"."""
+    recs = [read_recording(p) for p in RECS]
+    path = tmp_path / "two.jsonl"
+    rec = Recorder(path, dict(recs[0].header.info))
+    for ev in sorted((e for r in recs for e in r.events), key=lambda e: getattr(e, "t", 0.0)):
+        rec.write(ev)
+    rec.close()
+    for recording, window in ((read_recording(path), "30 min"), (recs[0], "1 min")):
+        ts = [e.t for e in recording.of(MetricsEvent)]
+        box, panel = replay_view(recording, "replay")
+        qtbot.addWidget(box)
+        assert panel.window_box.currentText() == window, max(ts) - min(ts)
+        assert max(ts) - min(ts) <= panel.window_s
