@@ -880,6 +880,7 @@ class TryLiveDialog(QDialog):
         """``candidate``: the knobs to start from (the Launch tab's form; its model, host,
         port and key are the instance's), else the running launch's."""
         from quantdeck.core.fleet.trial import DECIDE, GOALS
+        from quantdeck.core.launch.diff import live_candidate
         from quantdeck.gui.knob_form import KnobForm
 
         super().__init__(parent)
@@ -993,30 +994,10 @@ class TryLiveDialog(QDialog):
         self.error.setText(line)
 
 
-def live_candidate(running: LaunchConfig, cfg: LaunchConfig) -> LaunchConfig:
-    """``cfg``'s knobs as a candidate of the instance running ``running``: its model, host,
-    port and API key are the instance's (the fleet's to give)."""
-    out = cfg.copy()
-    out.model.model = running.model.model
-    out.server.host, out.server.port = running.server.host, running.server.port
-    out.server.api_key = running.server.api_key
-    return out
-
-
-def live_changes(running: LaunchConfig, cfg: LaunchConfig) -> dict[str, tuple[Any, Any]]:
-    """The knobs a live trial of ``cfg`` would change on the instance running ``running``
-    (``{knob: (running's, cfg's)}``; the model, host, port and key are not a trial's)."""
-    from quantdeck.core.launch.diff import knob_diff
-
-    return {
-        k: v
-        for k, v in knob_diff(running, live_candidate(running, cfg)).items()
-        if k not in ("host", "port")
-    }
-
-
 def diff_text(running: LaunchConfig, cfg: LaunchConfig) -> str:
     """The candidate's knobs against the running launch, in one line."""
+    from quantdeck.core.launch.diff import live_changes
+
     changed = live_changes(running, cfg)
     if not changed:
         return "no knob changed: the candidate is the running launch (an A/A trial)"

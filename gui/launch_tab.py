@@ -41,7 +41,7 @@ from quantdeck.core.launch import (
     profiles,
     validate,
 )
-from quantdeck.core.launch.diff import knob_diff
+from quantdeck.core.launch.diff import live_changes
 from quantdeck.core.models import ModelInfo
 from quantdeck.gui.engine_picker import EnginePicker
 from quantdeck.gui.knob_form import KnobForm
@@ -661,9 +661,7 @@ class LaunchTab(QWidget):
                 f"the form's model is not the one served ({Path(running.model.model).name}): "
                 "a live trial changes knobs; Stop, then Start serves another model"
             )
-        # the knobs a trial changes (fleet_view.live_changes): the model was checked above,
-        # the host and port are the router's, the key is not measured (knob_diff leaves it)
-        if not [k for k in knob_diff(running, cfg) if k not in ("model", "host", "port")]:
+        if not live_changes(running, cfg):  # the knobs a trial would change
             return "the form's knobs are the running launch's: change one to try it live"
         return ""
 

@@ -27,3 +27,23 @@ def knob_diff(base: LaunchConfig, cfg: LaunchConfig) -> dict[str, tuple[Any, Any
         if a.get(name) != b.get(name):
             out[name] = (a.get(name), b.get(name))
     return out
+
+
+def live_candidate(running: LaunchConfig, cfg: LaunchConfig) -> LaunchConfig:
+    """``cfg``'s knobs as a candidate of the instance running ``running``: its model, host,
+    port and API key are the instance's (the fleet's to give)."""
+    out = cfg.copy()
+    out.model.model = running.model.model
+    out.server.host, out.server.port = running.server.host, running.server.port
+    out.server.api_key = running.server.api_key
+    return out
+
+
+def live_changes(running: LaunchConfig, cfg: LaunchConfig) -> dict[str, tuple[Any, Any]]:
+    """The knobs a live trial of ``cfg`` would change on the instance running ``running``
+    (``{knob: (running's, cfg's)}``; the model, host, port and key are not a trial's)."""
+    return {
+        k: v
+        for k, v in knob_diff(running, live_candidate(running, cfg)).items()
+        if k not in ("host", "port")
+    }
