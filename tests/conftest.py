@@ -28,7 +28,26 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # One cache for artefacts that are slow to make (the demo model); git-ignored.
 CACHE = Path(os.environ.get("QUANTDECK_TEST_CACHE", ROOT / ".cache" / "tests"))
 # Engine probes and vLLM/inductor caches: shared by the session, kept out of the user's home.
-os.environ.setdefault("QUANTDECK_CACHE_DIR", str(CACHE / "quantdeck-cache"))
+# Under pytest-xdist (packaging/test.sh) each worker has its own: the cache folder also holds
+# the one fleet a cache folder runs and the servers' run folders, which two workers' tests
+# must not share. The demo model stays shared (its build takes a lock). A worker inherits the
+# controller's default, which it replaces; a folder the user set is kept.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_CACHE_DIR = str(CACHE / "quantdeck-cache")
+if os.environ.get("QUANTDECK_CACHE_DIR", _CACHE_DIR) == _CACHE_DIR:
+    os.environ["QUANTDECK_CACHE_DIR"] = _CACHE_DIR + (f"-{_WORKER}" if _WORKER else "")
+if _WORKER:
+    # A worker of the parallel pass gets one core's worth. vLLM's CPU engine binds its OpenMP
+    # thread to the first core by default ("auto"): every server of both workers would compute
+    # on core 0; here each worker's servers get a core of their own. OpenMP teams wait
+    # passively and start with one thread: two teams spinning on two shared cores slowed a
+    # 28 s training (the demo model's, which sets its own two threads) to 260 s.
+    _cpus = sorted(os.sched_getaffinity(0))
+    _number = _WORKER.removeprefix("gw")  # gw0, gw1...
+    _core = _cpus[int(_number) % len(_cpus)] if _number.isdigit() else _cpus[0]
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_core))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def metrics_event(t: float, **values: Any) -> MetricsEvent:

@@ -5,20 +5,24 @@ Plain Python (it runs in the GUI process): the training itself happens in a subp
 build goes through :func:`quantdeck.core.paths.atomic_dir`: it writes into a sibling temp folder
 ``.quantdeck-demo.tmp-XXXX``; only when it succeeded is the marker file written and the folder
 renamed into place, so a half-built model is never seen. An earlier demo build is replaced; any
-other file or folder at the target is refused and left as it is.
+other file or folder at the target is refused and left as it is. One build at a time per target,
+across processes (a panel and a CLI on their first start, two test workers): the others wait on
+its lock and use what it built.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from quantdeck.core.errors import ModelError
 from quantdeck.core.events import DoneEvent, Event
-from quantdeck.core.paths import atomic_dir, data_root
+from quantdeck.core.paths import atomic_dir, check_output_dir, data_root
 from quantdeck.core.procs import spawn, subprocess_env, worker_command, worker_events
 
 DEMO_MODEL_NAME = "quantdeck-demo"
@@ -92,6 +96,35 @@ def _run_build(
     return rc, done, last_err
 
 
+def build_lock_path(target: Path) -> Path:
+    """The lock file a build of ``target`` holds (an ``flock``), beside it: ``.NAME.lock``."""
+    return target.parent / f".{target.name}.lock"
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path) -> Iterator[None]:
+    """Hold ``target``'s build lock, waiting while another process (or thread) builds it.
+    Folders it had to make for the lock go again, with the lock, when they hold nothing else
+    (a failed first build leaves no trace)."""
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]  # deepest first
+    path = build_lock_path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path, "ab")  # noqa: SIM115 (closed below: the lock goes with it)
+    except OSError as exc:
+        raise ModelError(f"cannot lock the demo model's folder {target.parent}: {exc}") from exc
+    try:
+        with lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            yield
+    finally:
+        if made:
+            path.unlink(missing_ok=True)
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+
 def ensure_demo_model(
     path: Path | None = None,
     *,
@@ -110,6 +143,16 @@ def ensure_demo_model(
     target = target.expanduser().absolute()
     if not force and is_complete(target):
         return target
+    check_output_dir(target, "demo-model", overwrite=True)  # a refusal leaves no lock file
+    with _build_lock(target):
+        if not force and is_complete(target):  # built by another process while we waited
+            return target
+        _build(target, python, on_progress)
+    return target
+
+
+def _build(target: Path, python: str | None, on_progress: ProgressCallback | None) -> None:
+    """Build the demo model at ``target`` (its lock held)."""
     with atomic_dir(target, "demo-model", overwrite=True) as tmp:
         cmd = worker_command("demo_train", str(tmp), python=python)
         try:
@@ -132,4 +175,3 @@ def ensure_demo_model(
             (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         except OSError as exc:
             raise ModelError(f"cannot write the demo model's marker in {tmp}: {exc}") from exc
-    return target

@@ -33,7 +33,7 @@ from quantdeck.core.monitor.metrics import MetricsScraper, parse_metrics
 from quantdeck.core.runtime import free_port
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.solo]  # failover within time bounds
 
 ABOVE_MS = 250.0  # the fallback rule: TTFT p99 over this for 2 s (window 4 s), back under 3 s
 KEY = "fleet-test-key"  # every instance's VLLM_API_KEY; clients send it through the router

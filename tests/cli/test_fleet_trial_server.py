@@ -33,7 +33,7 @@ from fleet_load import Load, fleet_file_of_one
 from quantdeck.cli.main import main
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.solo]  # the verdicts judge latency
 
 
 @dataclass

@@ -25,7 +25,7 @@ from quantdeck.core.paths import cache_dir
 from quantdeck.core.runtime import free_port
 from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.solo]  # a live trial's verdict
 
 
 def test_serve_behind_the_router_takes_a_live_trial_on_one_url(

@@ -23,7 +23,7 @@ from test_fleet_trial_server import TrialFleet, _trial, fleet_of_one
 
 from quantdeck.cli.main import main
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.solo]  # trials' verdicts
 
 
 @pytest.fixture(scope="module")

@@ -325,6 +325,7 @@ def test_the_split_line_says_when_the_paired_probe_decides() -> None:
 
 # -- on a real fleet ----------------------------------------------------------------------------
 @pytest.mark.server
+@pytest.mark.solo
 def test_a_better_candidate_is_promoted_in_the_trial_view(
     qtbot: Any, demo_model: Path, demo_server_parked: Any, tmp_path: Path
 ) -> None:

@@ -330,6 +330,7 @@ def test_the_window_hands_the_tune_page_the_fleet_tabs_fleet_while_it_serves(
 
 # -- on a real fleet ----------------------------------------------------------------------------
 @pytest.mark.server
+@pytest.mark.solo
 def test_a_live_chain_on_the_fleet_tabs_fleet_promotes_the_better_value(
     qtbot: Any, demo_model: Path, demo_server_parked: Any, tmp_path: Path
 ) -> None:

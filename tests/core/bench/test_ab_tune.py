@@ -241,6 +241,7 @@ def one_process_engine(monkeypatch) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.solo  # judges latency
 @pytest.mark.usefixtures("one_process_engine")
 def test_ab_two_configs_end_to_end(demo_model, demo_server_parked, tmp_path) -> None:
     events = []
@@ -291,6 +292,7 @@ def test_ab_two_configs_end_to_end(demo_model, demo_server_parked, tmp_path) -> 
 
 
 @pytest.mark.server
+@pytest.mark.solo  # judges latency
 @pytest.mark.usefixtures("one_process_engine")
 def test_tune_walks_seqs_performance_mode_and_speculation_and_saves_the_best(
     demo_model, demo_server_parked, tmp_path, capsys

@@ -363,3 +363,35 @@ def test_same_seed_is_byte_identical(demo_model: Path, tmp_path: Path) -> None:
     assert (
         events[-1]["final_loss"] == json.loads((demo_model / MARKER_NAME).read_text())["final_loss"]
     )
+
+
+def test_a_second_build_waits_for_the_first_and_uses_what_it_built(tmp_path: Path) -> None:
+    """Two first starts at once (a panel and a CLI, two test workers): while one builds (holds
+    the build lock), the other waits, then returns that build without building again (its
+    interpreter here does not exist: a build of its own would raise)."""
+    import fcntl
+    import threading
+
+    target = tmp_path / "models" / DEMO_MODEL_NAME
+    target.parent.mkdir()
+    outcome: list[object] = []
+
+    def second() -> None:
+        try:
+            outcome.append(ensure_demo_model(target, python=str(tmp_path / "no-python")))
+        except Exception as exc:  # reported by the assertions below
+            outcome.append(exc)
+
+    with open(demo_model.build_lock_path(target), "ab") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # the first build, under way
+        waiter = threading.Thread(target=second, daemon=True)
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and outcome == []  # waiting, not building
+        target.mkdir()  # the first build lands
+        for name in demo_model._REQUIRED_FILES:
+            (target / name).write_text("{}")
+        marker = {"recipe": demo_model.RECIPE_VERSION, "name": DEMO_MODEL_NAME}
+        (target / MARKER_NAME).write_text(json.dumps(marker))
+    waiter.join(10)
+    assert outcome == [target]
