@@ -75,7 +75,9 @@ def test_plain_json_and_device_categories(tmp_path: Path) -> None:
         (b"{not json", "bad JSON"),
         (b'{"traceEvents": 3}', "no traceEvents list"),
         (b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "no complete events"),
-        (gzip.compress(b"[1, 2")[:-6], "cannot read the trace"),  # a gzip cut short
+        # a gzip cut short; mtime 0: the test's id (its bytes) is the same in every process,
+        # which pytest-xdist's workers must agree on
+        (gzip.compress(b"[1, 2", mtime=0)[:-6], "cannot read the trace"),
         (b"\xff\xfe\x00garbage", "bad JSON"),
     ],
 )
