@@ -3,8 +3,7 @@
 #
 #   1. every test not marked `solo`, on two workers at once (pytest-xdist, a module per worker:
 #      its module fixtures start once). Most of the suite's time is vLLM starting, and a start
-#      is one interpreter importing vLLM on one core: two tests at a time use both. The
-#      workers take the longest modules first (tests/durations.txt), so both end together.
+#      is one interpreter importing vLLM on one core: two tests at a time use both.
 #   2. the `solo` tests, one at a time with nothing beside them: they judge speed, latency or a
 #      time bound against real servers (live trials, A/B, tune, the fleet's failover), which a
 #      neighbour taking a core would make a coin toss.
@@ -20,7 +19,7 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 workers=${QUANTDECK_TEST_WORKERS:-2}
 
-"$py" -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder -m "not solo" "$@"
+"$py" -m pytest -n "$workers" --dist loadfile -m "not solo" "$@"
 first=$?
 "$py" -m pytest -m solo "$@"
 second=$?

@@ -219,8 +219,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         ):
             item.add_marker(pytest.mark.fast)
     items.sort(key=_run_order)
-    if _WORKER:
-        _longest_modules_first(items)
 
 
 def _run_order(item: pytest.Item) -> int:
@@ -237,41 +235,6 @@ def _run_order(item: pytest.Item) -> int:
     if "_session_server" in names:  # demo_server_parked, or a fixture that parks it itself
         return 4
     return 1
-
-
-def _longest_modules_first(items: list[pytest.Item]) -> None:
-    """The parallel pass's order (a pytest-xdist worker's collection, which the controller
-    takes as is with ``--no-loadscope-reorder``; packaging/test.sh passes it): whole modules,
-    the longest first, so that both workers end on short ones together. Within a module the
-    order above stays. Lengths from tests/durations.txt (packaging/test_durations.py makes it);
-    a module not there is reckoned at 10 s per test that is not ``fast``."""
-    seconds = module_seconds(ROOT / "tests" / "durations.txt")
-    heavy: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for index, item in enumerate(items):
-        module = item.nodeid.split("::", 1)[0]
-        first.setdefault(module, index)
-        heavy[module] = heavy.get(module, 0) + (not item.get_closest_marker("fast"))
-
-    def length(module: str) -> float:
-        return seconds.get(module, 10.0 * heavy[module])
-
-    items.sort(key=lambda item: (-length(m := item.nodeid.split("::", 1)[0]), first[m]))
-
-
-def module_seconds(table: Path) -> dict[str, float]:
-    """``{module path: seconds}`` from a durations table (``SECONDS PATH`` lines, ``#``
-    comments); an absent table is an empty one."""
-    try:
-        lines = table.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return {}
-    out: dict[str, float] = {}
-    for line in lines:
-        if line.strip() and not line.lstrip().startswith("#"):
-            value, path = line.split(maxsplit=1)
-            out[path.strip()] = float(value)
-    return out
 
 
 @pytest.fixture(scope="session")
