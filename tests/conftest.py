@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -131,11 +131,28 @@ def serve_demo(
         *flags,
     ]
     env = {**os.environ, **ONE_PROCESS_ENGINE_ENV}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=dies_with_pytest(),
+    )
     events: list[dict[str, Any]] = []
     reader = threading.Thread(target=read_json_lines, args=(proc, events), daemon=True)
     reader.start()
     return proc, f"http://127.0.0.1:{port}", events, reader
+
+
+def dies_with_pytest() -> Callable[[], None] | None:
+    """The pre-exec hook for a test's server or fleet in its own session: SIGTERM when this
+    pytest dies, which it answers by stopping all it runs. Without it, a pytest killed with -9
+    (whose teardown never runs) left them serving. Call it on the thread that starts the child
+    (the signal comes when that thread ends): a fixture's or the test's."""
+    from quantdeck.core.procs import die_with_parent_hook
+
+    return die_with_parent_hook(signal.SIGTERM)
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:

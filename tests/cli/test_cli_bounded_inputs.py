@@ -2,7 +2,7 @@
 duplicate keys in a fleet file, CPUs the machine lacks, a gzip bomb or crafted lines in a
 recording, a crafted ``tokenizer.json``. Each is one ``quantdeck: error:`` line and exit 2.
 The bombs run the real CLI in a subprocess under a 1.5 GiB address-space limit, timed and
-measured (its CPU time and peak RSS, from ``wait4``)."""
+measured (its CPU time from ``wait4``, its peak RSS from its own ``VmHWM``)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,26 @@ from quantdeck.core.fleet.spec import MAX_VALUES, machine_cpus
 from quantdeck.core.monitor.recording import MAX_BYTES
 
 AS_LIMIT = 3 * 2**29  # 1.5 GiB of address space for the CLI under test
+# `python -m quantdeck.cli ARGV` that writes its peak RSS (KiB: its own or a reaped child's,
+# the larger) to the file named in argv[1] as it exits. Measured inside: wait4's ru_maxrss
+# keeps the high-water mark across exec, so from here it starts at whatever this pytest
+# process had grown to when it forked (340 MiB after a torch import; 978 MiB on a
+# parallel-pass worker after the conversion tests).
+PEAK_WRAPPER = """
+import atexit, resource, runpy, sys
+peak_file = sys.argv.pop(1)
+
+def write_peak():
+    with open("/proc/self/status") as status:
+        own = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with open(peak_file, "w") as out:
+        out.write(str(max(own, children)))
+
+atexit.register(write_peak)
+sys.argv[0] = "quantdeck"
+runpy.run_module("quantdeck.cli", run_name="__main__", alter_sys=True)
+"""
 
 
 @dataclass
@@ -49,10 +69,11 @@ def run_bounded(argv: list[str], tmp_path: Path, timeout: float = 30.0) -> Bound
     # one BLAS thread: numpy's OpenBLAS reserves address space per thread at import
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    peak = tmp_path / "peak-kib.txt"
     with open(out, "wb") as o, open(err, "wb") as e:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "quantdeck.cli", *argv],
+            [sys.executable, "-c", PEAK_WRAPPER, str(peak), *argv],
             cwd=tmp_path,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -77,7 +98,7 @@ def run_bounded(argv: list[str], tmp_path: Path, timeout: float = 30.0) -> Bound
         err.read_text(errors="replace"),
         wall,
         usage.ru_utime + usage.ru_stime,
-        usage.ru_maxrss / 1024,  # KiB on Linux
+        int(peak.read_text()) / 1024,
     )
 
 

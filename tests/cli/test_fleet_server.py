@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 import yaml
-from conftest import alive_pids, read_json_lines
+from conftest import alive_pids, dies_with_pytest, read_json_lines
 
 from quantdeck.cli.main import main
 from quantdeck.core.events import InstanceEvent, MetricsEvent
@@ -123,6 +123,7 @@ def fleet(
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=dies_with_pytest(),
         env=env,
     )
     running = RunningFleet(

@@ -27,7 +27,7 @@ import httpx
 import psutil
 import pytest
 import yaml
-from conftest import alive_pids, read_json_lines
+from conftest import alive_pids, dies_with_pytest, read_json_lines
 from fleet_load import Load, fleet_file_of_one
 
 from quantdeck.cli.main import main
@@ -58,6 +58,7 @@ def fleet_of_one(demo_model: Path, folder: Path) -> Iterator[TrialFleet]:
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=dies_with_pytest(),
         env=env,
     )
     running = TrialFleet(proc, path, profile, f"http://127.0.0.1:{router_port}")

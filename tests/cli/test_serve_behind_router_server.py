@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from conftest import alive_pids, read_json_lines
+from conftest import alive_pids, dies_with_pytest, read_json_lines
 
 from quantdeck.cli.main import main
 from quantdeck.core.paths import cache_dir
@@ -41,6 +41,7 @@ def test_serve_behind_the_router_takes_a_live_trial_on_one_url(
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=dies_with_pytest(),
         env={**os.environ, **ONE_PROCESS_ENGINE_ENV},
     )
     events: list[dict[str, Any]] = []
