@@ -508,9 +508,12 @@ class ServerProcess:
     def _emit(self, ev: Event) -> None:
         self._events.emit(ev)
 
-    def _set_state(self, state: str, **extra: Any) -> None:
+    def _set_state(self, state: str, *, unless: tuple[str, ...] = (), **extra: Any) -> None:
+        """Go to ``state`` (and say so) unless already there or in one of ``unless``: the
+        check and the change are one step, so a thread that read an older state cannot undo a
+        newer one."""
         with self._lock:
-            if self.state == state:
+            if self.state == state or self.state in unless:
                 return
             self.state = state
         self._emit(StateEvent(state, **extra))
@@ -753,13 +756,8 @@ class ServerProcess:
         self.log_tail.append(line)
         self._emit(LogEvent(line, sl.log_level(line)))
         for ev in parser.feed(line):
-            if ev.kind == "state" and self.state not in (
-                sl.READY,
-                sl.STOPPING,
-                sl.CRASHED,
-                sl.STOPPED,
-            ):
-                self._set_state(ev.name)
+            if ev.kind == "state":  # the log can lag the health check: ready stays ready
+                self._set_state(ev.name, unless=(sl.READY, sl.STOPPING, sl.CRASHED, sl.STOPPED))
             elif ev.kind == "progress":
                 self._emit(ProgressEvent(ev.name, ev.value))
             elif ev.kind == "fact":
