@@ -24,6 +24,7 @@ from quantdeck.core.errors import ConfigError, QuantdeckError
 CONFIG_DIR_ENV = "QUANTDECK_CONFIG_DIR"
 DATA_DIR_ENV = "QUANTDECK_DATA_DIR"
 CACHE_DIR_ENV = "QUANTDECK_CACHE_DIR"
+PROBE_DIR_ENV = "QUANTDECK_PROBE_DIR"
 
 # assets/ is installed as quantdeck/assets, beside quantdeck/core; in a source tree it is the
 # top-level assets/ folder beside core/. Either way: one level above this package.
@@ -59,6 +60,14 @@ def cache_dir() -> Path:
     """Engine probes, vLLM's and inductor's caches, server run folders: ``$QUANTDECK_CACHE_DIR``
     or the user cache dir."""
     return _from_env(CACHE_DIR_ENV) or _platform_dir("cache")
+
+
+def probe_dir() -> Path:
+    """What each engine accepts (its probe: a file per interpreter, vLLM version and probe
+    schema): ``$QUANTDECK_PROBE_DIR`` or the cache folder's ``engines``. A probe describes an
+    engine, not a user's state, so cache folders may share one (the test suite's per-worker
+    folders do: a probe imports vLLM, ~10 s of a core)."""
+    return _from_env(PROBE_DIR_ENV) or cache_dir() / "engines"
 
 
 def write_atomic(path: Path, text: str, *, private: bool = True, replace: bool = True) -> None:

@@ -12,12 +12,21 @@
 #   bash packaging/test.sh tests/cli -x    # arguments go to both passes
 #   QUANTDECK_TEST_WORKERS=1 bash packaging/test.sh   # the first pass on one worker
 #
+# Both passes keep the engine probes (what each vLLM accepts: a probe imports vLLM, ~10 s of a
+# core) in one temporary folder of this run, removed at the end: every test's own cache folder
+# would otherwise probe the same engine again on its first server start.
+#
 # Exit status: the first pass's failure, else the second's; "no tests ran" (5) only when
 # neither pass ran a test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 workers=${QUANTDECK_TEST_WORKERS:-2}
+if [ -z "${QUANTDECK_PROBE_DIR:-}" ]; then
+  probes=$(mktemp -d "${TMPDIR:-/tmp}/quantdeck-probes.XXXXXX") || exit 1
+  trap 'rm -rf "$probes"' EXIT
+  export QUANTDECK_PROBE_DIR=$probes
+fi
 
 "$py" -m pytest -n "$workers" --dist loadfile -m "not solo" "$@"
 first=$?

@@ -19,7 +19,7 @@ from typing import Any
 
 from quantdeck.core.engines import default_engine, engine_name
 from quantdeck.core.errors import ServerError
-from quantdeck.core.paths import cache_dir, write_atomic
+from quantdeck.core.paths import probe_dir, write_atomic
 from quantdeck.core.procs import subprocess_env, worker_command
 
 PROBE_SCHEMA = 2  # what quantdeck.core.workers.probe writes (its SCHEMA; a test checks they agree)
@@ -154,7 +154,7 @@ class EngineEnv:
         name = engine_name(self.python)
         real = os.path.realpath(self.python)
         key = hashlib.sha256(f"{PROBE_SCHEMA}|{real}|{dist}|{ver}".encode()).hexdigest()
-        path = cache_dir() / "engines" / f"{key[:16]}.json"
+        path = probe_dir() / f"{key[:16]}.json"
         if path.is_file() and not refresh:
             try:
                 caps = Capabilities(**json.loads(path.read_text()))

@@ -13,9 +13,12 @@ from conftest import snapshot
 
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.paths import (
+    CACHE_DIR_ENV,
     OUTPUT_MARKER,
+    PROBE_DIR_ENV,
     atomic_dir,
     output_kind,
+    probe_dir,
     refuse_overlap,
     write_atomic,
     write_json,
@@ -177,3 +180,18 @@ def test_refuse_overlap(tmp_path: Path) -> None:
             refuse_overlap(out, src)
     refuse_overlap(tmp_path / "models" / "src-w8a8", src)  # a sibling is fine
     assert not (src / "out").exists() and not (tmp_path / "alias" / "a").exists()
+
+
+# -- engine probes ---------------------------------------------------------------------------
+
+
+def test_engine_probes_live_in_the_cache_folder_unless_a_folder_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(PROBE_DIR_ENV, raising=False)
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    assert probe_dir() == tmp_path / "cache" / "engines"
+    monkeypatch.setenv(PROBE_DIR_ENV, str(tmp_path / "probes"))
+    assert probe_dir() == tmp_path / "probes"
+    monkeypatch.setenv(PROBE_DIR_ENV, "")  # empty: unset
+    assert probe_dir() == tmp_path / "cache" / "engines"

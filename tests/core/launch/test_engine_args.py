@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -563,3 +564,35 @@ def test_the_tuner_can_search_the_performance_levers() -> None:
         parse_space(["speculative=ngram"], cpu_device(), 4)
     with pytest.raises(ConfigError, match="--space performance_mode: .* is not one of"):
         parse_space(["performance_mode=fast"], cpu_device(), 4)
+
+
+@pytest.mark.vllm  # this venv's probe: ~10 s, unless the run's probe folder already holds it
+def test_cache_folders_share_the_probe_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe is read from ``$QUANTDECK_PROBE_DIR`` whatever the cache folder: the test
+    suite's per-test cache folders probe an engine once per run, not once each."""
+    import shutil
+    import sys
+
+    from quantdeck.core.paths import CACHE_DIR_ENV, PROBE_DIR_ENV, probe_dir
+    from quantdeck.core.runtime.engine import EngineEnv
+
+    probes = tmp_path / "probes"
+    if probe_dir().is_dir():  # the probes made so far: a copy saves probing again
+        shutil.copytree(probe_dir(), probes)
+    monkeypatch.setenv(PROBE_DIR_ENV, str(probes))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "a"))
+    caps = EngineEnv(sys.executable).capabilities()
+    assert caps.platform == "cpu" and caps.has("--max-num-seqs")
+    # mark the one probe of this interpreter, then read it from another cache folder
+    (mine,) = [
+        p
+        for p in probes.glob("*.json")
+        if (json.loads(p.read_text())["python"], json.loads(p.read_text())["schema"])
+        == (sys.executable, PROBE_SCHEMA)
+    ]
+    mine.write_text(json.dumps({**json.loads(mine.read_text()), "torch_version": "marked"}))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "b"))
+    assert EngineEnv(sys.executable).capabilities().torch_version == "marked"
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
