@@ -49,6 +49,7 @@ from PySide6.QtWidgets import (
 
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import (
+    AdviceEvent,
     Event,
     FactEvent,
     FallbackEvent,
@@ -482,7 +483,7 @@ class FleetView(QWidget):
         if line is not None:
             self.events.appendPlainText(f"{time.strftime('%H:%M:%S')}  {line}")
             failed_route = isinstance(ev, RouteEvent) and not ev.ok
-            if isinstance(ev, FallbackEvent | RestartEvent) or failed_route:
+            if isinstance(ev, FallbackEvent | RestartEvent | AdviceEvent) or failed_route:
                 self.message.setText(line)  # what an operator must not miss
         if isinstance(ev, StateEvent) and ev.state in ("crashed", "hung"):
             self.message.setText(f"{name} {ev.state}: {ev.reason or 'no reason given'}")

@@ -17,6 +17,7 @@ from typing import Any
 
 from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.events import (
+    AdviceEvent,
     Event,
     FactEvent,
     FallbackEvent,
@@ -383,6 +384,8 @@ def fleet_news(ev: Event) -> str | None:
         return ev.describe().removeprefix(f"[{ev.kind}] ")
     if isinstance(ev, TrialEvent) and ev.phase != "measuring":  # (every 2 s: the Trial view's)
         return "trial " + ev.describe().removeprefix(f"[{ev.kind}] ")
+    if isinstance(ev, AdviceEvent):  # the fleet check's warnings: "[warning] ..."
+        return ev.describe().removeprefix("[").replace("] ", ": ", 1)
     return None
 
 

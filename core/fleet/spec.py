@@ -69,6 +69,7 @@ RESTARTS = ("no", "on-failure")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _CPUS = re.compile(r"\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*")  # VLLM_CPU_OMP_THREADS_BIND's
 MAX_CPUS = 4096  # CPU numbers are under this (Linux's largest NR_CPUS is 8192; x86-64's 4096)
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's CPU engine: the cores its threads use
 # router key: (flag of vllm-router, lower bound); None as a value leaves the router's default
 ROUTER = "router"  # the router's name among the instances (events, rows)
 _ROUTER_INTS = {
@@ -158,7 +159,7 @@ class InstanceSpec:
         if self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
         if self.cpus is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
+            env[CPU_BIND_ENV] = self.cpus
         return env
 
 
@@ -499,10 +500,11 @@ def _profile(f: Fields, fleet_file: Path) -> tuple[LaunchConfig, Path | None]:
 # -- checks before anything starts ------------------------------------------------------------
 def check_fleet(
     spec: FleetSpec, *, device: DeviceFacts | None = None, url_timeout: float = 3.0
-) -> None:
+) -> list[str]:
     """Refuse, with one ConfigError line, a fleet that cannot run as written: two listeners on
     a port, an advisor error, GPUs shared beyond their memory, a remote instance unreachable.
-    ``device``: the GPUs to plan for (default: this machine's)."""
+    ``device``: the GPUs to plan for (default: this machine's). Returns the warnings about a
+    fleet that runs but slower than it could (:func:`cpu_sharing`), one line each."""
     _check_ports(spec)
     _check_cpus(spec)
     gpu = cpu = None
@@ -525,6 +527,7 @@ def check_fleet(
                 AttachedServer(inst.url, api_key=inst.api_key).check(timeout=url_timeout)
             except QuantdeckError as e:
                 raise ConfigError(f"{spec.path}: instance '{inst.name}': {e}") from None
+    return cpu_sharing(spec)
 
 
 def _check_ports(spec: FleetSpec) -> None:
@@ -556,6 +559,46 @@ def _check_cpus(spec: FleetSpec) -> None:
                 f"{spec.path}: instance '{inst.name}': 'cpus' {inst.cpus} names CPU "
                 f"{lacking[0]}, which this machine lacks (it has {_ranges(have)})"
             )
+
+
+def cpu_sharing(spec: FleetSpec, have: set[int] | None = None) -> list[str]:
+    """Where instances on the CPU would compute on the same cores and take turns there: two or
+    more local CPU instances without ``cpus`` (vLLM binds each one's threads alike: by
+    ``VLLM_CPU_OMP_THREADS_BIND``, inherited, whose default "auto" picks the cores of the first
+    NUMA node for every instance; measured here, two instances' engines both on CPU 0), and
+    instances whose ``cpus`` overlap. One line each; the first names a split of the CPUs free
+    (``have``: this machine's, less those other instances name) that gives each its own."""
+    have = machine_cpus() if have is None else have
+    on_cpu = [i for i in spec.local if i.gpus is None]
+    bound = [(i, set(cpu_numbers(i.cpus))) for i in on_cpu if i.cpus is not None]
+    out = []
+    loose = [i for i in on_cpu if i.cpus is None]
+    if len(loose) > 1 and os.environ.get(CPU_BIND_ENV, "auto") != "nobind":
+        names = ", ".join(f"'{i.name}'" for i in loose)
+        free = sorted(have.difference(*(c for _, c in bound)))
+        if len(free) >= len(loose):
+            size = len(free) // len(loose)
+            parts = [free[k * size : (k + 1) * size] for k in range(len(loose) - 1)]
+            parts.append(free[(len(loose) - 1) * size :])  # the rest to the last
+            split = ", ".join(
+                f"'cpus: {_ranges(set(p))}' for '{i.name}'"
+                for i, p in zip(loose, parts, strict=True)
+            )
+            fix = f"give each its own 'cpus', e.g. {split}"
+        else:
+            fix = f"this machine has {len(free)} CPUs free for {len(loose)} instances"
+        out.append(
+            f"instances {names} run on the CPU without 'cpus': vLLM binds each one's threads "
+            f"to the same cores, where they take turns; {fix}"
+        )
+    for k, (a, ca) in enumerate(bound):
+        for b, cb in bound[k + 1 :]:
+            if ca & cb:
+                out.append(
+                    f"instances '{a.name}' and '{b.name}' both name CPU {_ranges(ca & cb)} in "
+                    "'cpus': their threads take turns there"
+                )
+    return out
 
 
 def _advise(inst: InstanceSpec, device: DeviceFacts | None) -> int:

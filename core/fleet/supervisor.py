@@ -28,6 +28,7 @@ import psutil
 
 from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError
 from quantdeck.core.events import (
+    AdviceEvent,
     Event,
     FactEvent,
     InstanceEvent,
@@ -355,8 +356,10 @@ class Fleet:
         Fleet tab both run."""
         from quantdeck.core.fleet.spec import check_fleet
 
-        check_fleet(self.spec)
+        warnings = check_fleet(self.spec)
         self._router_event(FactEvent("fleet", self.describe()))
+        for text in warnings:  # it runs, but slower than it could: said before it starts
+            self._router_event(AdviceEvent({"level": "warning", "knob": "cpus", "message": text}))
         if running_fleet() is not None:
             raise ServerError("a fleet already runs from this cache folder: `quantdeck fleet down`")
         if stop.is_set():  # stopped while it was checked: start nothing

@@ -14,7 +14,14 @@ import yaml
 from ckpt import TINY_LLAMA, write_checkpoint
 from PySide6.QtCore import Qt
 
-from quantdeck.core.events import FactEvent, InstanceEvent, LogEvent, RestartEvent, StateEvent
+from quantdeck.core.events import (
+    AdviceEvent,
+    FactEvent,
+    InstanceEvent,
+    LogEvent,
+    RestartEvent,
+    StateEvent,
+)
 from quantdeck.core.fleet import Fleet, load_fleet, running_fleet
 from quantdeck.core.fleet.document import read_document
 from quantdeck.core.launch import cpu_device
@@ -89,6 +96,11 @@ def test_rows_and_buttons_follow_a_real_fleets_events(qtbot, view: FleetView) ->
     view.watch(fleet)
     emit = fleet._events.emit  # the fleet's own event path, as its threads use it
 
+    # the check's warning (two CPU instances on the same cores): shown, before anything starts
+    warning = "instances 'a', 'b' run on the CPU without 'cpus': ...; e.g. a 0, b 1"
+    emit(InstanceEvent("router", AdviceEvent({"level": "warning", "message": warning})))
+    assert view.message.text() == f"router: warning: {warning}"
+    assert view.events.toPlainText().endswith(f"router: warning: {warning}")
     emit(InstanceEvent("a", StateEvent("ready")))
     view.select("a")
     assert view.model.text(1, "state") == "ready"

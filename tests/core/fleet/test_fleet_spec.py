@@ -389,3 +389,74 @@ def test_a_fleet_of_one_keeps_the_serve_url_and_names_its_key(
     assert inst.cfg.scheduler.max_num_seqs == 4 and inst.cfg.server.port != 18555
     assert inst.cfg.server.host == "127.0.0.1" and inst.api_key == "sk-not-on-disk-1234"
     check_fleet(spec)
+
+
+# -- CPU instances sharing cores -------------------------------------------------------------
+
+
+def test_cpu_instances_that_would_share_cores_are_warned_with_a_split(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two CPU instances without ``cpus`` bind alike (vLLM's "auto": the first NUMA node's
+    cores, both); two that name a CPU both take turns there. A warning, not a refusal, with
+    a split of the CPUs the others leave free; a GPU instance and a remote one do not count."""
+    from quantdeck.core.fleet.spec import cpu_sharing
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    inst = {"profile": {"model": str(model), "max-num-seqs": 2}}
+    doc = {
+        "instances": [
+            {"name": "a", "port": 18001, **inst},
+            {"name": "b", "port": 18002, **inst},
+            {"name": "c", "port": 18003, "cpus": "0", **inst},
+            {"name": "d", "port": 18004, "cpus": "0-1", **inst},
+            {"name": "g", "port": 18005, "gpus": [0], **inst},
+            {"name": "far", "url": "http://10.0.0.2:8000"},
+        ]
+    }
+    spec = load_fleet(write_fleet(tmp_path, doc))
+    loose, overlap = cpu_sharing(spec, have=set(range(8)))
+    assert loose == (
+        "instances 'a', 'b' run on the CPU without 'cpus': vLLM binds each one's threads to "
+        "the same cores, where they take turns; give each its own 'cpus', e.g. 'cpus: 2-4' for "
+        "'a', 'cpus: 5-7' for 'b'"
+    )
+    assert (
+        overlap == "instances 'c' and 'd' both name CPU 0 in 'cpus': their threads take turns there"
+    )
+    assert cpu_sharing(spec, have={0, 1, 2})[0].endswith(
+        "this machine has 1 CPUs free for 2 instances"
+    )
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # no binding: the OS spreads them
+    assert cpu_sharing(spec, have=set(range(8))) == [overlap]
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # inherited alike: the same core
+    assert cpu_sharing(spec, have=set(range(8)))[0] == loose
+    # one instance without cpus, the others apart: nothing to say
+    doc["instances"] = [doc["instances"][0], {**doc["instances"][2], "cpus": "1"}]
+    assert cpu_sharing(load_fleet(write_fleet(tmp_path, doc)), have={0, 1}) == []
+
+
+def test_the_check_says_the_warning_and_the_fleet_news_shows_it(
+    tmp_path: Path,
+    model: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from quantdeck.core.events import AdviceEvent
+    from quantdeck.core.fleet.rows import event_line
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    doc = two(model)
+    doc["instances"][1].pop("cpus")
+    path = write_fleet(tmp_path, doc)
+    (warning,) = check_fleet(load_fleet(path))
+    assert warning.startswith("instances 'a', 'b' run on the CPU without 'cpus'")
+    assert main(["fleet", "check", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: warning: {warning}" and len(out) == 2
+    assert out[1].startswith(f"{path}: 2 instances, router on ") and out[1].endswith(": ok")
+    news = InstanceEvent(
+        "router", AdviceEvent({"level": "warning", "knob": "cpus", "message": warning})
+    )
+    assert event_line(news) == f"router: warning: {warning}"
+    assert check_fleet(load_fleet(write_fleet(tmp_path, two(model), "apart.yaml"))) == []
