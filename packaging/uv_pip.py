@@ -58,13 +58,11 @@ def main(argv: list[str]) -> int:
     uv = Path(sys.executable).with_name("uv")
     if not uv.is_file():
         return 127
-    env = pip_sources()
+    env = {**pip_sources(), **os.environ}  # a variable the user set wins
     if argv[:1] == ["--pytorch-cpu-index"]:
         argv = argv[1:]
-        env["UV_EXTRA_INDEX_URL"] = " ".join(
-            filter(None, [env.get("UV_EXTRA_INDEX_URL"), PYTORCH_CPU])
-        )
-    env = {**env, **os.environ}  # a variable the user set wins
+        extra = [env.get("UV_EXTRA_INDEX_URL", ""), PYTORCH_CPU]
+        env["UV_EXTRA_INDEX_URL"] = " ".join(filter(None, extra))
     cmd = [str(uv), "pip", "install", "-q", "--python", sys.executable, "--compile-bytecode"]
     cmd += ["--index-strategy", "unsafe-best-match", *argv]
     return subprocess.run(cmd, env=env).returncode
