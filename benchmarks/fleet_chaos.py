@@ -108,8 +108,9 @@ class Watch:
                 self.pid[ev.instance] = int(inner.value)
             if isinstance(inner, StateEvent):
                 self.state[ev.instance] = inner.state
-                serving = frozenset(n for n in NAMES if self.state.get(n) == "ready")
-                self.timeline.append((t, serving, self.state.get(ROUTER) == "ready"))
+                up = ("ready", "degraded")  # degraded: slow, still routed and serving
+                serving = frozenset(n for n in NAMES if self.state.get(n) in up)
+                self.timeline.append((t, serving, self.state.get(ROUTER) in up))
 
     def first(self, inst: str, after: float, states: tuple[str, ...]) -> float | None:
         with self._lock:

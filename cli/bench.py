@@ -220,7 +220,7 @@ def _tune_live(ns: argparse.Namespace) -> int:
     from quantdeck.cli.fleet import running_instance, trial_options, trial_printer
     from quantdeck.core.bench import LiveTuner, TrialOutcome, parse_space
     from quantdeck.core.events import Event
-    from quantdeck.core.fleet.control import request_trial
+    from quantdeck.core.fleet.control import ABORTED_CODE, request_trial
     from quantdeck.core.launch import LaunchConfig, knobs
 
     _refuse_given(
@@ -257,7 +257,8 @@ def _tune_live(ns: argparse.Namespace) -> int:
             deciding.clear()
         if reply.code == 2:
             return TrialOutcome("refused", reply.error or "refused")
-        if reply.code != 0 or reply.result not in ("promoted", "rolled back"):
+        carried_out = reply.code in (0, ABORTED_CODE)  # (3: forced by an arm's failure)
+        if not carried_out or reply.result not in ("promoted", "rolled back"):
             return TrialOutcome("failed", reply.error or f"the trial ended {reply.result}")
         d = reply.decided
         return TrialOutcome(

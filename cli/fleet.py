@@ -409,7 +409,9 @@ def _add_try(sub: Any) -> None:
         "the two on the router's split of the live traffic, and promote it (the incumbent "
         "drained and stopped, the instance's profile saved, the one before kept) or roll it "
         "back. Nothing about the incumbent changes until the decision. Exit 0 once a decision "
-        "was carried out, 2 when refused before anything started. Ctrl-C rolls back.",
+        "was carried out, 3 when it was forced by an arm's failure (the candidate did not "
+        "start or serve, or the incumbent crashed or hung), 2 when refused before anything "
+        "started. Ctrl-C rolls back.",
     )
     p.add_argument("file", help="the fleet file the running fleet was brought up from")
     p.add_argument("instance", help="the instance to try a candidate for (a local primary)")

@@ -84,7 +84,13 @@ TRIAL_CANDIDATE = "candidate"  # a trial's candidate row's role (core.fleet.rows
 
 
 # the state column's colours: a crashed or hung row reads red, with its reason beside the state
-STATE_COLORS = {"crashed": RED, "hung": RED, "ready": GREEN, "starting": ORANGE}
+STATE_COLORS = {
+    "crashed": RED,
+    "hung": RED,
+    "ready": GREEN,
+    "degraded": ORANGE,
+    "starting": ORANGE,
+}
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
@@ -485,7 +491,7 @@ class FleetView(QWidget):
             failed_route = isinstance(ev, RouteEvent) and not ev.ok
             if isinstance(ev, FallbackEvent | RestartEvent | AdviceEvent) or failed_route:
                 self.message.setText(line)  # what an operator must not miss
-        if isinstance(ev, StateEvent) and ev.state in ("crashed", "hung"):
+        if isinstance(ev, StateEvent) and ev.state in ("crashed", "hung", "degraded"):
             self.message.setText(f"{name} {ev.state}: {ev.reason or 'no reason given'}")
         if name == self.chosen:
             self.instance_event.emit(ev)
@@ -569,7 +575,7 @@ class FleetView(QWidget):
             acts and row is not None and not row.down and row.state != "stopping"
         )
         self.inst_restart.setEnabled(
-            acts and row is not None and row.state in ("ready", "crashed", "hung")
+            acts and row is not None and row.state in ("ready", "degraded", "crashed", "hung")
         )
         self.open_monitor.setEnabled(
             row is not None

@@ -30,9 +30,12 @@ def tiny_fleet_file(folder: Path) -> Path:
     return path
 
 
-def fleet_file_of_one(demo_model: Path, folder: Path, max_num_seqs: int = 1) -> tuple[Path, int]:
+def fleet_file_of_one(
+    demo_model: Path, folder: Path, max_num_seqs: int = 1, restart: str = "no"
+) -> tuple[Path, int]:
     """``folder/fleet.yaml``: one demo instance 'a' (eager, 64 MiB of KV cache, its profile in
-    ``folder/a.yaml``) behind the router on a free port, round robin; the file and that port."""
+    ``folder/a.yaml``, ``restart``) behind the router on a free port, round robin; the file and
+    that port."""
     profile = {
         "model": str(demo_model),
         "enforce-eager": True,
@@ -43,7 +46,7 @@ def fleet_file_of_one(demo_model: Path, folder: Path, max_num_seqs: int = 1) -> 
     router = free_port()
     doc = {
         "router": {"port": router, "policy": "round_robin", "retries": 5},
-        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml"}],
+        "instances": [{"name": "a", "port": free_port(), "profile": "a.yaml", "restart": restart}],
     }
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -49,12 +49,16 @@ def connect(address: str, timeout: float = 10.0) -> socket.socket:
     return s
 
 
+ABORTED_CODE = 3  # the trial ended because an arm failed (LiveTrial.aborted)
+
+
 @dataclass(frozen=True)
 class TrialReply:
     """How a trial requested by :func:`request_trial` ended: ``code`` 0 (a decision was carried
-    out: ``result`` promoted or rolled back), 2 (refused before anything started: ``error``
-    says why) or 1 (the fleet went away before the decision); ``decided``: the trial's
-    ``decided`` event (None: none came)."""
+    out: ``result`` promoted or rolled back), 3 (:data:`ABORTED_CODE`: carried out, but forced
+    by an arm's failure: the candidate did not start or serve, or the incumbent failed), 2
+    (refused before anything started: ``error`` says why) or 1 (the fleet went away before the
+    decision); ``decided``: the trial's ``decided`` event (None: none came)."""
 
     code: int
     result: str | None = None
@@ -175,6 +179,12 @@ class ControlServer:
             ).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._serve_one(conn)
+        except OSError:
+            pass  # the client went away (a flush at the end meets a broken pipe)
+
+    def _serve_one(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rwb") as f:
             try:
                 line = f.readline(MAX_LINE)
@@ -220,7 +230,8 @@ class ControlServer:
                 except queue.Empty:
                     continue
                 _send(f, ev.to_json())
-            _send(f, {"op": "end", "result": trial.result, "code": 0})
+            code = ABORTED_CODE if trial.aborted else 0
+            _send(f, {"op": "end", "result": trial.result, "code": code})
         except OSError:
             pass
         finally:

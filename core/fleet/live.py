@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import psutil
 
 from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, MarkerEvent, StateEvent, TrialEvent
+from quantdeck.core.fleet.liveness import HUNG, Liveness, look_at, read_pressure
 from quantdeck.core.fleet.trial import (
     CANDIDATE,
     LOOKS,
@@ -55,7 +55,8 @@ log = logging.getLogger(__name__)
 TICK_S = 1.0  # the arms scraped and judged
 REPORT_S = 2.0  # a "measuring" event with the running verdict and both arms' figures
 ROUTE_WAIT_S = 30.0  # the router takes (or drops) the candidate within this
-SILENT_S = 5.0  # a candidate that does not answer this long is rolled back
+ABORTED = "aborted: "  # a decision forced by an arm's failure begins so
+LIMIT_GRACE_S = 10.0  # past its limit by this much, a trial that cannot look ends all the same
 PROBE_TOKENS = 32  # each probe request's output (min_tokens = max_tokens: the same length)
 PROBE_PROMPT_CHARS = 400  # each probe prompt: a slice of the corpus, a new one every pair
 THIN_AFTER = 1 / 3  # without --probe: the probe starts when, this far into max_duration,
@@ -119,8 +120,14 @@ class LiveTrial:
         self.verdict: Verdict | None = None
         self.arms: dict[str, dict[str, Any]] = {}
         self.result: str | None = None  # "promoted" or "rolled back", once carried out
+        # why it ended without a comparison because an arm failed (the candidate did not
+        # start, warm up, get routed, or crashed or hung; the incumbent failed): fleet try's
+        # exit code 3
+        self.aborted: str | None = None
         self.done = threading.Event()
         self._decision: tuple[str, str] | None = None  # the operator's (ask) or a stop
+        self._arm_down: tuple[str, str] | None = None  # an arm that failed (which, why)
+        self._aborting = threading.Event()  # the fleet stops: no waiting on routes or drains
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -140,12 +147,23 @@ class LiveTrial:
             if self._decision is None:
                 self._decision = (decision, reason)
 
-    def abort(self, reason: str) -> None:
-        """The fleet stops: the candidate goes at once (no drain), the incumbent stays."""
+    def arm_failed(self, arm: str, why: str) -> None:
+        """An arm (``incumbent``; the candidate's own failures the trial sees itself) crashed
+        or hung: the trial ends first, before any restart (the fleet waits for it)."""
+        with self._lock:
+            if self._arm_down is None:
+                self._arm_down = (arm, why)
+
+    def abort(self, reason: str, *, wait: bool = True) -> None:
+        """The fleet stops: the candidate goes at once (no route change awaited, no drain),
+        the incumbent stays. ``wait=False``: only say so (the fleet stops the candidate beside
+        its instances, and waits for the trial after)."""
         self.decide("rollback", reason)
-        self.server.stop(sigint_timeout=5.0, sigterm_timeout=5.0)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._aborting.set()
+        if wait:
+            self.server.stop(sigint_timeout=5.0, sigterm_timeout=5.0)
+            if self._thread is not None:
+                self._thread.join(timeout=30)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
@@ -169,9 +187,26 @@ class LiveTrial:
         with self._lock:
             return self._decision
 
+    def _incumbent_down(self) -> tuple[str, str] | None:
+        """The decision once the incumbent failed: the candidate, which serves, takes its
+        place (``auto``; ``ask``: the operator's choice, the candidate kept at the limit);
+        before the candidate serves, it goes and the incumbent's restart policy applies."""
+        with self._lock:
+            down = self._arm_down
+        if down is None:
+            return None
+        why = f"{ABORTED}the incumbent {down[1]}"
+        if self.server.state != "ready" or not self.routed:
+            return "rollback", f"{why}; the candidate did not serve yet: it goes"
+        if self.opts.decide == "ask":
+            return None  # the operator decides (or the limit does: see _compare)
+        return "promote", f"{why}; the candidate, which serves, takes its place"
+
     def _run(self) -> None:
         try:
             decision, reason = self._trial()
+            if reason.startswith(ABORTED):
+                self.aborted = reason
             self._event(
                 "decided",
                 decision=decision,
@@ -202,16 +237,19 @@ class LiveTrial:
         try:
             self.server.start()
         except QuantdeckError as e:
-            return f"the candidate did not start: {e}"
+            return f"{ABORTED}the candidate did not start: {e}"
         while True:
             state = self.server.state
             if state == "ready":
                 return None
             if state in ("crashed", "stopped"):
-                return f"the candidate {state}: {self._why_down or 'see its log'}"
+                return f"{ABORTED}the candidate {state}: {self._why_down or 'see its log'}"
             stop = self._operator()
-            if stop is not None:
+            if stop is not None and stop[0] != "promote":  # a Promote is kept for later
                 return stop[1]
+            down = self._incumbent_down()
+            if down is not None:
+                return down[1]
             time.sleep(0.2)
 
     def _wake(self) -> str | None:
@@ -219,9 +257,9 @@ class LiveTrial:
         try:
             took = wake_up(self.url, self.cfg.server.api_key)
         except ServerError as e:
-            return f"the launch before did not wake up: {e}"
+            return f"{ABORTED}the launch before did not wake up: {e}"
         if self.server.state != "ready":
-            return f"the launch before is {self.server.state}, not ready, after its wake-up"
+            return f"{ABORTED}the launch before is {self.server.state}, not ready, after waking"
         self.woke_s = took
         return None
 
@@ -239,10 +277,11 @@ class LiveTrial:
         try:
             warm_up(self.server, self.opts.warmup_requests)
         except (QuantdeckError, OSError) as e:
-            return "rollback", f"the candidate failed its warm-up: {e}"
+            return "rollback", f"{ABORTED}the candidate failed its warm-up: {e}"
         self.routed = True
         if not self.wait_routes(self.url, True):
-            return "rollback", f"the router did not take the candidate in {ROUTE_WAIT_S:g} s"
+            why = f"the router did not take the candidate in {ROUTE_WAIT_S:g} s"
+            return "rollback", ABORTED + why
         if self.undo is not None:
             self._marker("undo started")
             return "promote", self.undo
@@ -250,10 +289,11 @@ class LiveTrial:
         return self._measure()
 
     def wait_routes(self, url: str, routed: bool) -> bool:
-        """Wait until the router has (or no longer has) ``url``; False after ROUTE_WAIT_S."""
+        """Wait until the router has (or no longer has) ``url``; False after ROUTE_WAIT_S,
+        or at once when the fleet stops (its routes no longer change)."""
         deadline = time.monotonic() + ROUTE_WAIT_S
         while self.routed_now(url) != routed:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or self._aborting.is_set():
                 return False
             time.sleep(0.1)
         return True
@@ -287,25 +327,34 @@ class LiveTrial:
         history: collections.deque[RawMetrics] = collections.deque()
         answered = time.monotonic()
         began = time.monotonic()
-        look_at: float = opts.min_requests
+        next_at: float = opts.min_requests
         looks = 0
         reported = 0.0
         settled: Verdict | None = None  # the latest look's verdict
         if opts.probe:
             self._start_probe("asked for (--probe)")
+        live = Liveness(answered)  # the candidate's: hung is no progress, not a slow answer
         while True:
             stop = self._operator()
             if stop is not None:
                 return stop
+            down = self._incumbent_down()
+            if down is not None:
+                return down
             if self.server.state != "ready":
                 why = self._why_down or "see its log"
-                return "rollback", f"the candidate {self.server.state}: {why}"
+                return "rollback", f"{ABORTED}the candidate {self.server.state}: {why}"
+            over = time.monotonic() - began - opts.max_duration_s
+            if over >= LIMIT_GRACE_S:  # the watchdog: the limit holds whatever the scrapes do
+                return self._at_limit(start_i is None)
             try:
                 now_c = parse_metrics(cand.fetch())
-                answered = time.monotonic()
+                live.answered(time.monotonic())
             except (ServerError, ValueError, KeyError, TypeError):
-                if time.monotonic() - answered > SILENT_S:
-                    return "rollback", f"the candidate did not answer for {SILENT_S:g} s"
+                live.scraped(time.monotonic(), None)
+                j = live.judge(time.monotonic(), look_at(self.server.pid), read_pressure())
+                if j.verdict == HUNG:
+                    return "rollback", f"{ABORTED}the candidate hung: {j.why}"
                 time.sleep(TICK_S)
                 continue
             try:
@@ -340,13 +389,13 @@ class LiveTrial:
                 self._start_probe(
                     f"the live traffic is too thin: {live_n} requests per arm in {elapsed:.0f} s"
                 )
-                look_at, looks, settled = opts.min_requests, 0, None  # the probe's looks now
+                next_at, looks, settled = opts.min_requests, 0, None  # the probe's looks now
             pairs = self.probe.pairs() if self.probe is not None else None
             n = len([p for p in pairs if p.ok]) if pairs is not None else live_n
-            if n >= look_at or final:
+            if n >= next_at or final:
                 settled = _verdict(pairs, span_i, span_c, opts, final)
                 looks += 1  # the last planned look is kept for the time limit
-                look_at = next_look(n, opts) if looks < LOOKS - 1 else math.inf
+                next_at = next_look(n, opts) if looks < LOOKS - 1 else math.inf
             self.verdict = settled or _verdict(pairs, span_i, span_c, opts, False)
             self.arms = {
                 "incumbent": span_i.figures(opts.slo),
@@ -357,16 +406,9 @@ class LiveTrial:
             if time.monotonic() - reported >= REPORT_S:
                 reported = time.monotonic()
                 self._event("measuring", verdict=self.verdict.to_json(), arms=self.arms)
-            if (
-                settled is not None
-                and final
-                and settled.outcome == "undecided"
-                and opts.decide == "auto"
-            ):
-                return "rollback", (
-                    f"too little traffic in {opts.max_duration_s:g} s to compare "
-                    f"({settled.reason}): the incumbent stays"
-                )
+            undecided = settled is not None and settled.outcome == "undecided"
+            if final and undecided and (opts.decide == "auto" or self._arm_down is not None):
+                return self._at_limit(False, span_i.requests, span_c.requests, settled)
             if settled is not None and opts.decide == "auto":
                 if settled.outcome == "better":
                     return "promote", settled.reason
@@ -375,12 +417,40 @@ class LiveTrial:
                     return "rollback", f"{settled.outcome}: {keep}{settled.reason}"
             time.sleep(TICK_S)
 
+    def _at_limit(
+        self,
+        blind: bool,
+        n_i: int = 0,
+        n_c: int = 0,
+        verdict: Verdict | None = None,
+    ) -> tuple[str, str]:
+        """The decision at the time limit without a verdict: inconclusive, with why (an arm
+        without requests, or no scrape of the arms to look at: ``blind``); the incumbent
+        stays, except where it failed (``ask``): then the candidate, which serves, stays."""
+        limit = f"{self.opts.max_duration_s:g} s"
+        if blind:
+            why = f"the arms' figures could not be read in {limit}"
+        elif n_i == 0 or n_c == 0:
+            arm = "the incumbent" if n_i == 0 else "the candidate"
+            why = f"{arm} got no requests in {limit} ({n_i} / {n_c} requests an arm)"
+        else:
+            detail = verdict.reason if verdict is not None else f"{n_i} / {n_c} requests"
+            why = f"too little traffic in {limit} to compare ({detail})"
+        with self._lock:
+            down = self._arm_down
+        if down is not None and self.server.state == "ready":
+            return "promote", (
+                f"{ABORTED}the incumbent {down[1]}; no operator's decision in {limit}: the "
+                "candidate, which serves, takes its place"
+            )
+        return "rollback", f"inconclusive: {why}: the incumbent stays"
+
     def _roll_back(self) -> None:
         """The candidate out of the router, drained, stopped."""
         self.routed = False
         if self.wait_routes(self.url, False):  # (else it goes all the same: the router retries)
             drain(self.url, self.cfg.server.api_key, self.opts.drain_timeout_s)
-        self.server.stop()
+        self.server.stop(sigint_timeout=5.0 if self._aborting.is_set() else 20.0)
 
 
 def _verdict(
@@ -556,14 +626,3 @@ def sleep(url: str, api_key: str | None, level: int = 1) -> float:
 def wake_up(url: str, api_key: str | None) -> float:
     """Wake the server up; the seconds it took until it said it was awake."""
     return _switch(url, api_key, "/wake_up", False)
-
-
-def tree_pids(pid: int | None) -> set[int]:
-    """A server's process and its children (vLLM's engine core holds the GPU memory)."""
-    if pid is None:
-        return set()
-    try:
-        proc = psutil.Process(pid)
-        return {pid, *(c.pid for c in proc.children(recursive=True))}
-    except psutil.Error:
-        return set()

@@ -36,7 +36,10 @@ from quantdeck.core.models import ModelInfo
 from quantdeck.core.monitor.metrics import MetricsScraper
 from quantdeck.core.monitor.recording import Recording
 
-DOWN = ("stopped", "crashed")  # an instance in these states has no metrics
+DOWN = ("stopped", "crashed")
+# a start under way, told every STARTING_EVERY_S: {"stage", "elapsed_s", "limit_s"} (no state
+# goes without an event longer than the hang window)
+STARTING_FACT = "starting"  # an instance in these states has no metrics
 TRIAL_CANDIDATE = "candidate"  # the role of a live trial's candidate row
 _NOT_KNOBS = ("model", "host", "port")  # shown in other columns, or the fleet's to give
 
@@ -85,8 +88,9 @@ class FleetRow:
 
     @property
     def serving(self) -> bool:
-        """Answers requests: ready (a remote one: its last scrape answered)."""
-        return self.state == "ready"
+        """Answers requests: ready, or degraded (slow, kept routed; a remote one: its last
+        scrape answered)."""
+        return self.state in ("ready", "degraded")
 
     def state_text(self) -> str:
         state = f"{self.state}: {self.reason}" if self.reason else self.state
@@ -219,7 +223,7 @@ class FleetRows:
         changed = [self.index(row.name)]
         if isinstance(ev, StateEvent):
             row.state, row.note = ev.state, ""
-            row.reason = (ev.reason or "") if ev.state in ("crashed", "hung") else ""
+            row.reason = (ev.reason or "") if ev.state in ("crashed", "hung", "degraded") else ""
             if row.is_router and isinstance(ev.url, str):
                 row.url = ev.url
             if ev.state in DOWN:
@@ -234,6 +238,8 @@ class FleetRows:
             changed = self._route(ev)
         elif isinstance(ev, FallbackEvent):
             row.fallback = ev.active
+        elif isinstance(ev, FactEvent) and ev.name == STARTING_FACT and isinstance(ev.value, dict):
+            row.note = f"{ev.value.get('elapsed_s')} s of at most {ev.value.get('limit_s')} s"
         elif isinstance(ev, FactEvent) and row.is_router:
             if ev.name == "workers" and isinstance(ev.value, list):
                 changed += self._set_routed({str(u) for u in ev.value})
@@ -384,6 +390,9 @@ def fleet_news(ev: Event) -> str | None:
         return ev.describe().removeprefix(f"[{ev.kind}] ")
     if isinstance(ev, TrialEvent) and ev.phase != "measuring":  # (every 2 s: the Trial view's)
         return "trial " + ev.describe().removeprefix(f"[{ev.kind}] ")
+    if isinstance(ev, FactEvent) and ev.name == STARTING_FACT and isinstance(ev.value, dict):
+        v = ev.value
+        return f"still {v.get('stage')}: {v.get('elapsed_s')} s of at most {v.get('limit_s')} s"
     if isinstance(ev, AdviceEvent):  # the fleet check's warnings: "[warning] ..."
         return ev.describe().removeprefix("[").replace("] ", ": ", 1)
     return None

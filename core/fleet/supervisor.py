@@ -37,10 +37,20 @@ from quantdeck.core.events import (
     RouteEvent,
     StateEvent,
 )
-from quantdeck.core.fleet.live import LiveTrial, drain, tree_pids
+from quantdeck.core.fleet.live import LiveTrial, drain
 from quantdeck.core.fleet.live import sleep as sleep_server
+from quantdeck.core.fleet.liveness import (
+    DEGRADED,
+    HUNG,
+    OK,
+    Judgement,
+    Liveness,
+    look_at,
+    read_pressure,
+    tree_pids,
+)
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
-from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
+from quantdeck.core.fleet.rows import STARTING_FACT, FleetRows, InstanceSampler
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec, admit_candidate
 from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.http import auth_headers
@@ -67,22 +77,17 @@ ROUTE_RETRY_S = 5.0  # a change of the router's workers it refused, tried again
 RESTART_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 RESTART_LIMIT = 5
 STABLE_S = 60.0
-# Liveness, as Kubernetes' probes: a ready instance whose scrapes go unanswered for SILENT_S,
-# or that holds requests while its generated-token counter stands still for STUCK_S, is
-# `hung`: out of the router at once, restarted (restart: on-failure) after HUNG_GRACE_S more
-# unless it came back. The router: its /health unanswered for ROUTER_SILENT_S is killed, and
-# like a router that died, started again on its port with the workers it should have, after
-# ROUTER_DELAYS (more than ROUTER_LIMIT deaths in a row, none up STABLE_S: the fleet ends).
-SILENT_S = 5.0
-STUCK_S = 8.0
+# Liveness (core.fleet.liveness: hung is no progress, not a slow answer): a hung instance is
+# out of the router at once (unless it is the last that serves), restarted (restart:
+# on-failure) after HUNG_GRACE_S more unless it came back; a degraded one (slow) stays routed.
+# The router, judged alike by its own prober: hung, it is killed and, like a router that died,
+# started again on its port with the workers it should have, after ROUTER_DELAYS (more than
+# ROUTER_LIMIT deaths in a row, none up STABLE_S: the fleet ends).
 HUNG_GRACE_S = 10.0
+STARTING_EVERY_S = 10.0  # a start under way is told this often (stage, time, limit)
 ROUTER_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 ROUTER_LIMIT = 5
-PROBE_TIMEOUT_S = 1.0
-# the router is hung after this long without an answer to its own probe (a thread of its own,
-# a probe a second): more than an instance's SILENT_S, since a needless restart refuses every
-# client, and within the 10 s a hang must be seen in (issue 31)
-ROUTER_SILENT_S = 8.0
+PROBE_TIMEOUT_S = 2.0
 # a stop of a hung or crashed instance: each signal waits this long (a stopped process gets
 # SIGCONT after each, so that it can act on it)
 HUNG_STOP_S = 2.0
@@ -155,10 +160,10 @@ class _Tended:
     restart_at: float | None = None
     up_since: float | None = None
     action: threading.Thread | None = None  # a stop and start, off the fleet's loop
-    # liveness (written by the watcher thread, judged by the loop; monotonic times)
-    answered_at: float = 0.0  # its last scrape that answered
-    moved_at: float = 0.0  # its last scrape with no request in flight or a token more
-    tokens: float | None = None  # its generated-token counter then
+    # liveness: fed and judged by the watcher thread, acted on by the loop (monotonic times)
+    live: Liveness | None = None  # since it was last ready
+    said: str = OK  # the verdict the fleet last told (ok, degraded, hung)
+    told_at: float = 0.0  # a start under way last told then
     hung_since: float | None = None
     hung_why: str = ""
 
@@ -200,7 +205,8 @@ class Fleet:
         self._router_up_since: float | None = None
         self._router_restart_at: float | None = None
         self._router_action: threading.Thread | None = None
-        self._router_answered_at = 0.0  # its last /health 200 (its own prober's, monotonic)
+        self._router_live: Liveness | None = None  # fed by its own prober once it is ready
+        self._router_said = OK  # the verdict last told of it
         self._router_ready = threading.Event()  # up and given its workers: routes may change
         self.failure: str | None = None  # why run() ended without a stop (one line)
         self._stopping = False  # stop() has begun: no restart starts anything
@@ -318,7 +324,7 @@ class Fleet:
                 break
             if self.router_healthy():
                 self._routed = set(first)
-                self._router_answered_at = time.monotonic()
+                self._router_live, self._router_said = Liveness(time.monotonic()), OK
                 self._router_seen_down = False
                 self._router_event(StateEvent("ready", url=r.url))
                 self._router_event(FactEvent("workers", self.workers()))
@@ -446,8 +452,13 @@ class Fleet:
         while not (stop.is_set() or done.is_set()):
             now = time.monotonic()
             try:
-                if self.router_running and probe(r.url, PROBE_TIMEOUT_S, r.api_key) == "ready":
-                    self._router_answered_at = time.monotonic()
+                live, router = self._router_live, self.router
+                if live is not None and router is not None and self.router_running:
+                    if probe(r.url, PROBE_TIMEOUT_S, r.api_key) == "ready":
+                        live.answered(time.monotonic())
+                    else:
+                        live.scraped(time.monotonic(), None)
+                    live.judge(time.monotonic(), look_at(router.pid), read_pressure())
             except Exception:
                 log.exception("the router's probe failed a turn")
             done.wait(max(0.0, SAMPLE_S - (time.monotonic() - now)))
@@ -477,15 +488,14 @@ class Fleet:
         self.sampler.forget({url for _, url, _ in targets})
         samples = self.sampler.sample(targets)
         answered = time.monotonic()
+        pressure = read_pressure()
         for name, ev in samples.items():
             self._events.emit(InstanceEvent(name, ev))
             t = self._tended.get(name)
-            if t is not None and ev.metrics is not None:
-                m = ev.metrics
-                t.answered_at = answered
-                if m.running + m.waiting == 0 or m.generation_tokens_total != t.tokens:
-                    t.moved_at = answered
-                t.tokens = m.generation_tokens_total
+            live = t.live if t is not None else None
+            if t is not None and live is not None:
+                live.scraped(answered, ev.metrics)
+                live.judge(time.monotonic(), look_at(t.server.pid), pressure)
         if self.fallback is not None:
             worst = self.fallback.worst(self._ready_primaries(), samples)
             judged = self.fallback.judge(worst, now)
@@ -542,12 +552,19 @@ class Fleet:
         state = t.server.state
         if state == "ready":
             if t.up_since is None:  # just up: its liveness is counted from now
-                t.up_since = t.answered_at = t.moved_at = now
+                t.up_since, t.live, t.said = now, Liveness(now), OK
             if now - t.up_since >= STABLE_S and t.hung_since is None:
                 t.crashes = 0
             self._judge_liveness(t, now)
         else:
-            t.hung_since = None
+            t.hung_since, t.live = None, None
+            self._tell_start(t, now)
+        owner = self._trial_of(t)
+        if owner is not None:  # the trial owns its arms: it ends first, then the policy
+            if state in ("crashed", "stopped") or t.hung_since is not None:
+                why = t.hung_why if state == "ready" else t.server.crash_reason or "crashed"
+                owner.arm_failed("incumbent", f"{'hung' if state == 'ready' else state}: {why}")
+            return
         if state == "crashed" and not t.crash_seen:
             t.crash_seen, t.up_since = True, None
             if t.spec.restart == "on-failure":
@@ -565,29 +582,65 @@ class Fleet:
             self._act(t, "restart", restart)
 
     def _judge_liveness(self, t: _Tended, now: float) -> None:
-        """A ready instance that stopped answering, or holds requests and makes no token, is
-        hung (out of the router: :meth:`wanted_workers`); back to ready if it recovers; under
-        ``restart: on-failure`` restarted once hung HUNG_GRACE_S."""
-        silent, stuck = now - t.answered_at, now - t.moved_at
-        why = ""
-        if silent >= SILENT_S:
-            why = f"no answer for {silent:.0f} s"
-        elif stuck >= STUCK_S:
-            why = f"requests in flight and no token for {stuck:.0f} s"
-        if why and t.hung_since is None:
-            t.hung_since, t.hung_why = now, why
-            self._instance_event(t, StateEvent("hung", reason=why))
-        elif not why and t.hung_since is not None and t.restart_at is None:
+        """Tell the watcher's judgement when it changes: degraded (slow, kept routed), hung
+        (out of the router, unless it is the last that serves: :meth:`wanted_workers`), back
+        to ready; under ``restart: on-failure`` a hung one is restarted after HUNG_GRACE_S, said
+        before it happens."""
+        j = t.live.judgement if t.live is not None else Judgement(OK)
+        if j.verdict == HUNG and t.hung_since is None:
+            t.hung_since, t.hung_why = now, j.why
+            last = self._last_serving(t.spec)
+            plan = (
+                f"; restarted in {HUNG_GRACE_S:g} s unless it comes back (restart: on-failure)"
+                if t.spec.restart == "on-failure" and self._trial_of(t) is None
+                else ""
+            )
+            kept = "; the last instance that serves: kept in the router" if last else ""
+            self._instance_event(t, StateEvent("hung", reason=j.why + kept + plan))
+            t.said = HUNG
+        elif j.verdict == DEGRADED and t.said == OK:
+            self._instance_event(t, StateEvent("degraded", reason=j.why + "; kept in the router"))
+            t.said = DEGRADED
+        elif j.verdict == OK and t.said != OK and t.restart_at is None:
             t.hung_since = None  # (a restart planned goes ahead: it stays out of the router)
             self._instance_event(t, StateEvent("ready", url=t.spec.url, reason="recovered"))
+            t.said = OK
         if (
             t.hung_since is not None
             and t.restart_at is None
             and t.spec.restart == "on-failure"
+            and self._trial_of(t) is None
             and now - t.hung_since >= HUNG_GRACE_S
         ):
             t.crash_seen = True  # the stop to come is not a crash of its own
             self._count_crash(t, now)
+
+    def _tell_start(self, t: _Tended, now: float) -> None:
+        """A start under way told every STARTING_EVERY_S (its stage, time and limit)."""
+        server = t.server
+        if server.state in ("crashed", "stopped", "stopping") or server.started_at is None:
+            return
+        if now - t.told_at < STARTING_EVERY_S:
+            return
+        t.told_at = now
+        elapsed = round(time.time() - server.started_at)
+        if elapsed >= STARTING_EVERY_S:
+            value = {"stage": server.state, "elapsed_s": elapsed, "limit_s": server.startup_timeout}
+            self._instance_event(t, FactEvent(STARTING_FACT, value))
+
+    def _trial_of(self, t: _Tended) -> LiveTrial | None:
+        """The trial under way of this instance, if any: it owns the instance meanwhile."""
+        trial = self.trial
+        if trial is None or trial.done.is_set() or trial.name != t.spec.name:
+            return None
+        return None if trial.label == trial.name else trial  # (promoted: the instance's own)
+
+    def _last_serving(self, inst: InstanceSpec) -> bool:
+        """Whether no other instance (nor a trial's candidate) serves beside ``inst``."""
+        others = [i for i in self.spec.instances if i.name != inst.name and self._serving(i)]
+        trial = self.trial
+        candidate = trial is not None and trial.routed and trial.server.state == "ready"
+        return not others and not candidate
 
     # -- the router's supervision --------------------------------------------------------------
     def _tend_router(self, now: float, stop: threading.Event) -> bool:
@@ -602,10 +655,16 @@ class Fleet:
                 self._router_up_since = now
             if self._router_up_since is not None and now - self._router_up_since >= STABLE_S:
                 self._router_crashes = 0
-            silent = now - self._router_answered_at
-            if self._router_ready.is_set() and silent >= ROUTER_SILENT_S:
-                why = f"no answer for {silent:.0f} s"
-                self._router_event(StateEvent("hung", reason=why))
+            live = self._router_live
+            j = live.judgement if live is not None else Judgement(OK)
+            if self._router_ready.is_set() and j.verdict != self._router_said:
+                self._router_said = j.verdict
+                if j.verdict == DEGRADED:
+                    self._router_event(StateEvent("degraded", reason=j.why))
+                elif j.verdict == OK:
+                    self._router_event(StateEvent("ready", url=self.spec.router.url))
+            if self._router_ready.is_set() and j.verdict == HUNG:
+                self._router_event(StateEvent("hung", reason=j.why))
                 signal_group(self.router.pid, signal.SIGKILL)  # its death follows: restarted
                 signal_group(self.router.pid, signal.SIGCONT)
                 self._router_ready.clear()
@@ -671,6 +730,11 @@ class Fleet:
                 wanted.pop(trial.inst.url, None)
             if trial.routed and trial.server.state == "ready":
                 wanted[trial.url] = "trial"
+        if not wanted:  # the last that serves is kept, hung or not: else nothing would serve
+            for i in self.spec.local:
+                t = self._tended.get(i.name)
+                if i.url in self._routed and t is not None and t.server.state == "ready":
+                    wanted[i.url] = f"hung ({t.hung_why}), but the last instance that serves"
         return wanted
 
     def sync_routes(self) -> None:
@@ -935,8 +999,9 @@ class Fleet:
         if self.control is not None:
             self.control.close()
         trial = self.trial
-        if trial is not None and not trial.done.is_set():
-            trial.abort("the fleet stops")
+        aborted = trial is not None and not trial.done.is_set()
+        if trial is not None and aborted:  # its candidate stops beside the instances, below
+            trial.abort("the fleet stops", wait=False)
         actions = [t.action for t in self._tended.values()] + [self._router_action]
         for a in actions:
             if a is not None:
@@ -945,15 +1010,18 @@ class Fleet:
             self._stop_router(self.router)
         self.sampler.close()
         asleep = [(n + RETIRED, r.server) for n, r in self.retired.items() if r.server]
+        candidate = [(trial.label, trial.server)] if trial is not None and aborted else []
         threads = [
             threading.Thread(target=s.stop, name=f"fleet-stop-{name}")
-            for name, s in [*self.servers.items(), *asleep]
+            for name, s in [*self.servers.items(), *asleep, *candidate]
             if s.pid is not None
         ]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        if trial is not None and aborted:
+            trial.wait(5)  # its decision said (a probe request still out is not waited for)
 
     def _stop_router(self, proc: Child) -> None:
         pids = {proc.pid}

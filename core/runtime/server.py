@@ -479,6 +479,7 @@ class ServerProcess:
         self.facts: dict[str, Any] = {}
         self.log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
         self.exit_code: int | None = None
+        self.crash_reason = ""  # why it last crashed (one line), as its state event said
         self.info: ModelInfo | None = None
         self.plan: KvPlan | None = None
         self.findings: list[Finding] = []
@@ -605,7 +606,7 @@ class ServerProcess:
         env = subprocess_env(
             {**engine_environment(self.run_dir, self.cfg), **vllm_env(self.cfg), **self.extra_env}
         )
-        self.exit_code = None
+        self.exit_code, self.crash_reason = None, ""
         self.facts = {}
         self.log_tail.clear()
         self._ready.clear()
@@ -651,6 +652,7 @@ class ServerProcess:
             )
         except OSError as e:
             self._drop_unstarted(made)
+            self.crash_reason = str(e)
             self._set_state(sl.CRASHED, exit_code=None, reason=str(e))
             raise ServerError(f"cannot start {cmd[0]}: {e.strerror}") from None
         except BaseException:
@@ -815,8 +817,15 @@ class ServerProcess:
             headers=auth_headers(self.cfg.server.api_key),
             verify=tls_verify(self.url),
         ) as client:
+            noted = 0.0
             while self._proc.poll() is None:
                 if not self._ready.is_set():
+                    if self._shm is not None and time.monotonic() - noted >= SHM_NOTE_S:
+                        # while it starts, whether or not it logs: a start killed between
+                        # two lines leaves nothing it was seen to map (the log reader notes
+                        # only as lines come)
+                        self._shm.note(_process_tree(self._proc.pid))
+                        noted = time.monotonic()
                     if self._check_ready(client):
                         continue
                     foreign = self._foreign_since
@@ -828,7 +837,8 @@ class ServerProcess:
                         )
                     late = time.time() - (self.started_at or 0) > self.startup_timeout
                     if late and not self._stop_requested:
-                        return f"not ready after {self.startup_timeout:g} s (start-up deadline)"
+                        limit = self.startup_timeout
+                        return f"did not become ready in {limit:g} s (start-up limit)"
                 elif not self._stop_requested and self._engine_pids:
                     gone = sorted(self._engine_pids - alive_pids(self._engine_pids))
                     if gone:
@@ -880,6 +890,7 @@ class ServerProcess:
     def _crashed(self, reason: str) -> None:
         if self.state in (sl.CRASHED, sl.STOPPED):
             return
+        self.crash_reason = reason
         self._set_state(
             sl.CRASHED, exit_code=self.exit_code, reason=reason, log_tail=list(self.log_tail)
         )

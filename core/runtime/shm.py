@@ -128,7 +128,7 @@ class ShmLedger:
         """Remove what the server made and left, by the rules above (call it once the
         server's group is gone); the names removed."""
         left = {}
-        for name, inode in self.seen.items():
+        for name, inode in list(self.seen.items()):  # (the watcher may still note)
             try:
                 st = (self.root / name).lstat()
             except OSError:

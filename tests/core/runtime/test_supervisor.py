@@ -100,7 +100,7 @@ def test_startup_deadline_brings_a_silent_server_down(tmp_path: Path) -> None:
     assert server.state == "crashed"
     assert time.monotonic() - t0 < 10
     reason = [e.reason for e in server.events if isinstance(e, StateEvent) and e.state == "crashed"]
-    assert reason == ["not ready after 1 s (start-up deadline)"]
+    assert reason == ["did not become ready in 1 s (start-up limit)"]
     assert gone(server.pid) and server.wait_exit(0)
 
 
