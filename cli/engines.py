@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from quantdeck.cli._common import AddCommand, print_json
@@ -29,6 +30,11 @@ def cmd_engines(ns: argparse.Namespace) -> int:
     from quantdeck.core import engines
 
     known = engines.list_engines(probe=not ns.no_check)
+    for line in engines.skipped_shims():
+        print(f"quantdeck: note: skipped {line}", file=sys.stderr)
+    for k in known:  # listed as such; why, one line each
+        if k.check is not None and k.check.error:
+            print(f"quantdeck: warning: {k.python}: {k.status}: {k.check.error}", file=sys.stderr)
     if ns.json:
         print_json([k.to_json() for k in known])
         return 0

@@ -14,10 +14,12 @@ dead but whose process still runs is a leftover that :func:`leftovers` lists and
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -235,6 +237,103 @@ def run_child(
                 f"the {kind} did not finish within {timeout:g} s and was stopped"
             ) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@dataclass(frozen=True)
+class CappedRun:
+    """What :func:`run_capped` read of a child: its output (each stream at most the cap) and
+    its exit status; ``stopped`` says why it was killed before it ended on its own."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    stopped: str | None = None  # "no answer within 60 s", "over 1 MiB on stdout"
+
+
+_READ_CHUNK = 64 * 1024
+_DRAIN_S = 2.0  # after the kill: what is still in the pipes is read for at most this long
+
+
+def run_capped(
+    cmd: list[str], *, kind: str, timeout: float, max_bytes: int, **popen: Any
+) -> CappedRun:
+    """Run ``cmd`` through :func:`spawn` (its own process group, dead with us, leased) to its
+    end, reading stdout and stderr as bytes in chunks. The whole group is killed (SIGKILL)
+    once either stream passes ``max_bytes``, once ``timeout`` seconds have passed, and also
+    when the child ends, so that nothing it started outlives it (a child that holds its
+    pipes open then ends the read too). Memory stays within twice the cap; OSError: it could
+    not be started."""
+    deadline = time.monotonic() + timeout
+    pipe = subprocess.PIPE
+    proc = spawn(cmd, kind=kind, stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe, **popen)
+    assert proc.stdout is not None and proc.stderr is not None
+    names = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+    got: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+    stopped: str | None = None
+    killed_at: float | None = None
+    try:
+        with selectors.DefaultSelector() as sel:
+            for fd in names:
+                sel.register(fd, selectors.EVENT_READ)
+            while sel.get_map():
+                now = time.monotonic()
+                if killed_at is None and (_ended(proc.pid) or now >= deadline):
+                    if not _ended(proc.pid):
+                        stopped = f"no answer within {timeout:g} s"
+                    _kill_group(proc.pid)  # ended: what it left behind goes too
+                    killed_at = now
+                if killed_at is not None and now - killed_at > _DRAIN_S:
+                    break  # a process out of the group holds a pipe: read no more
+                limit = deadline if killed_at is None else killed_at + _DRAIN_S
+                for key, _ in sel.select(max(0.0, min(0.2, limit - now))):
+                    chunk = os.read(key.fd, _READ_CHUNK)
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        continue
+                    name = names[key.fd]
+                    got[name] += chunk
+                    if len(got[name]) > max_bytes and stopped is None:
+                        stopped = f"over {_size(max_bytes)} on {name}"
+                        del got[name][max_bytes:]
+                        _kill_group(proc.pid)
+                        killed_at = time.monotonic()
+                        sel.unregister(key.fd)  # read no more of it
+        while killed_at is None and not _ended(proc.pid):  # its pipes closed, it still runs
+            if time.monotonic() >= deadline:
+                stopped = f"no answer within {timeout:g} s"
+                break
+            time.sleep(0.02)
+    finally:
+        _kill_group(proc.pid)  # ended or not: the group goes before the leader is reaped
+        proc.stdout.close()
+        proc.stderr.close()
+        returncode = proc.wait()
+    return CappedRun(returncode, bytes(got["stdout"]), bytes(got["stderr"]), stopped)
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n:,} bytes"
+
+
+def _ended(pid: int) -> bool:
+    """True once the child ``pid`` has ended; it is not reaped (its pid, which names its
+    process group, stays ours until :meth:`Child.wait`)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL to the group ``pid`` leads, and to any descendant that left the group."""
+    try:
+        strays = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        strays = []
+    signal_group(pid, signal.SIGKILL)
+    for p in strays:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 # -- leases ------------------------------------------------------------------------------------

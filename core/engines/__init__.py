@@ -21,6 +21,8 @@ from quantdeck.core.engines.registry import (
     registry_path,
     remove_engine,
     resolve_engine,
+    shim_of,
+    skipped_shims,
 )
 
 __all__ = [
@@ -42,4 +44,6 @@ __all__ = [
     "registry_path",
     "remove_engine",
     "resolve_engine",
+    "shim_of",
+    "skipped_shims",
 ]

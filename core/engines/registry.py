@@ -38,6 +38,12 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _GENERIC_ENV_NAMES = {"venv", ".venv", "env", ".env", "virtualenv", ".virtualenv"}
 _PATH_PYTHON = re.compile(r"python3(\.\d+)?")
 CONDA_ROOTS = ("~/miniconda3", "~/anaconda3", "~/miniforge3")
+# Version managers put a shim first on PATH: a script (pyenv, asdf) or a link to the manager
+# (mise) that runs whichever Python the manager picks for the folder it runs in. It is no
+# interpreter: discovery skips it, saying why.
+_SHIM_EXEC = re.compile(rb"""\b(pyenv|asdf|mise|rtx)["')]*\s+exec\b""")
+_SHIM_FOLDER = "shims"  # pyenv's, asdf's and mise's name for the folder of their shims
+GENERIC_MANAGER = "version manager"
 
 
 # -- what the registry holds -----------------------------------------------------------------
@@ -72,11 +78,14 @@ class KnownEngine:
 
     @property
     def status(self) -> str:
-        """``ready`` (vLLM imports), ``no vllm``, ``vllm fails``, ``not python``, ``missing``
-        (the file is gone), or ``unchecked``."""
+        """``ready`` (vLLM imports), ``no vllm``, ``vllm fails``, ``not python``, ``broken``
+        (its check overran or answered wrongly: ``check.error`` says how), ``missing`` (the
+        file is gone), or ``unchecked``."""
         c = self.check
         if c is None:
             return "unchecked" if _is_executable(self.python) else "missing"
+        if c.broken:
+            return "broken"
         if c.vllm_imports:
             return "ready"
         if c.python_version is None:
@@ -143,13 +152,68 @@ def _path_pythons() -> list[str]:
     return found
 
 
+def shim_of(path: str) -> str | None:
+    """The version manager (``pyenv``, ``asdf``, ``mise``) whose shim ``path`` is,
+    :data:`GENERIC_MANAGER` for another program in a ``shims`` folder; None for anything
+    else. Read, not run: the first 8 KiB of a script, or where a link leads."""
+    target = os.path.basename(os.path.realpath(path))
+    if target in ("mise", "rtx"):
+        return "mise"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8192)
+    except OSError:
+        return None
+    m = _SHIM_EXEC.search(head) if head.startswith(b"#!") else None
+    if m:
+        return "mise" if m.group(1) == b"rtx" else m.group(1).decode()
+    if os.path.basename(os.path.dirname(os.path.abspath(path))) == _SHIM_FOLDER:
+        return GENERIC_MANAGER
+    return None
+
+
+def shim_problem(path: str, manager: str, *others: str) -> str:
+    """One line: ``path`` (and ``others``, names of the same folder) are ``manager``'s shims,
+    and which interpreter to name instead."""
+    names = (os.path.basename(path), *others)
+    picks = "the manager" if manager == GENERIC_MANAGER else manager
+    how = "" if manager == GENERIC_MANAGER else f" (`{manager} which {names[0]}` prints it)"
+    if not others:
+        return (
+            f"{path}: a {manager} shim, not an interpreter (it runs whichever Python {picks} "
+            f"picks); name the Python it runs{how}"
+        )
+    return (
+        f"{os.path.dirname(path)}: {manager} shims ({', '.join(names)}), not interpreters (each "
+        f"runs whichever Python {picks} picks); name the Python one runs{how}"
+    )
+
+
+def _candidates() -> list[str]:
+    return _unique(default_engines() + _conda_pythons() + _path_pythons())
+
+
 def discover() -> list[str]:
     """Candidate interpreters, none of them run: this one (unless a bundle), the active
     ``VIRTUAL_ENV``'s and ``CONDA_PREFIX``'s, conda's environments (``~/.conda/
     environments.txt``; ``envs/*`` of ``$CONDA_EXE``'s root, ~/miniconda3, ~/anaconda3,
-    ~/miniforge3), then ``python3`` and ``python3.N`` on ``PATH``. Only existing executables,
-    each engine once (see :func:`_same_key`), as absolute paths."""
-    return _unique(default_engines() + _conda_pythons() + _path_pythons())
+    ~/miniforge3), then ``python3`` and ``python3.N`` on ``PATH``; version managers' shims
+    are left out (:func:`skipped_shims` says why). Only existing executables, each engine
+    once (see :func:`_same_key`), as absolute paths."""
+    return [p for p in _candidates() if shim_of(p) is None]
+
+
+def skipped_shims() -> list[str]:
+    """Why discovery left out the shims it found: one line for each folder of them."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for p in _candidates():
+        manager = shim_of(p)
+        if manager is not None:
+            found.setdefault((os.path.dirname(p), manager), []).append(os.path.basename(p))
+    return [
+        shim_problem(os.path.join(folder, names[0]), manager, *names[1:])
+        for (folder, manager), names in found.items()
+    ]
 
 
 def _unique(paths: Iterable[str]) -> list[str]:
@@ -219,6 +283,8 @@ def default_name(python: str) -> str:
 
 def refusal(path: str, engine: Engine) -> str | None:
     """Why ``engine`` (the check of ``path``) cannot be an engine, in one line; None if it can."""
+    if engine.broken:
+        return f"{path}: not a usable interpreter ({engine.error})"
     if engine.python_version is None:
         return f"{path}: not a Python interpreter ({engine.error or 'no answer'})"
     if engine.vllm_imports:
@@ -251,6 +317,9 @@ def add_engine(path: str, name: str | None = None) -> tuple[EngineEntry, Engine]
     if not (python and _is_executable(python)):
         where = python if python and python != os.path.abspath(path) else path or repr(path)
         raise ConfigError(f"{where}: not an executable file")
+    manager = shim_of(python)
+    if manager is not None:
+        raise ConfigError(shim_problem(path, manager))
     name = default_name(python) if name is None else name
     if not NAME.fullmatch(name):
         raise ConfigError(
