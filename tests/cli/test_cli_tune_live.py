@@ -139,6 +139,7 @@ class _Trial:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.result: str | None = None
+        self.aborted: str | None = None  # (LiveTrial's: set where an arm's failure decided)
 
     def decide(self, decision: str, reason: str) -> None:
         pass
