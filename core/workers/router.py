@@ -10,7 +10,11 @@ Quantdeck, this file run by path (standard library and ``vllm_router`` only).
   worker with that key. Its core also checks clients' keys, on every route, ``/health``
   included, where it is given ``api_key_validation_urls`` (a setting of its core that its
   launcher has no option for): it asks such a URL, with the client's ``Authorization`` header,
-  about each new token and keeps the answer for its life. Here that URL is :func:`key_checker`,
+  about each new token and keeps the answer for its life, a refusal too (``api_key_cache`` in
+  its src/server.rs, a map nothing empties, with no setting of size or age): each new token
+  costs it about its length in memory for good, up to ~400 kB a request (its header limit).
+  Nothing here can bound that (benchmarks/router_key_cache.py measures it); keep a keyed
+  router where only your clients reach it. Here that URL is :func:`key_checker`,
   a child process on loopback: the router's core holds the GIL while it serves, so a thread of
   this process would never answer.
 - A router too old for the setting is refused with one line (exit 2): it could not be guarded.
