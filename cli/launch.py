@@ -127,11 +127,15 @@ def cmd_plan(ns: argparse.Namespace) -> int:
 
 def cmd_command(ns: argparse.Namespace) -> int:
     cfg = config_from(ns)
-    if ns.engine is not None:  # checked against that engine's parser; a profile migrated
+    if ns.profile or ns.engine is not None:
+        # as `serve` fits them before anything starts: a profile migrated from the vLLM it was
+        # saved with to the engine the command is for (the default one without --engine), then
+        # every flag checked against that engine's own parser (one it lacks: one line naming
+        # the engine and its version)
         cfg, notes = fit_for_engine(ns, cfg)
         for note in notes:
             print(f"quantdeck: note: {note}", file=sys.stderr)
-    if ns.engine is not None or cfg.extra_args:  # the engine's options, typed as it takes them
+    elif cfg.extra_args:  # the engine's options, typed as it takes them
         cfg = knobs.for_engine(cfg, engine_capabilities(ns))
     if ns.yaml:  # never holds the key: vLLM reads it from VLLM_API_KEY
         sys.stdout.write(knobs.to_yaml(cfg, for_vllm=True))

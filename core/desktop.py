@@ -29,6 +29,7 @@ from typing import Any
 
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.paths import ASSETS, move_file, write_atomic
+from quantdeck.core.schema import load_json
 
 APP_ID = "quantdeck"  # the entry's file name, the icon's name and the GUI's desktopFileName
 ENTRY_TEMPLATE = ASSETS / "quantdeck.desktop"
@@ -164,8 +165,8 @@ def _file_sha256(path: Path) -> str | None:
 
 def _read_manifest(home: Path) -> dict[str, Any]:
     try:
-        data = json.loads((home / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_json((home / MANIFEST).read_bytes(), str(home / MANIFEST))
+    except (OSError, ConfigError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -145,6 +145,12 @@ def flat() -> Any:
     return field(default_factory=dict, metadata={"flatten": True})
 
 
+def changes() -> Any:
+    """A mapping field of changes, ``{name: [before, after]}``: a reader refuses a value that
+    is not a pair (quantdeck.core.schema.check_event)."""
+    return field(default_factory=dict, metadata={"pairs": True})
+
+
 def now() -> float:
     return time.time()
 
@@ -408,7 +414,7 @@ class MarkerEvent(Event):
     kind: ClassVar[str] = "marker"
     what: str
     label: str
-    diff: dict[str, list[Any]] = field(default_factory=dict)
+    diff: dict[str, list[Any]] = changes()
     config: dict[str, Any] | _Absent = ABSENT
     t: float = field(default_factory=now)
 
@@ -635,7 +641,7 @@ class TrialEvent(Event):
     kind: ClassVar[str] = "trial"
     phase: str
     candidate: str = ""
-    knobs: dict[str, list[Any]] = field(default_factory=dict)
+    knobs: dict[str, list[Any]] = changes()
     goal: str = ""
     verdict: dict[str, Any] | _Absent = ABSENT
     arms: dict[str, dict[str, Any]] | _Absent = ABSENT
@@ -672,7 +678,7 @@ class LiveTuneEvent(Event):
     kind: ClassVar[str] = "live_tune"
     phase: str
     step: int = 0
-    knobs: dict[str, list[Any]] = field(default_factory=dict)
+    knobs: dict[str, list[Any]] = changes()
     result: str | _Absent = ABSENT
     decision: str | None | _Absent = ABSENT
     reason: str | _Absent = ABSENT

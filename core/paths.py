@@ -127,7 +127,9 @@ def output_kind(folder: Path) -> str | None:
         try:
             with open(marker, encoding="utf-8") as f:
                 data = json.loads(f.read(4096))
-        except (OSError, ValueError):
+        # RecursionError: 4096 bytes of "[" (core.schema, whose load_json bounds the nesting
+        # of every other JSON read, sits beside this module, not under it)
+        except (OSError, ValueError, RecursionError):
             pass
     if isinstance(data, dict) and isinstance(data.get("kind"), str):
         return data["kind"]

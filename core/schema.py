@@ -18,14 +18,23 @@ import stat
 import types
 import typing
 from collections.abc import Callable, Mapping
+from itertools import chain
 from pathlib import Path
 from typing import Any, NoReturn, TypeGuard, Union
+
+import yaml
 
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.events import ABSENT, Event, _Absent, _Unknown
 from quantdeck.core.snapshots import GpuSnapshot, MetricsSnapshot, TelemetrySnapshot
 
 MAX_DEPTH = 64  # nesting of any file Quantdeck reads; theirs is under 10
+MAX_YAML_VALUES = 100_000  # values in a YAML file, its aliases expanded: a fleet of 64 takes 5000
+# a time stamp (an event's ``t``): seconds since 1970, up to the last second of year 9999 (the
+# clock a replay shows reads no further: 1e300 or a 4,000-digit number ended in OverflowError)
+MAX_TIME = 253_402_300_799
+_INT_RANGE = (-(2**63), 2**64 - 1)  # an integer field's values: what a 64-bit counter holds
+_FLOAT_MAX = 1.7976931348623157e308  # an integer where a float belongs must become one
 
 _repr = reprlib.Repr()
 _repr.maxlevel = 3
@@ -45,8 +54,11 @@ def is_int(v: Any) -> TypeGuard[int]:
 
 
 def is_number(v: Any) -> TypeGuard[int | float]:
-    """A finite int or float: NaN and infinity are no measurement."""
-    return is_int(v) or (isinstance(v, float) and math.isfinite(v))
+    """A finite int or float: NaN and infinity are no measurement, nor an integer beyond what
+    a float holds (4,000 digits: its use as a float overflows)."""
+    if is_int(v):
+        return -_FLOAT_MAX <= v <= _FLOAT_MAX
+    return isinstance(v, float) and math.isfinite(v)
 
 
 def regular_file(path: Path, *, error: type[QuantdeckError] = ConfigError) -> int:
@@ -89,10 +101,14 @@ def load_json(
     *,
     error: type[QuantdeckError] = ConfigError,
     nonfinite_as_none: bool = False,
+    syntax_error: type[QuantdeckError] | None = None,
 ) -> Any:
     """Parse JSON strictly: ``NaN``, ``Infinity`` and overflowing numbers (``1e999``) are
     refused, or read as ``null`` with ``nonfinite_as_none`` (files Python's json module wrote,
-    which may hold them); nesting deeper than :data:`MAX_DEPTH` is refused."""
+    which may hold them); nesting deeper than :data:`MAX_DEPTH` is refused. Every JSON text
+    Quantdeck reads goes through here: a file, a line, an option's value. ``syntax_error``:
+    the error for text that is no JSON at all (default ``error``), for a caller that takes
+    such text as plain text."""
 
     def nonfinite(word: str) -> None:
         if nonfinite_as_none:
@@ -114,14 +130,16 @@ def load_json(
     except UnicodeDecodeError:
         raise error(f"{where}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
-        raise error(f"{where}: corrupt JSON (line {e.lineno}: {e.msg})") from None
+        raise (syntax_error or error)(f"{where}: corrupt JSON (line {e.lineno}: {e.msg})") from None
     except ValueError:  # an integer of more than 4300 digits
         raise error(f"{where}: corrupt JSON (a number too long)") from None
-    _check_depth(data, where, error)
+    check_depth(data, where, error)
     return data
 
 
-def _check_depth(data: Any, where: str, error: type[QuantdeckError]) -> None:
+def check_depth(data: Any, where: str, error: type[QuantdeckError] = ConfigError) -> None:
+    """Refuse ``data`` nested more than :data:`MAX_DEPTH` levels deep (walked without
+    recursion: a deeper one would end the reader in a RecursionError)."""
     stack = [(data, 1)] if isinstance(data, (dict, list)) else []
     while stack:
         v, depth = stack.pop()
@@ -129,6 +147,115 @@ def _check_depth(data: Any, where: str, error: type[QuantdeckError]) -> None:
         if depth > MAX_DEPTH:
             raise error(f"{where}: nested more than {MAX_DEPTH} levels deep")
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def check_tree(data: Any, where: str, error: type[QuantdeckError] = ConfigError) -> None:
+    """Refuse a value read from a file other than by :func:`load_json` (a YAML mapping) that
+    JSON could not carry as :func:`load_json` reads it: nested more than :data:`MAX_DEPTH`
+    levels, or holding a number that is not finite (YAML's ``.nan``, ``.inf``)."""
+    check_depth(data, where, error)
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise error(f"{where}: {v} is not a finite number")
+        if isinstance(v, dict):
+            stack.extend(chain(v.keys(), v.values()))
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+# -- YAML ---------------------------------------------------------------------------------------
+
+
+class _Refused(yaml.YAMLError):
+    """What a YAML file Quantdeck reads may not hold, with its line (1-based)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
+class StrictYamlLoader(yaml.SafeLoader):
+    """YAML's safe loader, stricter: anchors and aliases (``&a`` ... ``*a``, ``<<: *a``) may
+    not expand the file to more than :data:`MAX_YAML_VALUES` values, nor hold themselves (nine
+    lines of them make a billion list items, and every reader that walks the lists pays for
+    each); a key given twice in a mapping is refused (YAML would keep the last one silently).
+    ``what``: the kind of file, as the refusal names it."""
+
+    what = "YAML"
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _expanded_size(node, {}, set(), self.what)
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue  # a list or mapping as a key: the safe loader refuses it
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _Refused(key_node.start_mark.line + 1, f"key {shown(key)} given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int], what: str) -> int:
+    """How many values ``node`` stands for with every alias written out (each node is
+    counted once: ``sizes`` keeps what is known); _Refused past MAX_YAML_VALUES or on a node
+    that holds itself (``&a [*a]``)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise _Refused(node.start_mark.line + 1, "a YAML anchor holds an alias to itself")
+    size = 1
+    if isinstance(node, yaml.SequenceNode | yaml.MappingNode):
+        open_.add(key)
+        children = node.value if isinstance(node, yaml.SequenceNode) else chain(*node.value)
+        for child in children:
+            size += _expanded_size(child, sizes, open_, what)
+            if size > MAX_YAML_VALUES:
+                raise _Refused(
+                    node.start_mark.line + 1,
+                    f"its YAML aliases expand to over {MAX_YAML_VALUES:,} values (not a {what})",
+                )
+        open_.discard(key)
+    sizes[key] = size
+    return size
+
+
+def load_yaml(
+    text: str | bytes, where: str, what: str, *, error: type[QuantdeckError] = ConfigError
+) -> Any:
+    """The YAML of a file Quantdeck reads (a profile, a fleet file), by
+    :class:`StrictYamlLoader`: one ``error`` line naming ``where`` (and the line) when it is
+    not YAML, its aliases expand too far, it gives a key twice or nests too deeply."""
+    try:
+        text = text.decode("utf-8") if isinstance(text, bytes) else text
+    except UnicodeDecodeError:
+        raise error(f"{where}: not UTF-8 text") from None
+    loader: StrictYamlLoader | None = None
+    try:
+        loader = StrictYamlLoader(text)  # its reader refuses a control character here
+        loader.what = what
+        return loader.get_single_data()
+    except _Refused as e:
+        raise error(f"{where}: line {e.line}: {e.message}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise error(f"{where}:{line} is not valid YAML") from None
+    except ValueError as e:  # a tagged or date-like scalar YAML cannot build (2020-13-45)
+        raise error(f"{where}: is not valid YAML ({e})") from None
+    except RecursionError:
+        raise error(f"{where}: is not valid YAML (nested too deeply)") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 class Fields:
@@ -281,13 +408,18 @@ def _make_fields_check(cls: type) -> _Check:
             # a time stamp the line did not carry reads ABSENT (Event.from_fields invents none)
             hint = hint | _Absent
         scalar = _scalar(hint)
+        if scalar is not None and f.name == "t" and issubclass(cls, Event):
+            scalar = _time_stamp(*scalar)
         if scalar is not None:  # most are: a metrics event has 60, checked on every line
             scalars.append((f.name, *scalar))
             continue
         # written inline, its keys beside the event's own: a metrics event's snapshots, an
         # instance's event, a flattened mapping
         inline = f.metadata.get("flatten") or f.name == "event" or hint in _SNAPSHOT_HINTS
-        others.append((f.name, bool(inline), *_compile(hint)))
+        compiled = _compile(hint)
+        if f.metadata.get("pairs"):
+            compiled = _pairs(*compiled)
+        others.append((f.name, bool(inline), *compiled))
 
     def check(obj: Any, prefix: str) -> bool | str:
         for name, kind, test in scalars:
@@ -321,6 +453,32 @@ _SCALAR_KINDS: dict[Any, str] = {  # in the order an error line names them
 }
 
 
+def _time_stamp(kind: str, test: Callable[[Any], bool]) -> tuple[str, Callable[[Any], bool]]:
+    """An event's ``t``: of its type, and a time a clock can show (0 to :data:`MAX_TIME`)."""
+
+    def stamp(v: Any) -> bool:
+        return test(v) and (not isinstance(v, int | float) or 0 <= v <= MAX_TIME)
+
+    return kind.replace("a finite number", f"a time in seconds since 1970 (0 to {MAX_TIME})"), stamp
+
+
+def _pairs(kind: str, check: _Check) -> tuple[str, _Check]:
+    """A mapping of changes, ``{name: [before, after]}`` (a field with ``pairs`` in its
+    metadata): each value a list of exactly two."""
+
+    def pairs(v: Any, path: str) -> bool | str:
+        ok = check(v, path)
+        if ok is not True:
+            return ok
+        for k, x in v.items():
+            if len(x) != 2:
+                where = f"{path}.{k}" if path else k
+                return _mismatch(where, "a pair [before, after]", x)
+        return True
+
+    return kind, pairs
+
+
 def _scalar(hint: Any) -> tuple[str, Callable[[Any], bool]] | None:
     """(its name, its test) for a type of JSON scalars (``int``, ``float | None``, ``str |
     _Absent``...); None for any other."""
@@ -334,9 +492,14 @@ def _scalar(hint: Any) -> tuple[str, Callable[[Any], bool]] | None:
     none, absent, number = type(None) in members, _Absent in members, float in members
     # by exact type: JSON's values are of these; bool is no int (JSON's true is not a count)
     exact = {t for t in (str, bool, int) if t in members} | ({int} if number else set())
+    # an integer within what its field holds: a count within 64 bits, a number within a
+    # float's range (a 4,000-digit one ended a reader in OverflowError)
+    lo, hi = _INT_RANGE if int in members else (-_FLOAT_MAX, _FLOAT_MAX)
 
     def test(v: Any) -> bool:
         t = type(v)
+        if t is int and t in exact:
+            return lo <= v <= hi
         if t in exact:
             return True
         if t is float:

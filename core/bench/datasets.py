@@ -3,7 +3,6 @@ dataset prompt for prompt, or the user's JSONL / ShareGPT files."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -204,10 +203,7 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise ConfigError(f"{path}:{n}: not a JSON line") from None
+        row = load_json(line, f"{path}:{n}: not a JSON line")
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise ConfigError(f"{path}:{n}: expected an object with a 'prompt' string")
         rows.append(row)
@@ -217,10 +213,7 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 
 
 def _read_sharegpt(path: str) -> list[tuple[str, str]]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not JSON ({e.msg})") from None
+    data = load_json(Path(path).read_bytes(), f"{path}: not JSON")
     pairs = []
     for item in data if isinstance(data, list) else []:
         conv = item.get("conversations") if isinstance(item, dict) else None

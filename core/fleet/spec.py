@@ -21,7 +21,6 @@ import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +49,11 @@ from quantdeck.core.models import inspect_model
 from quantdeck.core.paths import write_atomic
 from quantdeck.core.runtime import AttachedServer, EngineEnv
 from quantdeck.core.runtime.server import base_url, free_port, url_host
-from quantdeck.core.schema import Fields, read_bounded, shown
+from quantdeck.core.schema import MAX_YAML_VALUES, Fields, load_yaml, read_bounded, shown
 
 MAX_BYTES = 2**20  # a fleet file is a few hundred bytes
 MAX_INSTANCES = 64
-MAX_VALUES = 100_000  # values in a fleet file, its YAML aliases expanded: 64 instances take 5000
+MAX_VALUES = MAX_YAML_VALUES  # values in a fleet file, its YAML aliases expanded
 POLICIES = (
     "random",
     "round_robin",
@@ -231,79 +230,11 @@ def _seconds(f: Fields, key: str, default: float, lo: float, hi: float) -> float
     return default if value is None else float(value)
 
 
-class _Refused(yaml.YAMLError):
-    """What the fleet file's YAML may not hold, with its line (1-based)."""
-
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(message)
-        self.line, self.message = line, message
-
-
-class FleetLoader(yaml.SafeLoader):
-    """YAML's safe loader, stricter: anchors and aliases (``&a`` ... ``*a``, ``<<: *a``) may
-    not expand the file to more than :data:`MAX_VALUES` values, nor hold themselves (nine lines
-    of them make a billion list items, and every reader that walks the lists pays for each);
-    a key given twice in a mapping is refused (YAML would keep the last one silently)."""
-
-    def compose_document(self) -> yaml.Node | None:
-        node = super().compose_document()
-        if node is not None:
-            _expanded_size(node, {}, set())
-        return node
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                continue  # a list or mapping as a key: the safe loader refuses it
-            key = self.construct_object(key_node)
-            if key in seen:
-                raise _Refused(key_node.start_mark.line + 1, f"key {shown(key)} given twice")
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
-    """How many values ``node`` stands for with every alias written out (each node is
-    counted once: ``sizes`` keeps what is known); _Refused past MAX_VALUES or on a node that
-    holds itself (``&a [*a]``)."""
-    key = id(node)
-    if key in sizes:
-        return sizes[key]
-    if key in open_:
-        raise _Refused(node.start_mark.line + 1, "a YAML anchor holds an alias to itself")
-    size = 1
-    if isinstance(node, yaml.SequenceNode | yaml.MappingNode):
-        open_.add(key)
-        children = node.value if isinstance(node, yaml.SequenceNode) else chain(*node.value)
-        for child in children:
-            size += _expanded_size(child, sizes, open_)
-            if size > MAX_VALUES:
-                raise _Refused(
-                    node.start_mark.line + 1,
-                    f"its YAML aliases expand to over {MAX_VALUES:,} values (not a fleet file)",
-                )
-        open_.discard(key)
-    sizes[key] = size
-    return size
-
-
 def read_yaml(p: Path) -> Any:
     """The fleet file's YAML, size-bounded; ConfigError (one line) when it is not YAML, its
-    aliases expand too far, or it gives a key twice (:class:`FleetLoader`)."""
-    raw = read_bounded(p, MAX_BYTES, "fleet")
-    try:
-        return yaml.load(raw.decode("utf-8"), Loader=FleetLoader)  # a SafeLoader
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not UTF-8 text") from None
-    except _Refused as e:
-        raise ConfigError(f"{p}: line {e.line}: {e.message}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}:{line} is not valid YAML") from None
-    except (ValueError, RecursionError):  # a date-like scalar YAML cannot build; deep nesting
-        raise ConfigError(f"{p}: is not valid YAML") from None
+    aliases expand too far, or it gives a key twice (the schema's strict loader, as every YAML
+    file Quantdeck reads: quantdeck.core.schema.load_yaml)."""
+    return load_yaml(read_bounded(p, MAX_BYTES, "fleet"), str(p), "fleet file")
 
 
 def _known(f: Fields, keys: set[str]) -> None:
@@ -488,13 +419,22 @@ def _profile(f: Fields, fleet_file: Path) -> tuple[LaunchConfig, Path | None]:
     returned too) or inline."""
     value = f.data["profile"]
     if isinstance(value, dict):
-        return validate(from_dict(value, where=f"{f.where}: 'profile'")), None
+        where = f"{f.where}: 'profile'"
+        return _valid(from_dict(value, where=where), where), None
     path = f.text("profile", max_len=4096) or ""
     p = Path(path).expanduser()
     p = p if p.is_absolute() else fleet_file.parent / p
     if not p.exists():
         f.fail(f"'profile': no such file {p}")
-    return validate(load_file(p)), p
+    return _valid(load_file(p), f"{f.where}: 'profile' {p}"), p
+
+
+def _valid(cfg: LaunchConfig, where: str) -> LaunchConfig:
+    """``cfg`` validated, a refusal naming the instance and its profile."""
+    try:
+        return validate(cfg)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 # -- checks before anything starts ------------------------------------------------------------

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from quantdeck.core.errors import ConfigError, mask_credentials
-from quantdeck.core.schema import shown
+from quantdeck.core.schema import check_tree, load_json, shown
 
 SECTION = "vllm-args"  # a profile's mapping of them (vLLM's own --config YAML: top level)
 CLI_OPTION = "--vllm-arg"
@@ -52,6 +52,15 @@ OWN_FLAGS: dict[str, str] = {
     "headless": "Quantdeck watches the OpenAI API server, which --headless does not start",
     "help": "it prints vLLM's help instead of serving (the engine's options: "
     "`quantdeck engines options`)",
+}
+
+# Options that move the routes Quantdeck reaches the server on (its readiness probe: /health and
+# /v1/models; its scrape: /metrics): with one, a server that serves is never seen ready (a
+# --root-path /v1 waited out the 30-minute start-up deadline). Refused before anything starts.
+ROUTE_FLAGS: dict[str, str] = {
+    "root-path": "it moves the routes Quantdeck's readiness probe (/health, /v1/models) and "
+    "metrics scrape (/metrics) reach, so the server would never be seen ready; serve at the "
+    "root and let the proxy in front strip its prefix",
 }
 
 # Secrets vLLM also reads from its environment: passed there, never on argv nor in a file.
@@ -110,13 +119,14 @@ def parse_cli_arg(text: str) -> tuple[str, Any]:
         raise ConfigError(
             f"{CLI_OPTION} {name}=: no value (NAME alone turns a switch on, no-NAME off)"
         )
-    return name, _scalar(value)
+    return name, _scalar(value, f"{CLI_OPTION} {name}")
 
 
-def _scalar(text: str) -> Any:
+def _scalar(text: str, where: str) -> Any:
     """A number or JSON object where its text says exactly that (``3``, ``0.5``, ``{...}``),
     so a profile keeps it as one; any other text as it is (``007``, ``1.10`` stay text: vLLM
-    gets the same word either way)."""
+    gets the same word either way). A JSON object nested too deeply or holding NaN or
+    Infinity is refused (``where`` names it)."""
     if re.fullmatch(r"-?(0|[1-9][0-9]*)", text):
         return int(text)
     try:
@@ -126,13 +136,17 @@ def _scalar(text: str) -> Any:
     if number is not None and math.isfinite(number) and repr(number) == text:
         return number
     if text.startswith("{"):
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError:
+        try:  # bounded: nested at most MAX_DEPTH levels, its numbers finite, or refused
+            parsed = load_json(text, where, syntax_error=_NotJson)
+        except _NotJson:
             return text
         if isinstance(parsed, dict):
             return parsed
     return text
+
+
+class _NotJson(ConfigError):
+    """Text that is no JSON at all (it stays text: vLLM gets it as it was given)."""
 
 
 def arg_words(name: str, value: Any) -> list[str]:
@@ -196,11 +210,23 @@ def _check_managed(name: str, where: str, managed: Mapping[str, str]) -> None:
     for n in (name, name[3:] if name.startswith("no-") else None):
         if n and n in managed:
             raise ConfigError(f"{where}: Quantdeck sets --{n} itself: {managed[n]}")
+        if n and n in ROUTE_FLAGS:
+            raise ConfigError(f"{where}: --{n} is refused: {ROUTE_FLAGS[n]}")
 
 
 def _check_shape(value: Any, where: str) -> None:
     if value is None:
         raise ConfigError(f"{where}: no value (leave the option out for vLLM's default)")
+    # as a JSON option's text is read (load_json): a profile's YAML nests and writes .nan too;
+    # and a text that is JSON (vLLM parses it for a JSON option: --kv-transfer-config '{...}')
+    # within the same bounds, whatever the engine says of the option
+    check_tree(value, where)
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, str) and item.lstrip()[:1] in ("{", "["):
+            try:
+                load_json(item, where, syntax_error=_NotJson)
+            except _NotJson:
+                pass  # no JSON: text, as given
     if isinstance(value, list):
         if not all(isinstance(x, (str, int, float)) for x in value):
             raise ConfigError(f"{where}: a list holds only numbers and text")
@@ -354,8 +380,8 @@ def _split(value: Any) -> list[Any]:
         t = value.strip()
         if t.startswith("["):
             try:
-                parsed = json.loads(t)
-            except json.JSONDecodeError:
+                parsed = load_json(t, f"{SECTION}: {shown(t)}", syntax_error=_NotJson)
+            except _NotJson:
                 parsed = None
             if isinstance(parsed, list):
                 return parsed
@@ -377,12 +403,7 @@ def _one(name: str, value: Any, kind: str, opt: Mapping[str, Any], where: str, e
         text = str(value).strip()
         if kind == "json|str" and not text.startswith("{"):
             return text
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(
-                f"{where}: --{name} takes a JSON object; not JSON ({e.msg})"
-            ) from None
+        parsed = load_json(text, f"{where}: --{name} takes a JSON object")
         if not isinstance(parsed, dict):
             raise ConfigError(f"{where}: --{name} takes a JSON object, not {shown(value)}")
         return parsed
@@ -398,12 +419,13 @@ def _one(name: str, value: Any, kind: str, opt: Mapping[str, Any], where: str, e
             return text  # vLLM's own reading: 1k = 1000, 1K = 1024
         raise ConfigError(f"{where}: {shown(value)} is not a whole number")
     if kind == "float":
-        if isinstance(value, (int, float)):
-            return value
         try:
-            return float(str(value).strip())
-        except ValueError:
+            number = float(value if isinstance(value, (int, float)) else str(value).strip())
+        except (ValueError, OverflowError):
             raise ConfigError(f"{where}: {shown(value)} is not a number") from None
+        if not math.isfinite(number):  # vLLM's float() would take nan and inf
+            raise ConfigError(f"{where}: {shown(value)} is not a finite number")
+        return value if isinstance(value, (int, float)) else number
     return value
 
 
@@ -501,10 +523,7 @@ def speculative_config(text: str) -> dict[str, Any]:
             f"{where}: {shown(text)} is neither ngram:K nor a JSON object of vLLM's speculative "
             'config (e.g. {"method": "eagle3", "model": "PATH", "num_speculative_tokens": 3})'
         )
-    try:
-        parsed = json.loads(t)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: not JSON ({e.msg})") from None
+    parsed = load_json(t, where)  # nested at most MAX_DEPTH levels, its numbers finite
     if not isinstance(parsed, dict) or not ({"method", "model"} & set(parsed)):
         raise ConfigError(f"{where}: the JSON object names no method and no model")
     _check_secret("speculative-config", parsed, where)

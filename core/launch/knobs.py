@@ -37,7 +37,7 @@ from quantdeck.core.fields import (
 from quantdeck.core.launch import engine_args as ea
 from quantdeck.core.launch.config import GROUPS, LaunchConfig
 from quantdeck.core.launch.ray import check_address
-from quantdeck.core.schema import shown
+from quantdeck.core.schema import load_json, load_yaml, shown
 
 COMPILATION_PREFIX = "--compilation-config."
 MASK = "***"  # what a secret shows as wherever a command or config is shown
@@ -295,10 +295,7 @@ def _merged_compilation(cfg: LaunchConfig, compilation: dict[str, Any]) -> dict[
     if given is None:
         return compilation
     if isinstance(given, str):
-        try:
-            given = json.loads(given)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{ea.SECTION}.compilation-config: not JSON ({e.msg})") from None
+        given = load_json(given, f"{ea.SECTION}.compilation-config")
     if not isinstance(given, dict):
         raise ConfigError(f"{ea.SECTION}.compilation-config: expected a JSON object")
     for key in compilation:
@@ -460,6 +457,14 @@ def from_dict(data: Any, *, where: str = "profile") -> LaunchConfig:
     by_key.update({k.name: k for k in iter_knobs()})
     for raw_key, value in data.items():
         key = str(raw_key)
+        secret = by_key.get(key) or by_key.get(key.replace("_", "-"))
+        if secret is not None and secret.secret_env and value not in (None, ""):
+            raise ConfigError(
+                f"{where}: '{key}': a key written in the file is refused ({SECRET_IN_FILE}); "
+                "give it with --api-key or VLLM_API_KEY, keep a profile's in the keyring "
+                "(profile save --remember-key), or write a fleet instance's api_key: "
+                "env:VARIABLE"
+            )
         if key.replace("_", "-") == ea.SECTION:
             cfg.extra_args = _extra_from(value, where)
             continue
@@ -491,22 +496,26 @@ def _extra_from(value: Any, where: str) -> dict[str, Any]:
         name = ea.canonical_name(str(raw), f"{where}: {ea.SECTION}")
         if name in out:
             raise ConfigError(f"{where}: {ea.SECTION}.{name} is given twice")
+        if ea.is_secret(name, v):
+            raise ConfigError(
+                f"{where}: {ea.SECTION}.{name}: a secret written in the file is refused "
+                f"({SECRET_IN_FILE}); give --{name} in {ea.SECRET_ENVS[name]}"
+            )
         out[name] = v
     return out
 
 
+# Why a secret written in a settings file (a profile, a fleet file's inline profile) is
+# refused, as a fleet file's own api_key is unless it names where the key is kept. to_dict
+# never writes one.
+SECRET_IN_FILE = "it would be shown and copied with the file"
+
+
 def from_yaml(text: str, *, where: str = "profile") -> LaunchConfig:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{where}:{line} is not valid YAML") from None
-    except ValueError as e:  # a tagged or date-like scalar YAML cannot build (2020-13-45)
-        raise ConfigError(f"{where}: is not valid YAML ({e})") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: is not valid YAML (nested too deeply)") from None
-    return from_dict(data or {}, where=where)
+    """A profile's settings from its YAML (or JSON: YAML reads it), read as every YAML file
+    Quantdeck reads: a key given twice or aliases that expand too far are refused in one line
+    naming the line (quantdeck.core.schema.load_yaml, as a fleet file)."""
+    return from_dict(load_yaml(text, where, "profile") or {}, where=where)
 
 
 # -- CLI options ----------------------------------------------------------------------------

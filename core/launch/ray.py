@@ -11,16 +11,17 @@ not answer is one line within a couple of seconds, not Ray's own minute of retri
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch.config import LaunchConfig
 from quantdeck.core.launch.device import DeviceFacts
 from quantdeck.core.procs import own_python, worker_command
+from quantdeck.core.schema import load_json
 
 TCP_TIMEOUT_S = 2.0  # a host that does not answer a connect in this long is taken as down
 PROBE_TIMEOUT_S = 60.0  # python start, `import ray` (~2 s) and ray.init on a live cluster
@@ -153,8 +154,8 @@ def probe_ray(
 def _last_json(text: str) -> dict[str, Any] | None:
     for line in reversed(text.splitlines()):
         try:
-            obj = json.loads(line)
-        except ValueError:
+            obj = load_json(line, "the Ray probe")
+        except ConfigError:
             continue
         if isinstance(obj, dict):
             return obj

@@ -20,10 +20,11 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from quantdeck.core.errors import ModelError
+from quantdeck.core.errors import ConfigError, ModelError
 from quantdeck.core.events import DoneEvent, Event
 from quantdeck.core.paths import atomic_dir, check_output_dir, data_root
 from quantdeck.core.procs import spawn, subprocess_env, worker_command, worker_events
+from quantdeck.core.schema import load_json
 
 DEMO_MODEL_NAME = "quantdeck-demo"
 MARKER_NAME = ".quantdeck-demo.json"
@@ -44,8 +45,8 @@ def is_complete(path: Path | str) -> bool:
     """True when ``path`` holds a finished build of the current recipe."""
     path = Path(path)
     try:
-        marker = json.loads((path / MARKER_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        marker = load_json((path / MARKER_NAME).read_bytes(), str(path / MARKER_NAME))
+    except (OSError, ConfigError):
         return False
     if not isinstance(marker, dict) or marker.get("recipe") != RECIPE_VERSION:
         return False

@@ -18,7 +18,7 @@ Plain Python (gzip + json): no torch here.
 from __future__ import annotations
 
 import gzip
-import json
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.schema import load_json
 
 HOST_CATS = ("cpu_op",)
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -88,10 +89,8 @@ def _read(path: Path) -> Any:
         raise ConfigError(f"{path}: cannot read the trace ({e})") from None
     if len(raw) > MAX_TRACE_BYTES:
         raise ConfigError(f"{path}: trace larger than {MAX_TRACE_BYTES // 2**20} MiB unzipped")
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not a Chrome trace (bad JSON: {e})") from None
+    # bounded as every JSON Quantdeck reads (nesting, number length); a NaN reads null
+    return load_json(raw, f"{path}: not a Chrome trace (bad JSON)", nonfinite_as_none=True)
 
 
 def _covered(spans: Iterable[tuple[float, float]]) -> float:
@@ -126,7 +125,9 @@ def summarize_trace(path: str | Path, *, top: int = TOP) -> TraceSummary:
             continue
         try:
             ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
+            continue
+        if not (math.isfinite(ts) and math.isfinite(dur)):
             continue
         n += 1
         cat, name = str(ev.get("cat", "")), str(ev.get("name", ""))

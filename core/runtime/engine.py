@@ -15,12 +15,14 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from quantdeck.core.engines import default_engine, engine_name
-from quantdeck.core.errors import ServerError
+from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.paths import probe_dir, write_atomic
 from quantdeck.core.procs import subprocess_env, worker_command
+from quantdeck.core.schema import load_json
 
 PROBE_SCHEMA = 2  # what quantdeck.core.workers.probe writes (its SCHEMA; a test checks they agree)
 
@@ -129,8 +131,10 @@ class EngineEnv:
             r = subprocess.run(
                 [self.python, "-c", _PLUGINS_CODE], capture_output=True, text=True, timeout=60
             )
-            return [str(p) for p in json.loads(r.stdout)] if r.returncode == 0 else []
-        except (OSError, subprocess.TimeoutExpired, ValueError):
+            if r.returncode != 0:
+                return []
+            return [str(p) for p in load_json(r.stdout, f"engine python {self.python}: plugins")]
+        except (OSError, subprocess.TimeoutExpired, ValueError, TypeError, QuantdeckError):
             return []
 
     def bnb_problem(self) -> str | None:
@@ -147,20 +151,29 @@ class EngineEnv:
             f"{self.python} -m pip install vllm-bnb-plugin"
         )
 
+    def probe_file(self, dist: str | None = None, version: str | None = None) -> Path:
+        """Where this engine's probe is cached: a file per interpreter, vLLM distribution and
+        version (asked of the interpreter unless given) and probe schema."""
+        if dist is None or version is None:
+            dist, version = self.version()
+        real = os.path.realpath(self.python)
+        key = hashlib.sha256(f"{PROBE_SCHEMA}|{real}|{dist}|{version}".encode()).hexdigest()
+        return probe_dir() / f"{key[:16]}.json"
+
     def capabilities(self, *, refresh: bool = False) -> Capabilities:
         """What this engine accepts: its probe, cached per interpreter, vLLM version and probe
         schema (a newer probe records more: old entries are probed again)."""
         dist, ver = self.version()
         name = engine_name(self.python)
-        real = os.path.realpath(self.python)
-        key = hashlib.sha256(f"{PROBE_SCHEMA}|{real}|{dist}|{ver}".encode()).hexdigest()
-        path = probe_dir() / f"{key[:16]}.json"
+        path = self.probe_file(dist, ver)
         if path.is_file() and not refresh:
             try:
-                caps = Capabilities(**json.loads(path.read_text()))
+                caps = Capabilities(
+                    **load_json(path.read_bytes(), str(path), nonfinite_as_none=True)
+                )
                 if caps.schema == PROBE_SCHEMA:
                     return dataclasses.replace(caps, python=self.python, name=name)
-            except (json.JSONDecodeError, TypeError):
+            except (QuantdeckError, TypeError):
                 pass  # a stale or broken cache entry: probe again
         r = subprocess.run(
             worker_command("probe", python=self.python),
@@ -173,7 +186,11 @@ class EngineEnv:
         if not lines:
             tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
             raise ServerError(f"engine probe failed: {tail}")
-        data = json.loads(lines[-1])
+        # bounded (nesting, number length): the probe runs in whatever interpreter is named
+        probe = f"engine python {self.python}: its probe's answer"
+        data = load_json(lines[-1], probe, error=ServerError, nonfinite_as_none=True)
+        if not isinstance(data, dict):
+            raise ServerError(f"{probe}: not a JSON object")
         if "error" in data:
             raise ServerError(f"engine python {self.python}: cannot import vLLM ({data['error']})")
         data["python"] = self.python

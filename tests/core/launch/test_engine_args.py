@@ -289,7 +289,7 @@ def test_a_short_alias_is_read_as_its_long_flag() -> None:
         ),
         (
             {"kv-transfer-config": "{nope"},
-            "vllm-args.kv-transfer-config: --kv-transfer-config takes a JSON object; not JSON",
+            "vllm-args.kv-transfer-config: --kv-transfer-config takes a JSON object: corrupt JSON",
         ),
     ],
 )
@@ -411,7 +411,7 @@ def test_speculative_ngram_becomes_vllms_json() -> None:
         ("ngram", "neither ngram:K nor a JSON object"),
         ("ngram:0", "K is 1 to 32"),
         ('{"num_speculative_tokens": 3}', "names no method and no model"),
-        ("{x", "not JSON"),
+        ("{x", "corrupt JSON"),
     ],
 )
 def test_a_bad_speculative_value_is_one_line(text: str, why: str) -> None:
