@@ -25,6 +25,7 @@ from quantdeck.core.monitor.timeline import (
     Timeline,
     compare_spans,
     default_spans,
+    histories,
     store_of,
     timeline_of,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "default_spans",
     "driver_version",
     "GpuSnapshot",
+    "histories",
     "KvEventSubscriber",
     "KvFeed",
     "MetricsScraper",

@@ -236,6 +236,30 @@ def timeline_of(recordings: Iterable[Recording]) -> Timeline:
     return tl
 
 
+def histories(recordings: Iterable[Recording]) -> dict[str | None, list[Recording]]:
+    """The histories the recordings hold, each to be compared on its own: a server's
+    (``serve --record``, ``monitor --record``: key None) and, in a fleet's (``fleet up
+    --record``), one per instance (key: its name), its events as a server's own (its metrics
+    fill its store, its states and launches make its markers), with the fleet's switches
+    (the router's fallback and route changes) beside them. In recording order; an instance
+    seen in several recordings gets one history across them."""
+    out: dict[str | None, list[Recording]] = {}
+    for rec in recordings:
+        names = list(dict.fromkeys(e.instance for e in rec.of(InstanceEvent)))
+        own = [e for e in rec.events if not isinstance(e, InstanceEvent)]
+        if own or not names:
+            out.setdefault(None, []).append(Recording(rec.header, own))
+        for name in names:
+            events = [
+                e.event if e.instance == name else e
+                for e in rec.events
+                if isinstance(e, InstanceEvent)
+                and (e.instance == name or isinstance(e.event, FallbackEvent | RouteEvent))
+            ]
+            out.setdefault(name, []).append(Recording(rec.header, events))
+    return out
+
+
 def store_of(recordings: Iterable[Recording], store: TimeSeriesStore | None = None) -> Any:
     """A store fed the recordings' metrics (a fleet's: those of its instances, overlaid as
     one would not be: left out), sized to hold them all."""

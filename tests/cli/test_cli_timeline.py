@@ -1,5 +1,6 @@
 """``quantdeck timeline``: the Monitor's span comparison from recordings (two H200 launches of
-one model, bf16 with CUDA graphs then bitsandbytes eager), and ``report --recording``."""
+one model, bf16 with CUDA graphs then bitsandbytes eager), and ``report --recording``; a
+fleet's recording, compared per instance."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
+from ckpt import TINY_LLAMA, write_checkpoint
 from conftest import ROOT
+from fleet_recording import SECONDS, write_fleet_recording
 
 from quantdeck.cli.main import main
+from quantdeck.core.fleet import load_fleet
 
 GPU = ROOT / "docs" / "gpu-validation"
 RECS = [str(GPU / "record-bf16-graphs.jsonl.gz"), str(GPU / "record-bnb4-eager.jsonl.gz")]
@@ -67,3 +72,46 @@ def test_report_carries_the_comparison(tmp_path: Path, capsys: pytest.CaptureFix
     # one launch only: markers, but nothing to compare across
     page = (tmp_path / "r2" / "index.html").read_text()
     assert "Tuning timeline" in page and "no marker between the spans" in page
+
+
+def test_a_fleet_recording_is_compared_per_instance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: `timeline` read a fleet's recording (`fleet up --record`) as having no metrics
+    samples. Each instance is a history of its own, the fleet's switches among its markers."""
+    model = write_checkpoint(tmp_path / "model", TINY_LLAMA)
+    doc = {
+        "router": {"port": 18080},
+        "instances": [
+            {"name": "a", "port": 18001, "profile": {"model": str(model)}},
+            {"name": "b", "port": 18002, "role": "backup", "profile": {"model": str(model)}},
+        ],
+    }
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    rec = str(write_fleet_recording(tmp_path / "f.jsonl", load_fleet(tmp_path / "fleet.yaml")))
+    assert main(["timeline", rec]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("instance a:\nmarkers:\n") and "\n\ninstance b:\nmarkers:\n" in out
+    assert out.count("fallback on: b take traffic") == 2  # the router's switch, on each
+    assert main(["timeline", rec, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["instances"]
+    assert [r["instance"] for r in rows] == ["a", "b"]
+    assert [r["before"]["samples"] + r["after"]["samples"] for r in rows] == [SECONDS] * 2
+    gen = {
+        r["instance"]: next(x for x in r["rows"] if x["series"] == "generation_tokens_per_s")
+        for r in rows
+    }
+    assert gen["a"]["before"] == 50.0 and gen["b"]["before"] == 20.0  # each its own figures
+    assert main(["timeline", rec, "--instance", "b", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["rows"] == rows[1]["rows"] and [m["what"] for m in one["timeline"]] == ["fleet"]
+    for argv, words in (
+        (["--instance", "c"], "no instance 'c' (its instances: a, b, router)"),
+        (["--report", str(tmp_path / "rep")], "a fleet recording of instances a, b: compare"),
+    ):
+        assert main(["timeline", rec, *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "rep").exists()
+    assert main(["timeline", rec, "--instance", "a", "--report", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "index.html").is_file()
