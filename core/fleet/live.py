@@ -128,6 +128,7 @@ class LiveTrial:
         self._decision: tuple[str, str] | None = None  # the operator's (ask) or a stop
         self._arm_down: tuple[str, str] | None = None  # an arm that failed (which, why)
         self._aborting = threading.Event()  # the fleet stops: no waiting on routes or drains
+        self.probe: ProbeLoad | None = None  # the paired probe, once it runs
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -160,6 +161,9 @@ class LiveTrial:
         its instances, and waits for the trial after)."""
         self.decide("rollback", reason)
         self._aborting.set()
+        probe = self.probe
+        if probe is not None:
+            probe.cancel()
         if wait:
             self.server.stop(sigint_timeout=5.0, sigterm_timeout=5.0)
             if self._thread is not None:
@@ -301,7 +305,7 @@ class LiveTrial:
     def _measure(self) -> tuple[str, str]:
         inc = MetricsScraper(self.inst.url, api_key=self.inst.api_key, timeout=2.0)
         cand = MetricsScraper(self.url, api_key=self.cfg.server.api_key, timeout=2.0)
-        self.probe: ProbeLoad | None = None
+        self.probe = None
         self.probe_why = ""  # why the probe runs (asked for, or the traffic too thin)
         try:
             return self._compare(inc, cand)
@@ -489,6 +493,7 @@ class ProbeLoad:
         self._pairs: list[ProbePair] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._client = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=4))
         self._thread = threading.Thread(target=self._run, name="trial-probe", daemon=True)
         self._thread.start()
 
@@ -500,18 +505,29 @@ class ProbeLoad:
         self._stop.set()
         self._thread.join(timeout=150)
 
+    def cancel(self) -> None:
+        """Stop at once, the request out cut off: a server shutting down gracefully waits for
+        its requests, and a probe's stream held a stopping fleet's instance for 30 s."""
+        self._stop.set()
+        self._client.close()
+
     def _prompt(self, k: int) -> str:
         start = (k * PROBE_PROMPT_CHARS) % max(1, len(self.text) - PROBE_PROMPT_CHARS)
         return f"[{k}] " + self.text[start : start + PROBE_PROMPT_CHARS]
 
     def _run(self) -> None:
         k = 0
-        with httpx.Client(timeout=120, limits=httpx.Limits(max_connections=4)) as client:
+        with self._client as client:
             while not self._stop.is_set():
                 prompt = self._prompt(k)
                 first = k % 2  # the incumbent first on even pairs, the candidate on odd ones
                 k += 1
-                out = {i: self._one(client, self.arms[i], prompt) for i in (first, 1 - first)}
+                try:
+                    out = {i: self._one(client, self.arms[i], prompt) for i in (first, 1 - first)}
+                except RuntimeError:  # the client closed under it (cancel)
+                    return
+                if self._stop.is_set():
+                    return  # a pair cut off by a cancel is no measurement
                 with self._lock:
                     self._pairs.append(ProbePair(out[0], out[1]))
 

@@ -5,11 +5,13 @@ behind the real ``vllm-router``, under a steady client load through the router.
   decided "aborted: the incumbent crashed", before any restart of it; the candidate, which
   serves, takes its place; ``fleet try`` exits 3; the router has the candidate alone and
   answers; ``fleet status`` agrees. With ``restart: "no"`` and with ``on-failure`` alike.
+- ``fleet down`` while a probed trial measures: the whole fleet stopped within 5 s.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -113,3 +115,39 @@ def test_a_killed_incumbent_ends_the_trial_and_the_candidate_serves(
         assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 4
         # the clients: only what was in flight on the killed incumbent may have failed
         assert len(failed_after) <= 2, failed_after[:3]
+
+
+def test_fleet_down_during_a_trial_stops_everything_within_5_s(
+    demo_model: Path,
+    _session_server: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SIGTERM (what `fleet down` sends) while a probed trial measures: the abort waits on no
+    route change and drains nothing, the probe's request out is cut off (a server shutting
+    down waits for its requests: a probe's stream held an instance 30 s), and the candidate
+    stops beside the instances."""
+    _session_server.stop()
+    with fleet_of_one(demo_model, tmp_path) as fleet:
+        t0 = time.time()
+        runner = threading.Thread(
+            target=_try,
+            args=(capsys, str(fleet.file), "a", "--max-num-seqs", "4", "--probe"),
+            daemon=True,
+        )
+        runner.start()
+        _wait_phase(fleet, "measuring", t0)
+        time.sleep(2)  # probe pairs under way
+        pids = {fleet.proc.pid} | {
+            p.pid for p in psutil.Process(fleet.proc.pid).children(recursive=True)
+        }
+        began = time.monotonic()
+        fleet.proc.send_signal(signal.SIGTERM)
+        assert fleet.proc.wait(timeout=60) == 0
+        took = time.monotonic() - began
+        deadline = time.monotonic() + 10
+        while alive_pids(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert alive_pids(pids) == []
+        assert took <= 5.0, f"fleet down during a trial took {took:.1f} s"
+        runner.join(timeout=30)
