@@ -151,3 +151,51 @@ def test_fleet_down_during_a_trial_stops_everything_within_5_s(
         assert alive_pids(pids) == []
         assert took <= 5.0, f"fleet down during a trial took {took:.1f} s"
         runner.join(timeout=30)
+
+
+def test_a_promote_typed_while_the_candidate_starts_is_kept_and_a_client_gone_is_no_traceback(
+    demo_model: Path,
+    _session_server: Any,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A `fleet try` client that dies while its candidate starts rolls the trial back, and
+    `fleet up` says nothing of a broken pipe (it printed a BrokenPipeError traceback). Then
+    `--decide ask` with Promote sent while the candidate starts: kept, and carried out once
+    the candidate serves (it was read as a rollback)."""
+    from quantdeck.core.fleet import running_fleet
+    from quantdeck.core.fleet.control import connect, request_trial
+    from quantdeck.core.fleet.trial import TrialOptions
+    from quantdeck.core.launch import knobs, to_dict
+
+    _session_server.stop()
+    with fleet_of_one(demo_model, tmp_path) as fleet:
+        state = running_fleet()
+        assert state is not None
+        row = next(i for i in state["instances"] if i["name"] == "a")
+        cfg = knobs.from_dict(row["knobs"], where="the fleet")
+        cfg.scheduler.max_num_seqs = 4
+        opts = TrialOptions(decide="ask", min_requests=100000, max_duration_s=600)
+        # a client that goes away while the candidate starts
+        t0 = time.time()
+        sock = connect(state["control"])
+        request = {"op": "try", "instance": "a", "profile": to_dict(cfg), "options": opts.to_json()}
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        _wait_phase(fleet, "admitted", t0)
+        sock.close()
+        _wait_phase(fleet, "rolled back", t0)
+        # Promote while it starts
+        messages: list[dict[str, Any]] = []
+        t1 = time.time()
+        reply = request_trial(
+            state["control"], "a", cfg, opts, messages.append, on_open=lambda d: d("promote")
+        )
+        phases = [m.get("phase") for m in messages if m.get("event") == "trial"]
+        assert phases.index("decided") > phases.index("started"), phases  # decided once it served
+        decided = next(m for m in messages if m.get("phase") == "decided")
+        assert decided["decision"] == "promote", decided
+        assert decided["reason"] == "the operator chose promote", decided
+        assert reply.code == 0 and reply.result == "promoted", reply
+        assert decided["t"] > t1
+        err = capfd.readouterr().err
+        assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
