@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
+from fleet_chaos import client  # the same closed-loop client (this folder)
 
 from quantdeck.core.events import (
     Event,
@@ -110,25 +110,6 @@ class Tally:
                 self._count("restart")
             elif isinstance(inner, TrialEvent) and inner.phase in ("decided", "started"):
                 self.lines.append(f"{self.phase}: trial {inner.phase}: {inner.reason}")
-
-
-def client(url: str, model: str, stop: threading.Event, out: list[dict[str, Any]]) -> None:
-    with httpx.Client(timeout=120) as http:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            t0 = time.time()
-            try:
-                r = http.post(
-                    url + "/v1/completions",
-                    json={"model": model, "prompt": f"starved {i} {t0}", "max_tokens": 12},
-                )
-                ok, why = r.status_code == 200, f"HTTP {r.status_code}"
-            except httpx.HTTPError as e:
-                ok, why = False, type(e).__name__
-            out.append({"t0": t0, "ok": ok, "error": None if ok else why})
-            if not ok:
-                time.sleep(0.2)
 
 
 def failed_between(requests: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any]:

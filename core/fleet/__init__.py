@@ -1,6 +1,7 @@
 """Fleets: several vLLM instances, started or attached, behind vLLM's router."""
 
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
+from quantdeck.core.fleet.router_keeper import probe
 from quantdeck.core.fleet.spec import (
     ROUTER,
     FallbackRule,
@@ -12,7 +13,6 @@ from quantdeck.core.fleet.spec import (
 )
 from quantdeck.core.fleet.supervisor import (
     Fleet,
-    probe,
     router_command,
     running_fleet,
     state_path,

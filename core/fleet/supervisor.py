@@ -19,48 +19,39 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
 import psutil
 
-from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError
+from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import (
     AdviceEvent,
     Event,
     FactEvent,
     InstanceEvent,
     Publisher,
-    RestartEvent,
-    RouteEvent,
     StateEvent,
 )
-from quantdeck.core.fleet.live import LiveTrial, drain
-from quantdeck.core.fleet.live import sleep as sleep_server
+from quantdeck.core.fleet.live import LiveTrial
 from quantdeck.core.fleet.liveness import (
-    DEGRADED,
-    HUNG,
     OK,
-    Judgement,
     Liveness,
     look_at,
     read_pressure,
-    tree_pids,
 )
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
-from quantdeck.core.fleet.rows import STARTING_FACT, FleetRows, InstanceSampler
-from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec, admit_candidate
-from quantdeck.core.fleet.trial import TrialOptions
-from quantdeck.core.http import auth_headers
-from quantdeck.core.launch import LaunchConfig, to_dict, validate
-from quantdeck.core.launch.knobs import to_yaml
+from quantdeck.core.fleet.router_keeper import RouterKeeping
+from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
+from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.fleet.tending import InstanceTending, _Tended
+from quantdeck.core.fleet.trials import RETIRED, FleetTrials, Retired
+from quantdeck.core.launch import to_dict
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import cache_dir, write_atomic
 from quantdeck.core.procs import Child, signal_group, spawn, subprocess_env, worker_command
 from quantdeck.core.runtime import EngineEnv, ServerProcess
-from quantdeck.core.runtime.server import alive_pids, free_port, port_free
+from quantdeck.core.runtime.server import free_port, port_free
 from quantdeck.core.schema import Fields, load_json, read_bounded
 
 log = logging.getLogger(__name__)
@@ -70,27 +61,6 @@ TICK_S = 0.25  # the fleet loop's look at its instances
 SAMPLE_S = 1.0  # the instances' metrics scraped (and the fallback rule judged)
 METRICS_WINDOW_S = 60.0  # their quantiles' window, where no fallback rule sets one
 FACTS_S = 5.0  # the router's facts, reported when they change
-ROUTE_RETRY_S = 5.0  # a change of the router's workers it refused, tried again
-# restart: on-failure, as systemd's RestartSec with back-off: the delay before each attempt in a
-# row; an instance that crashed more than RESTART_LIMIT times in a row, never staying up
-# STABLE_S, is given up (systemd's StartLimitBurst).
-RESTART_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-RESTART_LIMIT = 5
-STABLE_S = 60.0
-# Liveness (core.fleet.liveness: hung is no progress, not a slow answer): a hung instance is
-# out of the router at once (unless it is the last that serves), restarted (restart:
-# on-failure) after HUNG_GRACE_S more unless it came back; a degraded one (slow) stays routed.
-# The router, judged alike by its own prober: hung, it is killed and, like a router that died,
-# started again on its port with the workers it should have, after ROUTER_DELAYS (more than
-# ROUTER_LIMIT deaths in a row, none up STABLE_S: the fleet ends).
-HUNG_GRACE_S = 10.0
-STARTING_EVERY_S = 10.0  # a start under way is told this often (stage, time, limit)
-ROUTER_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
-ROUTER_LIMIT = 5
-PROBE_TIMEOUT_S = 2.0
-# a stop of a hung or crashed instance: each signal waits this long (a stopped process gets
-# SIGCONT after each, so that it can act on it)
-HUNG_STOP_S = 2.0
 # The router's launcher (quantdeck.core.workers.router) takes the API key from this variable
 # (another user can read a process's argv in /proc, not its environment) and, given one, has
 # the router ask it on every route, /health included.
@@ -98,20 +68,6 @@ ROUTER_KEY_ENV = "QUANTDECK_ROUTER_API_KEY"
 
 
 _ANOTHER_FLEET = "a fleet already runs from this cache folder: `quantdeck fleet down`"
-RETIRED = "~before"  # a retired (sleeping) incumbent's events: instance NAME~before
-
-
-@dataclass
-class Retired:
-    """An instance's launch before its last promotion, kept for ``fleet undo``: its server
-    asleep (sleep mode, until ``until``) for a wake-up, or only its launch, to start again."""
-
-    cfg: LaunchConfig
-    promotion: str  # what was promoted over it (the knob diff, one line)
-    server: ServerProcess | None = None
-    until: float = 0.0  # (monotonic) the sleeper is stopped then
-    slept_s: float | None = None  # how long it took to fall asleep
-    residual: dict[int, int] | None = None  # GPU index -> bytes it holds asleep (NVML)
 
 
 def router_command_workers(spec: FleetSpec) -> list[str]:
@@ -149,30 +105,7 @@ def router_command(
     ]
 
 
-@dataclass
-class _Tended:
-    """What the fleet's loop knows of one local instance besides its server's state."""
-
-    spec: InstanceSpec
-    server: ServerProcess
-    crashes: int = 0  # in a row, without staying up STABLE_S
-    crash_seen: bool = False
-    restart_at: float | None = None
-    up_since: float | None = None
-    action: threading.Thread | None = None  # a stop and start, off the fleet's loop
-    # liveness: fed and judged by the watcher thread, acted on by the loop (monotonic times)
-    live: Liveness | None = None  # since it was last ready
-    said: str = OK  # the verdict the fleet last told (ok, degraded, hung)
-    told_at: float = 0.0  # a start under way last told then
-    hung_since: float | None = None
-    hung_why: str = ""
-
-    @property
-    def acting(self) -> bool:
-        return self.action is not None and self.action.is_alive()
-
-
-class Fleet:
+class Fleet(RouterKeeping, InstanceTending, FleetTrials):
     """Start, watch and stop one fleet."""
 
     def __init__(
@@ -342,18 +275,6 @@ class Fleet:
         self._router_event(StateEvent("crashed", exit_code=code, reason=why, log_tail=tail))
         raise ServerError(f"router: {why} (log: {self.router_log})")
 
-    def router_healthy(self) -> bool:
-        r = self.spec.router
-        return probe(r.url, api_key=r.api_key) == "ready"
-
-    def workers(self) -> list[str]:
-        """The router's workers, as it lists them."""
-        return self.router_api.workers()
-
-    @property
-    def router_running(self) -> bool:
-        return self.router is not None and self.router.poll() is None
-
     # -- running -----------------------------------------------------------------------------
     def serve(self, stop: threading.Event) -> bool:
         """The whole life of the fleet, until ``stop``: check it, start the instances, then
@@ -444,25 +365,6 @@ class Fleet:
                 log.exception("the fleet's watcher failed a turn")
             done.wait(max(0.0, SAMPLE_S - (time.monotonic() - now)))
 
-    def _router_watch_loop(self, stop: threading.Event, done: threading.Event) -> None:
-        """The router's liveness, probed every SAMPLE_S in a thread of its own: slow scrapes
-        of busy instances (the watcher's) must not make a router that answers look hung (a
-        loaded machine once had it killed while it served, every client then refused)."""
-        r = self.spec.router
-        while not (stop.is_set() or done.is_set()):
-            now = time.monotonic()
-            try:
-                live, router = self._router_live, self.router
-                if live is not None and router is not None and self.router_running:
-                    if probe(r.url, PROBE_TIMEOUT_S, r.api_key) == "ready":
-                        live.answered(time.monotonic())
-                    else:
-                        live.scraped(time.monotonic(), None)
-                    live.judge(time.monotonic(), look_at(router.pid), read_pressure())
-            except Exception:
-                log.exception("the router's probe failed a turn")
-            done.wait(max(0.0, SAMPLE_S - (time.monotonic() - now)))
-
     def _route_loop(self, stop: threading.Event, done: threading.Event) -> None:
         """The router's workers kept in step, while the router is up."""
         while not (stop.is_set() or done.is_set()):
@@ -516,274 +418,6 @@ class Fleet:
                 infos[inst.name] = None
         return FleetRows(self.spec, infos).describe()
 
-    def _instance_event(self, t: _Tended, ev: Event) -> None:
-        self._events.emit(InstanceEvent(t.spec.name, ev))
-
-    def _act(self, t: _Tended, what: str, fn: Callable[[], None]) -> None:
-        """Run ``fn`` (a stop and a start) in the instance's own thread; a start refused
-        (a port taken meanwhile...) is a crash like another."""
-
-        def body() -> None:
-            try:
-                fn()
-            except QuantdeckError as e:
-                self._instance_event(t, StateEvent("crashed", reason=str(e)))
-            except Exception as e:  # a bug: said, and the loop goes on
-                log.exception("%s of %s failed", what, t.spec.name)
-                self._instance_event(t, StateEvent("crashed", reason=f"{what} failed: {e}"))
-
-        t.action = threading.Thread(target=body, name=f"fleet-{what}-{t.spec.name}", daemon=True)
-        t.action.start()
-
-    def _count_crash(self, t: _Tended, now: float) -> None:
-        """A crash (or a hang) counted; the restart planned with back-off, or given up."""
-        t.crashes += 1
-        gave_up = t.crashes > RESTART_LIMIT
-        delay = RESTART_DELAYS[min(t.crashes, len(RESTART_DELAYS)) - 1]
-        t.restart_at = None if gave_up else now + delay
-        self._instance_event(t, RestartEvent(t.crashes, 0.0 if gave_up else delay, gave_up=gave_up))
-
-    def _tend(self, t: _Tended, now: float) -> None:
-        """One look at an instance (no waiting: stops and starts run in its own thread): a
-        crash counted and its restart planned, a hang noticed, a restart due started, a stay
-        long enough to forgive the earlier crashes."""
-        if t.acting:
-            return
-        state = t.server.state
-        if state == "ready":
-            if t.up_since is None:  # just up: its liveness is counted from now
-                t.up_since, t.live, t.said = now, Liveness(now), OK
-            if now - t.up_since >= STABLE_S and t.hung_since is None:
-                t.crashes = 0
-            self._judge_liveness(t, now)
-        else:
-            t.hung_since, t.live = None, None
-            self._tell_start(t, now)
-        owner = self._trial_of(t)
-        if owner is not None:  # the trial owns its arms: it ends first, then the policy
-            if state in ("crashed", "stopped") or t.hung_since is not None:
-                why = t.hung_why if state == "ready" else t.server.crash_reason or "crashed"
-                owner.arm_failed("incumbent", f"{'hung' if state == 'ready' else state}: {why}")
-            return
-        if state == "crashed" and not t.crash_seen:
-            t.crash_seen, t.up_since = True, None
-            if t.spec.restart == "on-failure":
-                self._count_crash(t, now)
-        if t.restart_at is not None and now >= t.restart_at:
-            t.restart_at, t.crash_seen, t.up_since = None, False, None
-            server = t.server
-
-            def restart() -> None:
-                # what is left of the crashed or hung one goes first, each signal short
-                server.stop(sigint_timeout=HUNG_STOP_S, sigterm_timeout=HUNG_STOP_S)
-                if not self._stopping:
-                    server.start()
-
-            self._act(t, "restart", restart)
-
-    def _judge_liveness(self, t: _Tended, now: float) -> None:
-        """Tell the watcher's judgement when it changes: degraded (slow, kept routed), hung
-        (out of the router, unless it is the last that serves: :meth:`wanted_workers`), back
-        to ready; under ``restart: on-failure`` a hung one is restarted after HUNG_GRACE_S, said
-        before it happens."""
-        j = t.live.judgement if t.live is not None else Judgement(OK)
-        if j.verdict == HUNG and t.hung_since is None:
-            t.hung_since, t.hung_why = now, j.why
-            last = self._last_serving(t.spec)
-            plan = (
-                f"; restarted in {HUNG_GRACE_S:g} s unless it comes back (restart: on-failure)"
-                if t.spec.restart == "on-failure" and self._trial_of(t) is None
-                else ""
-            )
-            kept = "; the last instance that serves: kept in the router" if last else ""
-            self._instance_event(t, StateEvent("hung", reason=j.why + kept + plan))
-            t.said = HUNG
-        elif j.verdict == DEGRADED and t.said == OK:
-            self._instance_event(t, StateEvent("degraded", reason=j.why + "; kept in the router"))
-            t.said = DEGRADED
-        elif j.verdict == OK and t.said != OK and t.restart_at is None:
-            t.hung_since = None  # (a restart planned goes ahead: it stays out of the router)
-            self._instance_event(t, StateEvent("ready", url=t.spec.url, reason="recovered"))
-            t.said = OK
-        if (
-            t.hung_since is not None
-            and t.restart_at is None
-            and t.spec.restart == "on-failure"
-            and self._trial_of(t) is None
-            and now - t.hung_since >= HUNG_GRACE_S
-        ):
-            t.crash_seen = True  # the stop to come is not a crash of its own
-            self._count_crash(t, now)
-
-    def _tell_start(self, t: _Tended, now: float) -> None:
-        """A start under way told every STARTING_EVERY_S (its stage, time and limit)."""
-        server = t.server
-        if server.state in ("crashed", "stopped", "stopping") or server.started_at is None:
-            return
-        if now - t.told_at < STARTING_EVERY_S:
-            return
-        t.told_at = now
-        elapsed = round(time.time() - server.started_at)
-        if elapsed >= STARTING_EVERY_S:
-            value = {"stage": server.state, "elapsed_s": elapsed, "limit_s": server.startup_timeout}
-            self._instance_event(t, FactEvent(STARTING_FACT, value))
-
-    def _trial_of(self, t: _Tended) -> LiveTrial | None:
-        """The trial under way of this instance, if any: it owns the instance meanwhile."""
-        trial = self.trial
-        if trial is None or trial.done.is_set() or trial.name != t.spec.name:
-            return None
-        return None if trial.label == trial.name else trial  # (promoted: the instance's own)
-
-    def _last_serving(self, inst: InstanceSpec) -> bool:
-        """Whether no other instance (nor a trial's candidate) serves beside ``inst``."""
-        others = [i for i in self.spec.instances if i.name != inst.name and self._serving(i)]
-        trial = self.trial
-        candidate = trial is not None and trial.routed and trial.server.state == "ready"
-        return not others and not candidate
-
-    # -- the router's supervision --------------------------------------------------------------
-    def _tend_router(self, now: float, stop: threading.Event) -> bool:
-        """One look at the router: its death or hang noticed and its restart planned (with
-        back-off) or started; False once it is given up."""
-        if self.router is None or (
-            self._router_action is not None and self._router_action.is_alive()
-        ):
-            return True
-        if self.router_running:
-            if self._router_up_since is None and self._router_ready.is_set():
-                self._router_up_since = now
-            if self._router_up_since is not None and now - self._router_up_since >= STABLE_S:
-                self._router_crashes = 0
-            live = self._router_live
-            j = live.judgement if live is not None else Judgement(OK)
-            if self._router_ready.is_set() and j.verdict != self._router_said:
-                self._router_said = j.verdict
-                if j.verdict == DEGRADED:
-                    self._router_event(StateEvent("degraded", reason=j.why))
-                elif j.verdict == OK:
-                    self._router_event(StateEvent("ready", url=self.spec.router.url))
-            if self._router_ready.is_set() and j.verdict == HUNG:
-                self._router_event(StateEvent("hung", reason=j.why))
-                signal_group(self.router.pid, signal.SIGKILL)  # its death follows: restarted
-                signal_group(self.router.pid, signal.SIGCONT)
-                self._router_ready.clear()
-            return True
-        if not self._router_seen_down:
-            self._router_seen_down, self._router_up_since = True, None
-            self._router_ready.clear()
-            code = self.router.poll()
-            tail = self.router_log.read_text(errors="replace").splitlines()[-20:]
-            how = f"killed by signal {-code}" if code is not None and code < 0 else f"code {code}"
-            reason = f"the router exited ({how})"
-            self._router_event(StateEvent("crashed", exit_code=code, reason=reason, log_tail=tail))
-            self._router_crashes += 1
-            gave_up = self._router_crashes > ROUTER_LIMIT
-            delay = ROUTER_DELAYS[min(self._router_crashes, len(ROUTER_DELAYS)) - 1]
-            self._router_event(RestartEvent(self._router_crashes, delay, gave_up=gave_up))
-            if gave_up:
-                self.failure = f"router: {reason}, {self._router_crashes} times in a row"
-                return False
-            self._router_restart_at = now + delay
-        if self._router_restart_at is not None and now >= self._router_restart_at:
-            self._router_restart_at = None
-            workers = sorted(self.wanted_workers())
-
-            def restart() -> None:
-                if self._stopping:
-                    return
-                try:
-                    self.start_router(stop, workers=workers)
-                except ServerError as e:  # counted as its death on the next look
-                    log.info("router restart failed: %s", e)
-
-            self._router_action = threading.Thread(
-                target=restart, name="fleet-router-restart", daemon=True
-            )
-            self._router_action.start()
-        return True
-
-    def _serving(self, inst: InstanceSpec) -> bool:
-        """Remote (always), or ready and not hung."""
-        if inst.url_ is not None:
-            return True
-        t = self._tended.get(inst.name)
-        return self.servers[inst.name].state == "ready" and (t is None or t.hung_since is None)
-
-    def _ready_primaries(self) -> list[InstanceSpec]:
-        return [i for i in self.spec.instances if i.role == "primary" and self._serving(i)]
-
-    def wanted_workers(self) -> dict[str, str]:
-        """The workers the router should have now, each with why: the primaries that are
-        ready (remote ones always); the backups while the fallback is active or no primary is
-        ready."""
-        primaries = self._ready_primaries()
-        active = self.fallback is not None and self.fallback.active
-        backups_on = active or not primaries
-        wanted = {i.url: "ready" for i in primaries}
-        for i in self.spec.instances if backups_on else []:
-            if i.role == "backup" and self._serving(i):
-                wanted[i.url] = "fallback" if active else "no primary ready"
-        trial = self.trial
-        if trial is not None:
-            if trial.retiring:
-                wanted.pop(trial.inst.url, None)
-            if trial.routed and trial.server.state == "ready":
-                wanted[trial.url] = "trial"
-        if not wanted:  # the last that serves is kept, hung or not: else nothing would serve
-            for i in self.spec.local:
-                t = self._tended.get(i.name)
-                if i.url in self._routed and t is not None and t.server.state == "ready":
-                    wanted[i.url] = f"hung ({t.hung_why}), but the last instance that serves"
-        return wanted
-
-    def sync_routes(self) -> None:
-        """Add to the router what should serve and is missing; remove what should not."""
-        wanted = self.wanted_workers()
-        by_url = {i.url: i for i in self.spec.instances}
-        for url in sorted(self._routed - set(wanted)):
-            inst = by_url.get(url)
-            if inst is None:  # a trial's candidate (or an incumbent promoted away)
-                self._route("remove", url, "trial")
-                continue
-            state = self.servers[inst.name].state if inst.name in self.servers else "ready"
-            t = self._tended.get(inst.name)
-            if state == "ready" and t is not None and t.hung_since is not None:
-                state = f"hung: {t.hung_why}"
-            trial = self.trial
-            if trial is not None and trial.retiring and url == trial.inst.url:
-                state = "trial: promoting the candidate"
-            reason = state if state != "ready" else "recovered"
-            self._route("remove", url, reason)
-        for url in sorted(set(wanted) - self._routed):
-            self._route("add", url, wanted[url])
-
-    def _route(self, action: str, url: str, reason: str) -> None:
-        """One change of the router's workers; one the router refused is tried again after
-        ROUTE_RETRY_S (one event per try, not one per look)."""
-        if time.monotonic() < self._route_retry.get((action, url), 0.0):
-            return
-        try:
-            if action == "add":
-                self.router_api.add_worker(url)
-                self._routed.add(url)
-            else:
-                self.router_api.remove_worker(url)
-                self._routed.discard(url)
-        except ServerError as e:
-            self._route_retry[(action, url)] = time.monotonic() + ROUTE_RETRY_S
-            self._router_event(RouteEvent(action, url, reason, ok=False, error=str(e)))
-            return
-        self._route_retry.pop((action, url), None)
-        self._router_event(RouteEvent(action, url, reason))
-
-    def router_facts(self) -> dict[str, Any]:
-        """The router's own view: its workers with health, load and circuit state, and its
-        request, retry and error counts (from its Prometheus port and ``/get_loads``)."""
-        if self._metrics_port is None:
-            return {}
-        return self.router_api.facts(f"http://127.0.0.1:{self._metrics_port}/metrics")
-
     # -- one instance at a time (the panel's buttons) ----------------------------------------
     def stop_instance(self, name: str) -> None:
         """Stop one instance (the router drops it on the loop's next look); no restart."""
@@ -803,192 +437,6 @@ class Fleet:
     def restart_instance(self, name: str) -> None:
         self.stop_instance(name)
         self.start_instance(name)
-
-    # -- live trials ---------------------------------------------------------------------------
-    def start_trial(self, name: str, cfg: LaunchConfig, opts: TrialOptions) -> LiveTrial:
-        """Admit and start a live trial of instance ``name`` against ``cfg`` (its events come
-        as the instance's): refused (ConfigError, one line, nothing started) when another trial
-        runs, the instance is not a local primary that serves, or the candidate does not fit
-        beside the fleet (the planner's figures)."""
-        with self._trial_lock:
-            if self.trial is not None and not self.trial.done.is_set():
-                raise ConfigError(f"a trial of '{self.trial.name}' is under way: one at a time")
-            inst = next((i for i in self.spec.instances if i.name == name), None)
-            if inst is None:
-                names = ", ".join(i.name for i in self.spec.instances)
-                raise ConfigError(f"no instance '{name}' in this fleet (it has {names})")
-            if inst.cfg is None or inst.role != "primary":
-                raise ConfigError(
-                    f"instance '{name}': a trial is of a primary that Quantdeck starts"
-                )
-            if self.servers[name].state != "ready" or not self._router_ready.is_set():
-                raise ConfigError(f"instance '{name}' does not serve now: try it once it does")
-            cfg = validate(cfg.copy())
-            admitted = admit_candidate(self.spec, inst, cfg, asleep=self._asleep())
-            trial = self._trial(inst, cfg, opts)
-        trial.start(admitted)
-        return trial
-
-    def _trial(
-        self, inst: InstanceSpec, cfg: LaunchConfig, opts: TrialOptions, **kw: Any
-    ) -> LiveTrial:
-        trial = LiveTrial(
-            inst,
-            cfg,
-            opts,
-            emit=self._events.emit,
-            promote=self._promote,
-            routed_now=lambda url: url in self._routed,
-            nice=self.nice,
-            startup_timeout=self.startup_timeout,
-            **kw,
-        )
-        self.trial = trial
-        return trial
-
-    def _asleep(self) -> dict[int, list[tuple[str, int]]]:
-        """The sleeping retired incumbents' GPU memory (NVML, when they fell asleep), per GPU:
-        what a candidate's admission counts beside the fleet."""
-        held: dict[int, list[tuple[str, int]]] = {}
-        for name, r in self.retired.items():
-            if r.server is not None:
-                for gpu, used in (r.residual or {}).items():
-                    held.setdefault(gpu, []).append((name + RETIRED + " (asleep)", used))
-        return held
-
-    def undo(self, name: str) -> LiveTrial:
-        """Undo the last promotion of instance ``name``: its launch from before back without
-        downtime, as a trial that promotes as soon as it serves: woken up where it sleeps
-        (seconds), else started beside the instance (a start-up). Refused (ConfigError, one
-        line) when a trial runs or nothing was promoted."""
-        with self._trial_lock:
-            if self.trial is not None and not self.trial.done.is_set():
-                raise ConfigError(f"a trial of '{self.trial.name}' is under way: one at a time")
-            inst = next((i for i in self.spec.instances if i.name == name), None)
-            before = self.retired.get(name)
-            if inst is None or inst.cfg is None or before is None:
-                raise ConfigError(f"instance '{name}' has no promotion to undo in this fleet")
-            if self.servers[name].state != "ready" or not self._router_ready.is_set():
-                raise ConfigError(f"instance '{name}' does not serve now: undo it once it does")
-            asleep = before.server
-            if asleep is not None and asleep.state == "ready":
-                admitted = f"the launch before ({before.promotion}) sleeps: a wake-up"
-                self._forwards.pop(id(asleep), lambda: None)()  # the trial forwards it now
-            else:
-                asleep = None
-                admitted = admit_candidate(self.spec, inst, before.cfg, asleep=self._asleep())
-            del self.retired[name]
-            opts = TrialOptions(keep_s=self._keep_s)
-            trial = self._trial(
-                inst,
-                before.cfg,
-                opts,
-                undo=f"undo of the promotion ({before.promotion})",
-                asleep=asleep,
-            )
-        trial.start(admitted)
-        return trial
-
-    def _promote(self, trial: LiveTrial) -> str:
-        """The candidate becomes the instance: the incumbent out of the router, drained and
-        stopped; the instance's launch is the candidate's from now (restarts included) and its
-        profile is saved. Returns where it was saved (one line)."""
-        inst, t = trial.inst, self._tended[trial.name]
-        old, old_url = t.server, inst.url
-        trial.retiring = True
-        if trial.wait_routes(old_url, False):
-            drain(old_url, inst.api_key, trial.opts.drain_timeout_s)
-        with self._trial_lock:
-            inst.cfg = trial.server.cfg.copy()
-            t.server = self.servers[trial.name] = trial.server
-            t.up_since, t.crashes, t.crash_seen, t.restart_at = None, 0, False, None
-            t.hung_since = None
-            trial.label = trial.name  # its events are the instance's from now
-            trial.routed = trial.retiring = False  # its URL is the instance's: a primary's
-            self._forwards[id(trial.server)] = trial.forward
-        self._keep_s = trial.opts.keep_s
-        kept = self._retire(trial, old)
-        saved = self._save_profile(inst, trial) + "; " + kept
-        if self._state_lock is not None:
-            write_atomic(state_path(), json.dumps(self._state()))
-        return saved
-
-    _keep_s = TrialOptions().keep_s  # the last trial's: an undo keeps what it retires as long
-
-    def _retire(self, trial: LiveTrial, old: ServerProcess) -> str:
-        """The promoted-over incumbent, kept for ``fleet undo``: asleep for ``keep_s`` where
-        it runs with sleep mode (its events become instance ``NAME~before``), else stopped
-        (its launch kept). One line saying which."""
-        name = trial.name
-        diff = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in trial.knobs.items()) or "same"
-        earlier = self.retired.pop(name, None)
-        if earlier is not None and earlier.server is not None:
-            earlier.server.stop()  # one launch kept per instance: the last one
-        before = Retired(trial.incumbent_cfg.copy(), diff)
-        self.retired[name] = before
-        keep = trial.opts.keep_s
-        if not old.cfg.model.enable_sleep_mode:
-            why = "it runs without sleep mode"
-        elif keep <= 0:
-            why = "--keep 0"
-        else:
-            try:
-                slept = sleep_server(old.url, old.cfg.server.api_key)
-            except ServerError as e:
-                why = f"it did not sleep: {e}"
-            else:
-                self._forwards.pop(id(old), lambda: None)()
-                self._forwards[id(old)] = old.subscribe(
-                    lambda ev: self._events.emit(InstanceEvent(name + RETIRED, ev))
-                )
-                before.server, before.slept_s = old, slept
-                before.until = time.monotonic() + keep
-                before.residual = _gpu_memory(old, trial.inst.gpus or [])
-                held = ", ".join(
-                    f"{b / 2**30:.2f} GiB of GPU {g}" for g, b in (before.residual or {}).items()
-                )
-                return (
-                    f"the incumbent sleeps for {keep:g} s (asleep in {slept:.1f} s"
-                    f"{', holding ' + held if held else ''}): `fleet undo` wakes it up"
-                )
-        old.stop()
-        return f"the incumbent stopped ({why}): `fleet undo` starts its launch again"
-
-    def _expire(self, now: float) -> None:
-        """Stop the sleepers whose time is up (their launch stays, for an undo by start)."""
-        for r in self.retired.values():
-            if r.server is not None and now >= r.until:
-                server, r.server = r.server, None
-                threading.Thread(target=server.stop, name="fleet-stop-retired").start()
-
-    def _save_profile(self, inst: InstanceSpec, trial: LiveTrial) -> str:
-        """The promoted launch saved: over the instance's profile file (atomically; the one
-        before kept beside it), or beside the fleet file when its profile is inline (the fleet
-        file is never rewritten). One line saying where."""
-        cfg = trial.server.cfg.copy()
-        cfg.server.port = trial.incumbent_cfg.server.port  # the port the fleet gives it
-        try:
-            version = trial.server.engine.version()[1]
-            text = f"# saved with vLLM {version}\n" + to_yaml(cfg)
-        except QuantdeckError:
-            text = to_yaml(cfg)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        try:
-            if inst.profile_file is not None:
-                path = inst.profile_file
-                kept = path.with_name(f"{path.name}.before-trial-{stamp}")
-                private = path.stat().st_mode & 0o077 == 0
-                write_atomic(kept, path.read_text(encoding="utf-8"), replace=False)
-                write_atomic(path, text, private=private)
-                return f"profile {path} replaced (the one before: {kept})"
-            path = self.spec.path.with_name(f"{self.spec.path.stem}.{inst.name}.{stamp}.yaml")
-            write_atomic(path, text, replace=False)
-        except OSError as e:
-            return f"the promoted launch serves, but its profile was not saved: {e}"
-        return (
-            f"the fleet file's profile of '{inst.name}' is inline and was left as it is; the "
-            f"promoted one is saved as {path} (name it as the instance's profile to keep it)"
-        )
 
     # -- stop --------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -1023,27 +471,12 @@ class Fleet:
         if trial is not None and aborted:
             trial.wait(5)  # its decision said (a probe request still out is not waited for)
 
-    def _stop_router(self, proc: Child) -> None:
-        pids = {proc.pid}
-        try:
-            pids |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
-        except psutil.Error:
-            pass
-        running = proc.poll() is None
-        if running:
-            self._router_event(StateEvent("stopping"))
-        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            if proc.poll() is not None and not alive_pids(pids):
-                break
-            signal_group(proc.pid, sig)
-            try:
-                proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                pass
-        if running:
-            self._router_event(StateEvent("stopped", exit_code=proc.returncode))
-
     # -- the state file ----------------------------------------------------------------------
+    def _save_state(self) -> None:
+        """The state file written again (the knobs changed), while the fleet holds it."""
+        if self._state_lock is not None:
+            write_atomic(state_path(), json.dumps(self._state()))
+
     _state_lock: IO[bytes] | None = None  # fleet/state.lock, held (flock) while it runs
 
     def write_state(self) -> None:
@@ -1112,19 +545,6 @@ class Fleet:
         self._state_lock = None
 
 
-def _gpu_memory(server: ServerProcess, gpus: list[int]) -> dict[int, int] | None:
-    """What ``server``'s processes hold on each of ``gpus`` (NVML); None without NVML."""
-    from quantdeck.core.monitor.telemetry import read_gpu
-
-    pids = tree_pids(server.pid)
-    held: dict[int, int] = {}
-    for g in gpus:
-        used = read_gpu(g, frozenset(pids)).server_memory_bytes
-        if isinstance(used, int):
-            held[g] = used
-    return held or None
-
-
 def running_fleet() -> dict[str, Any] | None:
     """The state of the fleet running from this cache folder, or None (a stale file, whose
     owner is gone, is removed)."""
@@ -1161,15 +581,3 @@ def stop_running_fleet(timeout: float = 120.0) -> bool:
     except psutil.TimeoutExpired:
         return False
     return True
-
-
-def probe(url: str, timeout: float = 2.0, api_key: str | None = None) -> str:
-    """``ready`` when ``url``'s ``/health`` answers 200 within ``timeout`` seconds (sent
-    ``api_key`` where given), else ``down``. vLLM's /health wants no key; a keyed router's
-    does: asked without a key, its 401 counts as ready (it answered; ``fleet status`` in
-    another shell does not know the key)."""
-    try:
-        r = httpx.get(url.rstrip("/") + "/health", headers=auth_headers(api_key), timeout=timeout)
-    except httpx.HTTPError:
-        return "down"
-    return "ready" if r.status_code == 200 or (r.status_code == 401 and not api_key) else "down"

@@ -422,6 +422,49 @@ class CappedLog:
         self._f.close()
 
 
+class SavedLog:
+    """server.log as the log reader writes it (a :class:`CappedLog`): a failed write (a full
+    disk) is reported once through ``report`` and the writing stops; the reader goes on
+    draining the pipe."""
+
+    def __init__(self, path: Path, report: Callable[[OSError], None]) -> None:
+        self._report = report
+        self._f: CappedLog | None = None
+        try:
+            self._f = CappedLog(path)
+        except OSError as e:
+            report(e)
+
+    def write(self, raw: str) -> None:
+        if self._f is None:
+            return
+        try:
+            self._f.write(raw)
+        except OSError as e:
+            self._report(e)
+            self.close()
+
+    def close(self) -> None:
+        f, self._f = self._f, None
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass  # the buffered rest of a failed write
+
+
+def _listens(pids: set[int], port: int) -> bool:
+    """Whether one of ``pids`` listens on ``port``."""
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False
+
+
 def _process_tree(pid: int) -> set[int]:
     """``pid`` and its descendants, as they run now."""
     try:
@@ -703,12 +746,11 @@ class ServerProcess:
         parser = sl.StartupLogParser()
         proc, shm = self._proc, self._shm
         assert proc is not None and proc.stdout is not None
-        logf = self._open_log()
+        logf = SavedLog(self.log_path, self._log_not_saved)
         noted = -SHM_NOTE_S
         try:
             for raw in proc.stdout:
-                if logf is not None:
-                    logf = self._write_log(logf, raw)
+                logf.write(raw)
                 self._on_log_line(raw.rstrip("\n"), parser)
                 # at most once a second, and at the end of the start-up (its queues made)
                 if shm is not None and (
@@ -717,34 +759,9 @@ class ServerProcess:
                     shm.note(_process_tree(proc.pid))
                     noted = time.monotonic()
         finally:
-            if logf is not None:
-                self._close_log(logf)
+            logf.close()
             if shm is not None:
                 _sweep_shm(shm, proc.pid)
-
-    def _open_log(self) -> CappedLog | None:
-        try:
-            return CappedLog(self.log_path)
-        except OSError as e:
-            self._log_not_saved(e)
-            return None
-
-    def _write_log(self, logf: CappedLog, raw: str) -> CappedLog | None:
-        """``logf`` after writing ``raw`` to it, or None once a write failed."""
-        try:
-            logf.write(raw)
-            return logf
-        except OSError as e:
-            self._log_not_saved(e)
-            self._close_log(logf)
-            return None
-
-    @staticmethod
-    def _close_log(logf: CappedLog) -> None:
-        try:
-            logf.close()
-        except OSError:
-            pass  # the buffered rest of a failed write
 
     def _log_not_saved(self, e: OSError) -> None:
         msg = f"cannot write {self.log_path} ({e.strerror or e}): the server log is not saved"
@@ -855,7 +872,7 @@ class ServerProcess:
                 return False
         except (httpx.HTTPError, ValueError):
             return False
-        if not self._listens():
+        if not _listens(self._group_pids(), self.cfg.server.port):  # (else: another's)
             self._foreign_since = self._foreign_since or time.monotonic()
             return False
         self._engine_pids = self._children()
@@ -864,20 +881,6 @@ class ServerProcess:
         self._ready.set()
         self._set_state(sl.READY, url=self.url)
         return True
-
-    def _listens(self) -> bool:
-        """Whether a process of this server listens on its port."""
-        port = self.cfg.server.port
-        for pid in self._group_pids():
-            try:
-                conns = psutil.Process(pid).net_connections(kind="inet")
-            except psutil.Error:
-                continue
-            if any(
-                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns
-            ):
-                return True
-        return False
 
     def _children(self) -> set[int]:
         if self._proc is None:

@@ -273,7 +273,7 @@ def test_the_key_checker_answers_200_to_the_key_only(checker: str) -> None:
 def test_a_keyed_router_is_probed_with_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fleet's probe of a keyed router (its /health wants the key too): with the key only
     200 counts; ``fleet status`` in another shell, without it, takes the 401 as an answer."""
-    from quantdeck.core.fleet import supervisor
+    from quantdeck.core.fleet import router_keeper as supervisor  # (the probe's home)
 
     asked: list[dict[str, str]] = []
 
