@@ -54,3 +54,19 @@ def test_any_load_is_checked_or_sane(**kw) -> None:
     assert spec.num_prompts >= 1 and spec.warmups >= 0 and spec.seed >= 0
     assert spec.request_rate > 0 and 0 < spec.burstiness < math.inf
     assert spec.temperature is None or 0 <= spec.temperature < math.inf
+
+
+def test_a_long_text_is_tokenized_in_pieces_of_whole_lines_under_the_open_gates_floor() -> None:
+    """The corpus (388 KB) in one keyless /tokenize through a router without the workers' key
+    was refused 413 by a keyed worker's open gate (64 KiB for the demo's context): the bench
+    never started."""
+    from quantdeck.core.bench.datasets import ENCODE_PIECE_BYTES, _corpus_text, _pieces
+
+    text = _corpus_text()
+    pieces = _pieces(text, ENCODE_PIECE_BYTES)
+    assert "".join(pieces) == text and len(pieces) > 1
+    assert all(len(p.encode()) <= ENCODE_PIECE_BYTES for p in pieces)
+    assert all(p.endswith("\n") for p in pieces[:-1])  # whole lines
+    assert _pieces("short", ENCODE_PIECE_BYTES) == ["short"] and _pieces("", 10) == [""]
+    long_line = "x" * 100 + "\n"
+    assert _pieces("a\n" + long_line + "b\n", 50) == ["a\n", long_line, "b\n"]
