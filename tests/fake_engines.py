@@ -44,15 +44,21 @@ def make_broken_vllm(base: Path, root: Path) -> Path:
 
 AS_LIMIT = 3_000_000 * 1024  # bytes: `ulimit -v 3000000`
 MARK_VAR = "QUANTDECK_TEST_FAKE_ENGINE"
-# `python -c CLI TIMEOUT ARGV...`: quantdeck with the engine check's time limit set to TIMEOUT
-# seconds ("" keeps the default), and without this interpreter among the engines found (its
-# check imports vLLM: seconds of a core per test), so a listing holds the test's fakes only.
+# `python -c CLI TIMEOUT PROBE_TIMEOUT ARGV...`: quantdeck with the engine check's time limit
+# set to TIMEOUT seconds, and the engine probe's (its version, plugins and probe: see
+# core/runtime/engine.py) to PROBE_TIMEOUT ("" keeps a default), and without this interpreter
+# among the engines found (its check imports vLLM: seconds of a core per test), so a listing
+# holds the test's fakes only.
 CLI = """
 import runpy, sys
 from quantdeck.core.engines import check, registry
 timeout = sys.argv.pop(1)
 if timeout:
     check.ENGINE_TIMEOUT_S = float(timeout)
+probe_timeout = sys.argv.pop(1)
+if probe_timeout:
+    from quantdeck.core.runtime import engine
+    engine.VERSION_TIMEOUT_S = engine.PROBE_TIMEOUT_S = float(probe_timeout)
 registry.default_engines = lambda: []
 sys.argv[0] = "quantdeck"
 runpy.run_module("quantdeck.cli", run_name="__main__", alter_sys=True)
@@ -109,14 +115,16 @@ def run_cli_bounded(
     *,
     path: Sequence[Path] = (),
     engine_timeout: float | None = None,
+    probe_timeout: float | None = None,
     timeout: float = 120.0,
 ) -> CliRun:
     """``quantdeck ARGV`` (see :data:`CLI`) under :data:`AS_LIMIT`, its PATH the folders
-    ``path``, its home and cache in ``tmp_path``; the test fails if it runs past ``timeout``
-    seconds (a hang is a failure, not a wait)."""
+    ``path``, its home and cache (engine probes too) in ``tmp_path``; the test fails if it
+    runs past ``timeout`` seconds (a hang is a failure, not a wait)."""
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
     env.pop("CONDA_EXE", None)
+    env.pop("QUANTDECK_PROBE_DIR", None)  # a fake's probe stays in its test's cache
     env.update(
         {
             "PATH": os.pathsep.join(map(str, path)),
@@ -131,9 +139,10 @@ def run_cli_bounded(
         resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
     limit_arg = "" if engine_timeout is None else str(engine_timeout)
+    probe_arg = "" if probe_timeout is None else str(probe_timeout)
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLI, limit_arg, *argv],
+        [sys.executable, "-c", CLI, limit_arg, probe_arg, *argv],
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,
