@@ -55,7 +55,9 @@ def _pieces(text: str, max_bytes: int) -> list[str]:
     single longer line; one piece for a short text (an empty one too)."""
     if len(text.encode("utf-8")) <= max_bytes:
         return [text]
-    pieces, piece, size = [], [], 0
+    pieces: list[str] = []
+    piece: list[str] = []
+    size = 0
     for line in text.splitlines(keepends=True):
         n = len(line.encode("utf-8"))
         if piece and size + n > max_bytes:
