@@ -105,7 +105,7 @@ class Tally:
                     self.lines.append(f"{self.phase}: {name} {inner.state}: {inner.reason}")
             elif isinstance(inner, RouteEvent) and inner.action == "remove":
                 self._count("route removed")
-                self.lines.append(f"{self.phase}: route removed {inner.url}: {inner.reason}")
+                self.lines.append(f"{self.phase}: route removed {inner.worker}: {inner.reason}")
             elif isinstance(inner, RestartEvent):
                 self._count("restart")
             elif isinstance(inner, TrialEvent) and inner.phase in ("decided", "started"):
@@ -193,7 +193,8 @@ def run_size(size: int, ns: argparse.Namespace) -> dict[str, Any]:
             # 4. a real hang under the same load
             tally.phase = "sigstop"
             time.sleep(5)
-            pid = tally.pid["a"]
+            pid = fleet.servers["a"].pid  # (a promotion made the candidate's server a's)
+            assert pid is not None
             t0 = time.time()
             os.kill(pid, signal.SIGSTOP)
             seen = None
