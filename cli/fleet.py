@@ -122,7 +122,10 @@ def cmd_up(ns: argparse.Namespace) -> int:
         def record() -> Recorder:
             return Recorder(ns.record, header, max_bytes=max_bytes)
 
-    fleet = Fleet(spec)
+    from quantdeck.cli.runtime import say_leftovers
+
+    say_leftovers()  # as serve: what an earlier Quantdeck left (its /dev/shm swept)
+    fleet = Fleet(spec, startup_timeout=ns.startup_timeout)
     printer = FleetPrinter(ns.json_events, ns.logs, record)
     fleet.subscribe(printer)
     stop = threading.Event()
@@ -374,6 +377,14 @@ def register(add: AddCommand) -> None:
         "--record", metavar="OUT", help="record every event (JSONL) for `fleet replay` / the GUI"
     )
     add_record_cap(p)
+    p.add_argument(
+        "--startup-timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="an instance (a restart, a trial's candidate too) not ready after S seconds is "
+        "crashed, and its restart policy applies (default: 1800)",
+    )
     p = sub.add_parser(
         "status", help="the running fleet: router, instances and their health (exit 3: none)"
     )

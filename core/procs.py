@@ -36,6 +36,7 @@ import psutil
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, LogEvent, from_json
 from quantdeck.core.paths import cache_dir, write_atomic
+from quantdeck.core.shm import sweep_record
 
 # A child learns its owner's pid here (the engine worker watches it: see workers/engine.py).
 OWNER_PID_ENV = "QUANTDECK_OWNER_PID"
@@ -440,15 +441,42 @@ def group_pids(pgid: int) -> set[int]:
     return out
 
 
+SHM_RECORD_SUFFIX = ".shm"  # beside a lease: what its server mapped in /dev/shm (core/shm)
+ORPHAN_RECORD_S = 60.0  # a record whose lease went this long ago: its server's sweep never came
+
+
+def shm_record(lease: Path) -> Path:
+    """Where the /dev/shm ledger of the child leased by ``lease`` is kept."""
+    return lease.with_suffix(SHM_RECORD_SUFFIX)
+
+
+def _gone(lease: Lease) -> None:
+    """A lease whose processes all ended: what they left in /dev/shm (when the Quantdeck that
+    watched them died before it could look), then the lease."""
+    if lease.path is not None:
+        sweep_record(shm_record(lease.path))
+        lease.path.unlink(missing_ok=True)
+
+
 def leftovers() -> list[Lease]:
-    """Children whose owner is gone and which still run; stale leases are removed."""
+    """Children whose owner is gone and which still run; stale leases are removed, with what
+    their children left in /dev/shm."""
     out = []
-    for lease in read_leases():
+    leases = read_leases()
+    for lease in leases:
         if not lease_pids(lease):
-            if lease.path is not None:
-                lease.path.unlink(missing_ok=True)
+            _gone(lease)
         elif not _is_process(lease.owner_pid, lease.owner_create_time):
             out.append(lease)
+    # records without a lease: the child was reaped, then its owner died before its sweep
+    kept = {lease.path for lease in leases if lease.path is not None}
+    for record in lease_dir().glob("*" + SHM_RECORD_SUFFIX):
+        try:
+            old = time.time() - record.stat().st_mtime >= ORPHAN_RECORD_S
+        except OSError:
+            continue
+        if old and record.with_suffix(".json") not in kept:
+            sweep_record(record)
     return out
 
 
@@ -462,8 +490,8 @@ def stop_leftover(lease: Lease, timeout: float = 10.0) -> bool:
         while lease_pids(lease) and time.monotonic() < deadline:
             time.sleep(0.1)
     gone = not lease_pids(lease)
-    if gone and lease.path is not None:
-        lease.path.unlink(missing_ok=True)
+    if gone:
+        _gone(lease)
     return gone
 
 

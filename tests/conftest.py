@@ -155,6 +155,18 @@ def dies_with_pytest() -> Callable[[], None] | None:
     return die_with_parent_hook(signal.SIGTERM)
 
 
+def stop_group(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """SIGTERM a test's `fleet up` or `serve` (it stops what it runs, and sweeps what they left
+    in /dev/shm), then SIGKILL its group if it is still there after ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    kill_group(proc)
+
+
 def kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL a test's server and its group (it ran in its own session), if still there."""
     if proc.poll() is None:

@@ -44,14 +44,14 @@ from quantdeck.core.fleet.router import FallbackJudge, RouterClient
 from quantdeck.core.fleet.router_keeper import RouterKeeping
 from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
-from quantdeck.core.fleet.tending import InstanceTending, _Tended
+from quantdeck.core.fleet.tending import RESTART_DELAYS, RESTART_LIMIT, InstanceTending, _Tended
 from quantdeck.core.fleet.trials import RETIRED, FleetTrials, Retired
 from quantdeck.core.launch import to_dict
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import cache_dir, write_atomic
 from quantdeck.core.procs import Child, signal_group, spawn, subprocess_env, worker_command
 from quantdeck.core.runtime import EngineEnv, ServerProcess
-from quantdeck.core.runtime.server import free_port, port_free
+from quantdeck.core.runtime.server import STARTUP_TIMEOUT_S, free_port, port_free
 from quantdeck.core.schema import Fields, load_json, read_bounded
 
 log = logging.getLogger(__name__)
@@ -203,19 +203,48 @@ class Fleet(RouterKeeping, InstanceTending, FleetTrials):
         if not port_free(r.host, r.port):
             raise ServerError(f"router: port {r.port} on {r.host} is already in use")
 
-    def wait_ready(self, stop: threading.Event, timeout: float = 1800.0) -> bool:
-        """Block until every instance is ready (True); False when one crashed or stopped, on
-        ``stop``, or after ``timeout`` seconds."""
+    def wait_ready(self, stop: threading.Event, timeout: float | None = None) -> bool:
+        """Block until every instance is ready (True). Meanwhile each start is tended as
+        later ones are (:meth:`_tend`): told every STARTING_EVERY_S, and a crash (its start-up
+        limit included) restarted with back-off under ``restart: on-failure``. False, with
+        :attr:`failure` saying why, when one crashed for good (``restart: "no"``, or the
+        restarts given up) or stopped; False on ``stop``, or after ``timeout`` seconds
+        (default: the start-up limit for each restart allowed, with their delays)."""
+        if timeout is None:
+            limit = self.startup_timeout or STARTUP_TIMEOUT_S
+            timeout = (RESTART_LIMIT + 1) * limit + sum(RESTART_DELAYS)
         deadline = time.monotonic() + timeout
         while not stop.is_set() and time.monotonic() < deadline:
             self._start_due()
-            states = {s.state for n, s in self.servers.items() if n not in self._queued}
-            if states & {"crashed", "stopped"}:
+            now = time.monotonic()
+            for name, t in self._tended.items():
+                if name not in self._queued:
+                    self._tend(t, now)
+            down = self._down_for_good()
+            if down is not None:
+                self.failure = down
                 return False
+            states = {s.state for n, s in self.servers.items() if n not in self._queued}
             if states <= {"ready"} and not self._queued:
                 return True
             stop.wait(0.2)
+        if not stop.is_set():
+            self.failure = f"the instances were not all ready in {timeout:.0f} s"
         return False
+
+    def _down_for_good(self) -> str | None:
+        """An instance that will not come up (why, in one line), while the fleet starts."""
+        for name, t in self._tended.items():
+            if name in self._queued or t.acting:
+                continue
+            state = t.server.state
+            waiting = t.restart_at is not None
+            if state == "stopped" or (state == "crashed" and not waiting):
+                why = t.server.crash_reason or state
+                if t.spec.restart == "on-failure" and t.crashes > RESTART_LIMIT:
+                    why += f"; restart given up after {RESTART_LIMIT} in a row"
+                return f"{name}: {why}"
+        return None
 
     def start_router(
         self,

@@ -67,13 +67,14 @@ from quantdeck.core.procs import (
     Child,
     group_pids,
     live_lease_dirs,
+    shm_record,
     signal_group,
     spawn,
     subprocess_env,
     worker_command,
 )
 from quantdeck.core.runtime.engine import Capabilities, EngineEnv
-from quantdeck.core.runtime.shm import ShmLedger
+from quantdeck.core.shm import ShmLedger
 
 log = logging.getLogger("quantdeck.server")
 Observer = Callable[[Event], None]
@@ -537,7 +538,7 @@ class ServerProcess:
         self._threads: list[threading.Thread] = []
         self.started_at: float | None = None
         self.log_path = self.run_dir / "server.log"
-        self._shm: ShmLedger | None = None  # this start's shared memory (see core/runtime/shm)
+        self._shm: ShmLedger | None = None  # this start's shared memory (see core/shm)
         # with cache.kv_events: vLLM's --kv-events-config of this start (also a "kv_events" fact)
         self.kv_events: dict[str, Any] | None = None
         # with server.profiler: the folder vLLM writes its traces in (also a "profiler_dir" fact)
@@ -701,6 +702,8 @@ class ServerProcess:
         except BaseException:
             self._drop_unstarted(made)
             raise
+        if self._proc.lease is not None:  # kept beside the lease: swept even if we die
+            self._shm.record = shm_record(self._proc.lease)
         self._emit(FactEvent("pid", self._proc.pid))
         if self.nice:
             lower_priority(self._proc.pid, self.nice)

@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 import yaml
-from conftest import alive_pids, dies_with_pytest, read_json_lines
+from conftest import alive_pids, dies_with_pytest, read_json_lines, stop_group
 
 from quantdeck.cli.main import main
 from quantdeck.core.events import InstanceEvent, MetricsEvent
@@ -136,9 +136,7 @@ def fleet(
     try:
         yield running
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 def _successes(url: str) -> float:

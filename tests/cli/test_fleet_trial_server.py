@@ -27,7 +27,7 @@ import httpx
 import psutil
 import pytest
 import yaml
-from conftest import alive_pids, dies_with_pytest, read_json_lines
+from conftest import alive_pids, dies_with_pytest, read_json_lines, stop_group
 from fleet_load import Load, fleet_file_of_one
 
 from quantdeck.cli.main import main
@@ -74,9 +74,7 @@ def fleet_of_one(demo_model: Path, folder: Path, restart: str = "no") -> Iterato
         running.model = models["data"][0]["id"]
         yield running
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 @pytest.fixture(scope="module")

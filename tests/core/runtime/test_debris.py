@@ -27,7 +27,7 @@ from quantdeck.core.procs import group_pids
 from quantdeck.core.runtime import server as srv
 from quantdeck.core.runtime.engine import Capabilities
 from quantdeck.core.runtime.server import CappedLog, ServerProcess, free_port
-from quantdeck.core.runtime.shm import SHM_ROOT, ShmLedger
+from quantdeck.core.shm import SHM_ROOT, ShmLedger
 
 SHM = SHM_ROOT.is_dir()
 
@@ -208,3 +208,109 @@ def test_a_segment_another_process_still_maps_is_kept(tmp_path: Path) -> None:
         shared.unlink()
         older.close()
         older.unlink()
+
+
+_WATCHER = """
+import sys, time
+from pathlib import Path
+sys.path[:0] = sys.argv[1:3]
+from test_debris import _SHM_SERVER, _server
+server = _server(Path(sys.argv[3]), _SHM_SERVER)
+lines = []
+server.subscribe(lambda ev: lines.append(getattr(ev, "line", "")))
+server.start()
+while not any("startup complete" in x for x in lines):
+    time.sleep(0.05)
+time.sleep(0.5)  # (noted on that line)
+made = next(x for x in lines if x.startswith("INFO made")).split()[2:]
+print(server.pid, *made, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not SHM, reason="no /dev/shm")
+def test_the_shm_of_a_server_killed_with_its_watcher_goes_at_the_next_look(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of the Quantdeck that watched the server (the panel, `fleet up`) and of the
+    server: nobody is left to sweep. What the server was seen mapping was kept beside its
+    lease, and the next Quantdeck that reads the leases (``leftovers``: serve, the panel's
+    start, `quantdeck leftovers`) removes it, and nothing else."""
+    from quantdeck.core.procs import lease_dir, leftovers
+
+    here = Path(__file__).parent
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, str(here.parent.parent), str(here), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    other = shared_memory.SharedMemory(create=True, size=4096)  # someone else's
+    other.close()
+    try:
+        assert watcher.stdout is not None
+        line = watcher.stdout.readline().split()
+        assert line, "the watcher did not start its server"
+        pid, made = int(line[0]), line[1:]
+        assert made and all((SHM_ROOT / n).exists() for n in made)
+        records = list(lease_dir().glob("*.shm"))
+        assert [r.stem for r in records] == [str(pid)]
+        # both die at once: the watcher held still first (else it sweeps, or the server's
+        # parent-death SIGTERM lets its resource tracker clean up), then the server's group
+        # (the server and its resource tracker), then the watcher
+        os.kill(watcher.pid, signal.SIGSTOP)
+        os.killpg(pid, signal.SIGKILL)
+        os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()
+        deadline = time.monotonic() + 20
+        while group_pids(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not group_pids(pid)
+        assert all((SHM_ROOT / n).exists() for n in made)  # nobody swept
+        assert leftovers() == []
+        assert [n for n in made if (SHM_ROOT / n).exists()] == []
+        assert (SHM_ROOT / other.name).exists()
+        assert list(lease_dir().iterdir()) == []  # the lease and its record gone
+    finally:
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+        other.unlink()
+
+
+def _segment(root: Path, name: str) -> int:
+    path = root / name
+    path.write_bytes(b"x")
+    return path.stat().st_ino
+
+
+def test_a_kept_record_removes_only_its_entries_as_they_were_seen(tmp_path: Path) -> None:
+    from quantdeck.core.shm import sweep_record
+
+    root, record = tmp_path / "shm", tmp_path / "123.shm"
+    root.mkdir()
+    seen = {n: _segment(root, n) for n in ("psm_0abc", "sem.mp-x1y2z3w4", "psm_1def")}
+    replaced = _segment(root, "psm_new")  # the same name, another file now (made while the
+    os.replace(root / "psm_new", root / "psm_1def")  # first lives: another inode)
+    _segment(root, "notes.txt")
+    ledger = ShmLedger(root, record=None)
+    ledger.seen = {**seen, "notes.txt": 1}
+    ledger.record = record
+    ledger._keep()
+    assert sweep_record(record, root) == ["psm_0abc", "sem.mp-x1y2z3w4"]
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt", "psm_1def"]
+    assert (root / "psm_1def").stat().st_ino == replaced
+    assert not record.exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["", "{", "[]", '{"seen": []}', '{"seen": {"psm_0": "1"}}', "x" * (2 << 20)]
+)
+def test_a_record_that_is_not_one_is_removed_and_nothing_else(tmp_path: Path, text: str) -> None:
+    from quantdeck.core.shm import sweep_record
+
+    root, record = tmp_path / "shm", tmp_path / "9.shm"
+    root.mkdir()
+    _segment(root, "psm_0")
+    record.write_text(text)
+    assert sweep_record(record, root) == []
+    assert not record.exists() and (root / "psm_0").exists()

@@ -18,15 +18,24 @@ its death removes an entry only when all of these hold:
 Anything else is left alone: a segment another program made, one a live process still uses,
 one the server made but was never seen using (it stays, as before). Processes of other users
 cannot be looked into; they cannot open this user's 0600 segments either (root aside).
+
+What was seen is also kept on disk (``record``: a file beside the server's lease, rewritten
+when the set grows), so that when the Quantdeck that watched the server dies with it (kill -9
+of the panel or of ``fleet up``: the server follows by its parent-death signal), the next
+Quantdeck that reads the leases (:func:`quantdeck.core.procs.leftovers`: ``serve``, the
+panel's start, ``leftovers``) removes them by the same rules (:func:`sweep_record`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+
+from quantdeck.core.paths import write_atomic
 
 SHM_ROOT = Path("/dev/shm")
 # multiprocessing's names: shared_memory's "psm_" + hex, SemLock's "mp-" + 8 of [a-z0-9_] (glibc
@@ -108,10 +117,11 @@ class ShmLedger:
     """One start of a server: what /dev/shm held before it, what its processes were seen
     mapping, and (:meth:`sweep`) the removal of what it left."""
 
-    def __init__(self, root: Path = SHM_ROOT) -> None:
+    def __init__(self, root: Path = SHM_ROOT, record: Path | None = None) -> None:
         self.root = root
         self.before = set(_listing(root).items())
         self.seen: dict[str, int] = {}  # name: inode, mapped by a process of the server
+        self.record = record  # where :attr:`seen` is kept on disk (None: in memory only)
         self._device = _device(root)
 
     def note(self, pids: Iterable[int]) -> None:
@@ -120,9 +130,23 @@ class ShmLedger:
         for pid in pids:
             inodes |= _mapped(pid, self.root, self._device)
         if inodes:
+            grew = False
             for name, inode in _listing(self.root).items():
                 if inode in inodes and (name, inode) not in self.before:
+                    grew |= self.seen.get(name) != inode
                     self.seen[name] = inode
+            if grew:
+                self._keep()
+
+    def _keep(self) -> None:
+        """Write :attr:`seen` to :attr:`record` (a failed write: memory only, as before)."""
+        if self.record is None:
+            return
+        try:
+            text = json.dumps({"seen": dict(self.seen)})
+            write_atomic(self.record, text)
+        except OSError:
+            pass
 
     def sweep(self) -> list[str]:
         """Remove what the server made and left, by the rules above (call it once the
@@ -136,6 +160,8 @@ class ShmLedger:
             if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_ino == inode:
                 left[name] = inode
         self.seen.clear()
+        if self.record is not None:
+            self.record.unlink(missing_ok=True)
         if not left:
             return []
         used = in_use(set(left.values()), self.root)
@@ -148,3 +174,29 @@ class ShmLedger:
                 except OSError:
                     pass
         return removed
+
+
+RECORD_MAX_BYTES = 1 << 20  # a record names a few entries: anything bigger is not one
+
+
+def sweep_record(record: Path, root: Path = SHM_ROOT) -> list[str]:
+    """Remove what the dead server whose ledger was kept in ``record`` left in ``root`` (the
+    rules above), then the record; the names removed. Call it once the server's group is
+    gone. An unreadable or malformed record is removed and nothing else."""
+    try:
+        with open(record, "rb") as f:
+            raw = f.read(RECORD_MAX_BYTES + 1)
+        if len(raw) > RECORD_MAX_BYTES:
+            raise ValueError("too big for a record")
+        seen = json.loads(raw)["seen"]
+        if not isinstance(seen, dict):
+            raise TypeError("not a record")
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, TypeError, KeyError):
+        record.unlink(missing_ok=True)
+        return []
+    ledger = ShmLedger(root, record)
+    ledger.before = set()  # what it saw at the start was left out when the record was kept
+    ledger.seen = {k: v for k, v in seen.items() if _OURS.match(k) and type(v) is int and v > 0}
+    return ledger.sweep()
