@@ -9,7 +9,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,16 @@ from quantdeck.core.errors import ServerError
 from quantdeck.core.fleet import Fleet, load_fleet, running_fleet, state_path
 
 # a `fleet up` reduced to its check and its write: both racers find no fleet running (the
-# check in Fleet.serve), wait for the same instant, then write the state
+# check in Fleet.serve), say so, wait for the test's "go" (sent once both have: however slowly
+# a starved machine imports them), then write the state
 _RACER = """
 import sys, time
 from quantdeck.core.errors import ServerError
 from quantdeck.core.fleet import Fleet, load_fleet, running_fleet
 fleet = Fleet(load_fleet(sys.argv[1]))
 assert running_fleet() is None
-time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+print("ready", flush=True)
+sys.stdin.readline()
 try:
     fleet.write_state()
 except ServerError as e:
@@ -48,15 +49,20 @@ def fleet_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_two_fleet_ups_racing_one_writes_the_state(fleet_file: Path) -> None:
-    start = time.time() + 3  # both have imported Quantdeck by then
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(fleet_file), str(start)],
+            [sys.executable, "-c", _RACER, str(fleet_file)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for _ in range(2)
     ]
+    assert [r.stdout.readline().strip() for r in racers if r.stdout] == ["ready", "ready"]
+    for r in racers:  # go: both at once
+        assert r.stdin is not None
+        r.stdin.write("go\n")
+        r.stdin.flush()
     first = [r.stdout.readline().strip() for r in racers if r.stdout is not None]
     try:
         assert sorted(x.split(":")[0] for x in first) == ["refused", "wrote"], first
