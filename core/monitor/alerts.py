@@ -29,6 +29,9 @@ class Alert:
     raised_t: float  # unix seconds
     cleared_t: float | None = None  # None: still active
     acknowledged: bool = False
+    # why it ended without clearing: its source's life ended ("server stopped"), so the
+    # condition can no longer be read (cleared_t is then when that happened)
+    ended: str | None = None
 
     @property
     def active(self) -> bool:
@@ -38,12 +41,19 @@ class Alert:
     def state(self) -> str:
         if self.active:
             return "active, acknowledged" if self.acknowledged else "active"
-        return "cleared" + (", acknowledged" if self.acknowledged else "")
+        what = "cleared" if self.ended is None else f"ended: {self.ended}"
+        return what + (", acknowledged" if self.acknowledged else "")
 
     def text(self) -> str:
-        """One line: ``08:12:31 KV cache 99.1% full (cleared 08:13:02)``."""
+        """One line: ``08:12:31 KV cache 99.1% full (cleared 08:13:02)``, or ``(ended
+        08:13:02: server stopped)``."""
         raised = _clock(self.raised_t)
-        end = "" if self.cleared_t is None else f" (cleared {_clock(self.cleared_t)})"
+        end = ""
+        if self.cleared_t is not None:
+            how = "cleared" if self.ended is None else "ended"
+            end = f" ({how} {_clock(self.cleared_t)}" + (
+                f": {self.ended})" if self.ended is not None else ")"
+            )
         return f"{raised} {self.message}{end}"
 
 
@@ -86,6 +96,18 @@ class AlertLog:
         del self._open[key], self._ok_since[key]
         self.version += 1
         return alert
+
+    def end_all(self, why: str, t: float) -> list[Alert]:
+        """The source's life ended at ``t`` (``why``: "server stopped", "server crashed"):
+        every active alert ends, its condition no longer read; the alerts ended."""
+        ended = list(self._open.values())
+        for alert in ended:
+            alert.cleared_t, alert.ended = t, why
+        self._open.clear()
+        self._ok_since.clear()
+        if ended:
+            self.version += 1
+        return ended
 
     def _trim(self) -> None:
         while len(self.alerts) > self.limit:

@@ -327,10 +327,11 @@ def engine_environment(run_dir: Path, cfg: LaunchConfig | None = None) -> dict[s
 
 KV_EVENTS_FLAG = "--kv-events-config"  # vLLM's; the endpoints are chosen at each start
 PROFILER_FLAG = "--profiler-config"  # vLLM's torch profiler and its /start_profile endpoints
-# The paths Quantdeck itself polls (the 1-2 Hz scrape, the readiness probe): vLLM's access log
-# leaves them out where the engine has the option, so that the log holds the operator's
-# traffic, not ours.
-QUIET_PATHS = ("/metrics", "/metrics/", "/health")
+# The paths Quantdeck itself polls (the 1-2 Hz scrape, the readiness probe) and vLLM's router
+# polls (its health check; /get_load, its load probe, which vLLM answers 404: 94 lines in a
+# few minutes behind the router): vLLM's access log leaves them out where the engine has the
+# option, so that the log holds the operator's traffic, not the machines'.
+QUIET_PATHS = ("/metrics", "/metrics/", "/health", "/get_load")
 QUIET_ACCESS_FLAG = "--disable-access-log-for-endpoints"
 # an access line of one of those paths as uvicorn writes it: '... "GET /metrics/?n... HTTP/1.1" 200'
 _QUIET_ACCESS_LINE = re.compile(

@@ -77,6 +77,7 @@ from quantdeck.gui.style import (
 # vLLM's dashboard thresholds, always on (the limits in the bar are the operator's own)
 KV_ALERT_PCT = 98.0  # KV cache nearly full: preemptions follow
 SLO_ALERT_PCT = 99.0  # a window's attainment under this
+ENDED_STATES = ("stopped", "crashed")  # the live source's life ended: its alerts end with it
 # The alert banner's row stays this long after the last alert cleared. An alert that comes and
 # goes with the samples (KV usage about its threshold) would otherwise move every plot up and
 # down with it, and each move lays out all the plots and draws all their axes again (about
@@ -124,6 +125,7 @@ class MonitorPanel(QWidget):
         self._alert_lines: dict[str, pg.InfiniteLine] = {}
         self.alerts = AlertLog()  # raised, cleared, acknowledged (the Alerts page lists them)
         self._alerts_seen: Any = None  # the live store's version the alerts were judged at
+        self._ended_at: float | None = None  # when the live source stopped or crashed
         self._manual_y: set[str] = set()  # plots whose y range the user zoomed: left alone
         self._plot_curves: dict[str, list[Curve]] = {}
         self._legends: dict[str, QGraphicsPixmapItem] = {}
@@ -451,6 +453,8 @@ class MonitorPanel(QWidget):
         """Feed (and show) the source ``key`` from now on, made on first use; the others keep
         their samples and markers, and stay in the source list."""
         src = self.sources.get(key)
+        if src is not self._live:  # the alerts were of the source followed until now
+            self._end_alerts(f"{self._live.label} no longer followed", time.time())
         if src is None:
             src = MonitorSource(key, label, TimeSeriesStore(self._live.store.capacity))
             self.sources[key] = src
@@ -472,8 +476,25 @@ class MonitorPanel(QWidget):
     def set_source_state(self, state: str, t: float | None = None) -> None:
         """The live source moved to ``state`` (the server's: starting, ready, stopped...) at
         ``t``: the cue above the plots follows."""
-        self._live.state = (state, time.time() if t is None else t)
+        when = time.time() if t is None else t
+        before, self._live.state = self._live.state, (state, when)
         self._update_source_cue()
+        if state not in ENDED_STATES:
+            self._ended_at = None
+        elif before is not None and before[0] not in ENDED_STATES:
+            # its alerts end with it: what it read last is not of now any more
+            self._ended_at = when
+            self._end_alerts(f"server {state}", when)
+
+    def _end_alerts(self, why: str, t: float) -> None:
+        """The live source's life ended: its active alerts end (listed, each with why), the
+        banner goes."""
+        ended = self.alerts.end_all(why, t) if self.live else []
+        for alert in ended:
+            self.alert.emit(alert.text())  # the Logs tab has it too
+        self._show_banner("")
+        if ended:
+            self.alerts_changed.emit()
 
     def _update_source_cue(self) -> None:
         text = source_cue(self._shown, self._live, time.time()) if self.live else ""
@@ -747,6 +768,8 @@ class MonitorPanel(QWidget):
     def _check_alerts(self) -> None:
         if not self.live:  # a recording's thresholds are history, not alerts of now
             return
+        if self._ended_at is not None and (self._live.store.last_t or 0.0) <= self._ended_at:
+            return  # its last readings are not of now (a limit changed after the stop)
         checks = (
             ("ttft", "ttft_p99_ms", self.ttft_limit.value(), "p99 TTFT {v:.0f} ms > {lim:.0f} ms"),
             ("kv", "kv_usage_pct", self.kv_limit.value(), "KV-cache usage {v:.1f}% > {lim:.0f}%"),

@@ -78,3 +78,49 @@ def test_alerts_are_judged_while_another_tab_is_shown(qtbot) -> None:
     qtbot.waitUntil(lambda: "1 alert active" in win.alert_label.text(), timeout=2_000)
     assert "Monitor ⚠ 1" in win.tabs.tabText(win.tabs.indexOf(win._monitor_box))
     win.close()
+
+
+def test_alerts_end_with_their_server(qtbot) -> None:
+    """An alert of a server that stops (or crashes) ends with it: listed "ended: server
+    stopped" with the time, the banner gone, the status bar no longer counting it active; a
+    limit changed after the stop raises nothing from the last readings."""
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    mon, model = win.monitor, win.alerts_view.model
+    t0 = time.time() - 5
+    mon.set_source_state("ready", t0)
+    mon.add_event(metrics_event(t0, kv_usage_pct=99.5, ttft_p99_ms=214.0))
+    mon.ttft_limit.setValue(100)
+    mon.refresh(force=True)
+    assert len(mon.alerts.active) == 2 and mon.banner.isVisibleTo(mon)
+    stopped = time.time()
+    mon.set_source_state("stopped", stopped)
+    assert mon.alerts.active == [] and not mon.banner.isVisibleTo(mon)
+    assert {model.text(i, "state") for i in range(2)} == {"ended: server stopped"}
+    assert model.text(0, "cleared") == time.strftime("%H:%M:%S", time.localtime(stopped))
+    assert "0 alerts active, 2 not acknowledged" in win.alert_label.text()
+    assert "(ended " in win.logs.text() and ": server stopped)" in win.logs.text()
+    mon.ttft_limit.setValue(50)  # the last readings are not of now
+    mon.refresh(force=True)
+    assert mon.alerts.active == [] and len(mon.alerts) == 2
+    # the server again: a reading over the limit is a new alert
+    mon.set_source_state("ready")
+    mon.add_event(metrics_event(time.time(), kv_usage_pct=99.5))
+    mon.refresh(force=True)
+    assert [a.key for a in mon.alerts.active] == ["kv_full"] and len(mon.alerts) == 3
+    win.close()
+
+
+def test_an_alert_ended_reads_as_such() -> None:
+    log = AlertLog()
+    log.update("kv_full", True, "KV cache 99.0% full (≥ 98%)", 100.0)
+    log.update("ttft", True, "p99 TTFT 214 ms > 100 ms", 101.0)
+    log.update("ttft", False, "", 102.0)  # on its way to clearing: it ends all the same
+    assert [a.key for a in log.end_all("server crashed", 103.0)] == ["kv_full", "ttft"]
+    assert log.active == [] and log.end_all("server crashed", 104.0) == []
+    a = log.alerts[0]
+    assert a.cleared_t == 103.0 and a.state == "ended: server crashed"
+    assert a.text().endswith(
+        f"(ended {time.strftime('%H:%M:%S', time.localtime(103.0))}: server crashed)"
+    )
+    assert log.update("ttft", True, "p99 TTFT 300 ms > 100 ms", 105.0) is not None  # anew

@@ -79,12 +79,14 @@ def test_a_fleet_instances_lines_are_shown(qtbot) -> None:
     assert "from instance a" in panel.text()
 
 
-def test_the_panels_own_scrapes_and_probes_are_recognised() -> None:
+def test_the_panels_and_the_routers_scrapes_and_probes_are_recognised() -> None:
     ours = [
         '(APIServer pid=7) INFO:     127.0.0.1:41234 - "GET /metrics/?name%5B%5D=vllm%3A'
         'num_requests_running HTTP/1.1" 200 OK',
         'INFO:     127.0.0.1:41234 - "GET /metrics HTTP/1.1" 200 OK',
         'INFO:     127.0.0.1:41234 - "GET /health HTTP/1.1" 200 OK',
+        # vLLM's router's load probe (vLLM has no such route)
+        'INFO:     127.0.0.1:41234 - "GET /get_load HTTP/1.1" 404 Not Found',
     ]
     theirs = [
         'INFO:     127.0.0.1:41234 - "POST /v1/completions HTTP/1.1" 200 OK',

@@ -101,11 +101,25 @@ def test_the_operators_day(qtbot, window: MainWindow) -> None:
         ctl.metrics.connect(mon.add_event)
     window.replays[-1].close()
 
-    # stop for a while: the stopped cue, no samples meanwhile
+    # a p99 TTFT limit no request can meet: an alert active when the server stops
+    mon.ttft_limit.setValue(1)
+    load = _load(url, model, 2)
+    qtbot.waitUntil(lambda: not load.is_alive(), timeout=120_000)
+    qtbot.waitUntil(lambda: any(a.key == "ttft" for a in mon.alerts.active), timeout=20_000)
+    assert mon.banner.isVisibleTo(mon) and " active" in window.alert_label.text()
+
+    # stop for a while: the stopped cue, no samples meanwhile; the alert ends with the server
     qtbot.mouseClick(launch.stop_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: "stopped" in window.state_label.text(), timeout=60_000)
     # the Monitor takes the same state event in its own queued call (see above)
     qtbot.waitUntil(lambda: "stopped at" in mon.source_state.text(), timeout=5_000)
+    assert mon.alerts.active == [] and not mon.banner.isVisibleTo(mon)
+    ttft = [a for a in mon.alerts.alerts if a.key == "ttft"]
+    assert len(ttft) == 1 and ttft[0].ended == "server stopped"
+    rows = window.alerts_view.model
+    assert "ended: server stopped" in {rows.text(i, "state") for i in range(rows.rowCount())}
+    assert "0 alerts active" in window.alert_label.text()
+    mon.ttft_limit.setValue(0)
     stopped_at, n = time.time(), len(mon.store)
     qtbot.wait(int(STOPPED_S * 1000))
     assert len(mon.store) == n
