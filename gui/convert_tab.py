@@ -140,6 +140,7 @@ class ConvertTab(QWidget):
         form.addRow("Sequence length", self.seq_len)
         self.convert_button = QPushButton("Convert")
         self.cancel_button = QPushButton("Cancel job")
+        self.cancel_button.setEnabled(False)  # a queued or running job selected
         self.launch_button = QPushButton("Launch converted model")
         self.launch_button.setEnabled(False)
         self.quality_button = QPushButton("Check quality")
@@ -255,6 +256,7 @@ class ConvertTab(QWidget):
     def _on_selection(self, *_: Any) -> None:
         job = self.selected_job()
         done = job is not None and job.state == "done"
+        self.cancel_button.setEnabled(job is not None and job.state in ("queued", "running"))
         self.launch_button.setEnabled(done)
         self.quality_button.setEnabled(done and self.quality_worker is None)
 
@@ -334,8 +336,9 @@ class ConvertTab(QWidget):
                 row.eta = eta_text(row.started, row.pct)
                 self.progress.setValue(int(row.pct))
         self.jobs_model.row_changed(i)
+        if isinstance(ev, StateEvent):
+            self._on_selection()  # what the selected job allows (Cancel, Launch, Check)
         if ended:
-            self._on_selection()
             self.job_finished.emit(job)
 
     def _finish(self, row: JobRow) -> None:

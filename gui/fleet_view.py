@@ -60,7 +60,7 @@ from quantdeck.core.events import (
     RouteEvent,
     StateEvent,
 )
-from quantdeck.gui.labels import error_label, plain_label
+from quantdeck.gui.labels import counted, error_label, plain_label
 from quantdeck.gui.server_control import SERVER_NICE
 from quantdeck.gui.style import GREEN, HINT_SHEET, ORANGE, PURPLE, RED
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
@@ -305,7 +305,7 @@ class FleetView(QWidget):
         self.path, self.spec, self.infos = path, spec, infos
         self._show(FleetRows(spec, infos))
         self.path_label.setText(
-            f"{path} · {len(spec.instances)} instances · router {spec.router.url} "
+            f"{path} · {counted(len(spec.instances), 'instance')} · router {spec.router.url} "
             f"({spec.router.policy})"
         )
         self.phase = "stopped"
@@ -373,7 +373,7 @@ class FleetView(QWidget):
             self._on_fleet_event(ev)
         self.phase = "replay"
         self.path_label.setText(
-            f"replay: {Path(path).name} · {len(rows.rows) - 1} instances · "
+            f"replay: {Path(path).name} · {counted(len(rows.rows) - 1, 'instance')} · "
             f"{rec.duration_s:.0f} s recorded"
         )
         self._update_buttons()

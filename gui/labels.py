@@ -24,3 +24,8 @@ def error_label() -> QLabel:
     label.setWordWrap(True)
     label.setStyleSheet(f"color: {FORM_ERROR}")
     return label
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 instance``, ``2 instances`` (``plural`` where adding an s is wrong)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

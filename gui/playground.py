@@ -5,10 +5,10 @@ serves is picked from its /v1/models."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import QShowEvent, QTextCursor
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QShowEvent, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -84,7 +84,10 @@ class PlaygroundPanel(QWidget):
         self.transcript.setReadOnly(True)
         self.transcript.setMaximumBlockCount(MAX_TRANSCRIPT_LINES)
         self.input = QPlainTextEdit()
-        self.input.setPlaceholderText("Write a message or a prompt…")
+        self.input.setPlaceholderText(
+            "Write a message or a prompt… (Enter sends, Shift+Enter: a new line)"
+        )
+        self.input.installEventFilter(self)  # Enter (or Ctrl+Enter) sends, as in chat apps
         self.input.setMaximumHeight(90)
         self.send_button = QPushButton("Send")
         self.stop_button = QPushButton("Stop")
@@ -119,6 +122,17 @@ class PlaygroundPanel(QWidget):
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.clear_button.clicked.connect(self._on_clear_clicked)
         self.refresh_models_button.clicked.connect(self.refresh_models)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Enter or Ctrl+Enter in the input sends (while Send may); Shift+Enter is a new line."""
+        if watched is self.input and event.type() == QEvent.Type.KeyPress:
+            key = cast(QKeyEvent, event)
+            enter = key.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+            if enter and not key.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                if self.send_button.isEnabled():
+                    self._on_send_clicked()
+                return True  # never a newline (a send under way: the text waits)
+        return super().eventFilter(watched, event)
 
     def _write(self, text: str) -> None:
         cur = self.transcript.textCursor()

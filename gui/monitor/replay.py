@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
 
 from quantdeck.core.events import FactEvent, KvEvent, LogEvent, MetricsEvent, StateEvent
 from quantdeck.core.monitor import Recording, read_recording, timeline_of
-from quantdeck.gui.labels import plain_label
+from quantdeck.gui.labels import counted, plain_label
 from quantdeck.gui.logs import LogsPanel
 from quantdeck.gui.monitor.charts import WINDOWS
 from quantdeck.gui.monitor.kv import KvView
@@ -55,10 +55,19 @@ class ReplayWindow(QWidget):
         metrics = rec.of(MetricsEvent)
         ts = [e.t for e in metrics]
         note = rec.header.info.get("note")
+        # the samples' span and clock, and the events' where they reach further (a server's
+        # start before its first sample): one range per number, never one for the other
+        span = max(ts) - min(ts) if ts else 0.0
+        events = f" · events over {rec.duration_s:.0f} s" if rec.duration_s - span >= 1.0 else ""
         self.heading = plain_label(
-            f"{title} · replay (read-only) · {rec.duration_s:.0f} s recorded"
-            + (f", {_clock(min(ts))} to {_clock(max(ts))}" if ts else "")
-            + f" · {len(metrics)} samples"
+            f"{title} · replay (read-only) · "
+            + (
+                f"{span:.0f} s of samples, {_clock(min(ts))} to {_clock(max(ts))}"
+                if ts
+                else "no samples"
+            )
+            + f" · {counted(len(metrics), 'sample')}"
+            + events
             + (f" · {note}" if note else "")
         )
         font = self.heading.font()

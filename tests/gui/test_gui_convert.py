@@ -69,17 +69,19 @@ def test_cancel_leaves_nothing(qtbot, tab: ConvertTab, tmp_path: Path) -> None:
     tab.method.setCurrentIndex(tab.method.findData("bnb-nf4"))
     out = tmp_path / "demo-nf4"
     tab.out.setText(str(out))
+    assert not tab.cancel_button.isEnabled()  # no job to cancel
     job = tab.convert()
     assert job is not None
     qtbot.waitUntil(lambda: job.state == "running", timeout=60000)
     tab.table.selectRow(0)
+    assert tab.cancel_button.isEnabled()
     with qtbot.waitSignal(tab.job_finished, timeout=120000):
         qtbot.mouseClick(tab.cancel_button, Qt.LeftButton)
     assert job.state == "cancelled"
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo-nf4")]
     assert "cancelled" in tab.jobs_model.text(0, "result")
-    assert not tab.launch_button.isEnabled()
+    assert not tab.launch_button.isEnabled() and not tab.cancel_button.isEnabled()
 
 
 def test_bad_request_is_one_message(qtbot, tab: ConvertTab, demo_model: Path) -> None:

@@ -124,3 +124,21 @@ def test_an_empty_folder_and_an_unreadable_model_say_why(qtbot, tmp_path: Path) 
     )
     text = win.library_info.text()
     assert text.startswith("bad cannot be launched:") and "'head_dim' must be an integer" in text
+
+
+def test_a_replays_heading_gives_each_range_its_own_number(qtbot, tmp_path: Path) -> None:
+    """Before: "236 s recorded, 08:00:00 to 08:00:27" (the events' span beside the samples'
+    clock). Now the samples' span with their clock, and the events' only where they reach
+    further (a server's start, 200 s before its first sample)."""
+    lines = [HEADER, {"event": "state", "t": 100.0, "state": "starting"}]
+    lines += [{**METRICS, "t": 300.0 + i} for i in range(28)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    box, _ = replay_view(read_recording(path), "r")
+    qtbot.addWidget(box)
+    text = box.heading.text()
+    assert "27 s of samples, " in text and " · 28 samples · events over 227 s" in text, text
+    path.write_text("".join(json.dumps(x) + "\n" for x in [HEADER, METRICS]))
+    one, _ = replay_view(read_recording(path), "r")
+    qtbot.addWidget(one)
+    assert " · 1 sample" in one.heading.text() and "events over" not in one.heading.text()

@@ -12,6 +12,7 @@ import psutil
 import pytest
 from conftest import alive_pids
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 
 from quantdeck.core.launch import cpu_device
 from quantdeck.core.runtime import free_port
@@ -79,9 +80,14 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
     assert pg.send_button.isEnabled()  # ready again when reply_finished fires
     pg.mode.setCurrentText("chat")
     pg.input.setPlainText("Hello")
+    pg.input.moveCursor(QTextCursor.MoveOperation.End)
+    qtbot.keyClick(pg.input, Qt.Key_Return, Qt.ShiftModifier)  # a new line, nothing sent
+    assert pg.input.toPlainText() == "Hello\n" and pg.history == []
+    pg.input.insertPlainText("there")
     with qtbot.waitSignal(pg.reply_finished, timeout=120_000):
-        qtbot.mouseClick(pg.send_button, Qt.LeftButton)
+        qtbot.keyClick(pg.input, Qt.Key_Return)  # Enter sends, as in chat apps
     assert [m["role"] for m in pg.history] == ["user", "assistant"]
+    assert pg.history[0]["content"] == "Hello\nthere"
 
     # a kill -9 of the engine process: crashed, with the log tail kept in Logs
     server = window.controller.server
