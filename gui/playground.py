@@ -80,6 +80,14 @@ class PlaygroundPanel(QWidget):
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 32768)
         self.max_tokens.setValue(128)
+        self.system = QPlainTextEdit()  # chat: sent first with every turn, editable between
+        self.system.setPlaceholderText("System prompt (chat; none: the model's template alone)")
+        self.system.setMaximumHeight(70)
+        self.copy_button = QPushButton("Copy as curl")
+        self.copy_button.setToolTip(
+            "the next request (the input as it is, or the last one sent) as a curl command; "
+            "a keyed server's key is read from $VLLM_API_KEY, never copied"
+        )
         self.transcript = QPlainTextEdit()
         self.transcript.setReadOnly(True)
         self.transcript.setMaximumBlockCount(MAX_TRANSCRIPT_LINES)
@@ -106,10 +114,11 @@ class PlaygroundPanel(QWidget):
             params.addRow(label, w)
         side = QVBoxLayout()
         side.addLayout(params)
+        side.addWidget(self.system)
         side.addWidget(self.stats)
         side.addStretch(1)
         buttons = QHBoxLayout()
-        for b in (self.send_button, self.stop_button, self.clear_button):
+        for b in (self.send_button, self.stop_button, self.clear_button, self.copy_button):
             buttons.addWidget(b)
         main = QVBoxLayout()
         main.addWidget(self.transcript, 1)
@@ -122,6 +131,10 @@ class PlaygroundPanel(QWidget):
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.clear_button.clicked.connect(self._on_clear_clicked)
         self.refresh_models_button.clicked.connect(self.refresh_models)
+        self.copy_button.clicked.connect(self.copy_as_curl)
+        self.model_choice.currentTextChanged.connect(self.model_choice.setToolTip)  # (cut off)
+        self.mode.currentTextChanged.connect(lambda m: self.system.setEnabled(m == "chat"))
+        self._last: tuple[str, str, dict[str, Any], bool] | None = None  # the last sent
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         """Enter or Ctrl+Enter in the input sends (while Send may); Shift+Enter is a new line."""
@@ -173,8 +186,6 @@ class PlaygroundPanel(QWidget):
         if not url or not model:
             self.stats.setText("no server: start or attach one first")
             return
-        if self.model_choice.findText(model) >= 0:  # the list is this server's: use the choice
-            model = self.model_choice.currentText()
         chat = self.mode.currentText() == "chat"
         if chat:
             self.history.append({"role": "user", "content": text})
@@ -182,12 +193,14 @@ class PlaygroundPanel(QWidget):
         else:
             self._write(f"\n{text}")
         self.input.clear()
+        model, request = self._request(model, text if not chat else None)
+        self._last = (url, *request, bool(key))
         self.worker = self._start(
             _reply,
             url,
             model,
-            messages=list(self.history) if chat else None,
-            prompt=None if chat else text,
+            messages=request[1].get("messages"),
+            prompt=request[1].get("prompt"),
             api_key=key,
             max_tokens=self.max_tokens.value(),
             temperature=self.temperature.value(),
@@ -199,6 +212,57 @@ class PlaygroundPanel(QWidget):
         self.send_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.stats.setText("waiting for the first token…")
+
+    def _request(self, model: str, prompt: str | None) -> tuple[str, tuple[str, dict[str, Any]]]:
+        """The model the request names and its (path, body): chat (``prompt`` None) sends the
+        system prompt, then the history."""
+        from quantdeck.core.runtime import request_of
+
+        if self.model_choice.findText(model) >= 0:  # the list is this server's: use the choice
+            model = self.model_choice.currentText()
+        messages = None
+        if prompt is None:
+            system = self.system.toPlainText().strip()
+            messages = [{"role": "system", "content": system}] if system else []
+            messages += self.history
+        return model, request_of(
+            model,
+            messages=messages,
+            prompt=prompt,
+            max_tokens=self.max_tokens.value(),
+            temperature=self.temperature.value(),
+            top_p=self.top_p.value(),
+        )
+
+    def copy_as_curl(self) -> str | None:
+        """The request the input would send now (else the last one sent) as a curl command,
+        on the clipboard and returned; the key never in it."""
+        from PySide6.QtGui import QGuiApplication
+
+        from quantdeck.core.runtime import curl_command
+
+        url, model, key = self._target()
+        text = self.input.toPlainText().strip()
+        if text and url and model:
+            chat = self.mode.currentText() == "chat"
+            if chat:
+                self.history.append({"role": "user", "content": text})
+            try:
+                _, (path, body) = self._request(model, None if chat else text)
+            finally:
+                if chat:
+                    self.history.pop()  # copied, not sent
+            command = curl_command(url, path, body, keyed=bool(key))
+        elif self._last is not None:
+            command = curl_command(*self._last[:3], keyed=self._last[3])
+        else:
+            self.stats.setText("nothing to copy: write a message (or send one) first")
+            return None
+        QGuiApplication.clipboard().setText(command)
+        self.stats.setText(
+            "copied as curl" + (" (the key as $VLLM_API_KEY)" if "VLLM_API_KEY" in command else "")
+        )
+        return command
 
     def _on_reply_done(self, st: Any, chat: bool) -> None:
         if st is None:

@@ -2,7 +2,7 @@
 LoRA adapters on a running server. (The registry of engines is :mod:`quantdeck.core.engines`.)"""
 
 from quantdeck.core.runtime import lora
-from quantdeck.core.runtime.chat import stream
+from quantdeck.core.runtime.chat import curl_command, request_of, stream
 from quantdeck.core.runtime.engine import EngineEnv
 from quantdeck.core.runtime.server import AttachedServer, ServerProcess, free_port, warm_up
 from quantdeck.core.runtime.server_log import START_ORDER
@@ -15,5 +15,7 @@ __all__ = [
     "ServerProcess",
     "START_ORDER",
     "stream",
+    "curl_command",
+    "request_of",
     "warm_up",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,47 @@ class ReplyStats:
         return (self.completion_tokens - 1) / decode if decode > 0 else None
 
 
+def request_of(
+    model: str,
+    *,
+    messages: list[dict[str, str]] | None = None,
+    prompt: str | None = None,
+    max_tokens: int = 128,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    extra: dict[str, Any] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The path and body of one streamed request: chat if ``messages`` given."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": temperature,
+        "top_p": top_p,
+        "stream_options": {"include_usage": True},
+        **(extra or {}),
+    }
+    if messages is not None:
+        body["messages"] = messages
+    else:
+        body["prompt"] = prompt or ""
+    return ("/v1/chat/completions" if messages is not None else "/v1/completions"), body
+
+
+KEY_VARIABLE = "VLLM_API_KEY"  # what a copied command reads the key from: never the key itself
+
+
+def curl_command(url: str, path: str, body: dict[str, Any], *, keyed: bool) -> str:
+    """The request as a shell command (``curl -N`` streams it), quoted for POSIX shells; a
+    keyed server's key is read from $VLLM_API_KEY, never written out."""
+    parts = ["curl", "-N", shlex.quote(url.rstrip("/") + path)]
+    parts += ["-H", shlex.quote("Content-Type: application/json")]
+    if keyed:
+        parts += ["-H", f'"Authorization: Bearer ${KEY_VARIABLE}"']
+    parts += ["-d", shlex.quote(json.dumps(body, ensure_ascii=False))]
+    return " ".join(parts)
+
+
 def stream(
     url: str,
     model: str,
@@ -48,20 +90,15 @@ def stream(
 ) -> Iterator[tuple[str, ReplyStats]]:
     """Yield (text delta, running stats) as the server streams; chat if ``messages`` given."""
     chat = messages is not None
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "temperature": temperature,
-        "top_p": top_p,
-        "stream_options": {"include_usage": True},
-        **(extra or {}),
-    }
-    if chat:
-        body["messages"] = messages
-    else:
-        body["prompt"] = prompt or ""
-    path = "/v1/chat/completions" if chat else "/v1/completions"
+    path, body = request_of(
+        model,
+        messages=messages,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        extra=extra,
+    )
     stats = ReplyStats()
     t0 = time.perf_counter()
     try:

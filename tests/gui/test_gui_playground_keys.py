@@ -28,3 +28,32 @@ def test_enter_sends_and_shift_enter_is_a_new_line(qtbot) -> None:
     qtbot.keyClick(pg.input, Qt.Key_Enter)  # the keypad's
     assert pg.input.toPlainText() == "Hello\n"
     win.close()
+
+
+def test_copy_as_curl_holds_the_system_prompt_and_never_the_key(qtbot) -> None:
+    import json
+    import shlex
+
+    from PySide6.QtGui import QGuiApplication
+
+    from quantdeck.gui.playground import PlaygroundPanel
+
+    pg = PlaygroundPanel(lambda: ("http://127.0.0.1:9", "demo", "sk-secret-123"))
+    qtbot.addWidget(pg)
+    assert pg.copy_as_curl() is None and pg.stats.text().startswith("nothing to copy")
+    pg.system.setPlainText("You answer in French.")
+    pg.input.setPlainText('It\'s "quoted" $HOME')
+    command = pg.copy_as_curl()
+    assert command is not None and QGuiApplication.clipboard().text() == command
+    assert "sk-secret" not in command and "$VLLM_API_KEY" in command
+    argv = shlex.split(command)
+    body = json.loads(argv[argv.index("-d") + 1])
+    assert body["messages"] == [
+        {"role": "system", "content": "You answer in French."},
+        {"role": "user", "content": 'It\'s "quoted" $HOME'},
+    ]
+    assert pg.history == [] and pg.input.toPlainText()  # copied, not sent
+    pg.mode.setCurrentText("completion")
+    assert not pg.system.isEnabled()
+    body = json.loads(shlex.split(pg.copy_as_curl() or "")[-1])
+    assert body["prompt"] == 'It\'s "quoted" $HOME' and "messages" not in body

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -79,6 +80,7 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
     assert "TTFT" in pg.stats.text()
     assert pg.send_button.isEnabled()  # ready again when reply_finished fires
     pg.mode.setCurrentText("chat")
+    pg.system.setPlainText("You are terse.")
     pg.input.setPlainText("Hello")
     pg.input.moveCursor(QTextCursor.MoveOperation.End)
     qtbot.keyClick(pg.input, Qt.Key_Return, Qt.ShiftModifier)  # a new line, nothing sent
@@ -88,6 +90,11 @@ def test_start_monitor_playground_crash(qtbot, window: MainWindow) -> None:
         qtbot.keyClick(pg.input, Qt.Key_Return)  # Enter sends, as in chat apps
     assert [m["role"] for m in pg.history] == ["user", "assistant"]
     assert pg.history[0]["content"] == "Hello\nthere"
+    # the request just sent, as curl: the real server answers it the same way
+    command = pg.copy_as_curl()
+    assert command is not None and '"role": "system", "content": "You are terse."' in command
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "data: [DONE]" in out.stdout, out.stdout[-300:] + out.stderr
 
     # a kill -9 of the engine process: crashed, with the log tail kept in Logs
     server = window.controller.server
