@@ -213,14 +213,33 @@ def cmd_status(ns: argparse.Namespace) -> int:
         else:
             print("no fleet running", file=sys.stderr)
         return NOT_RUNNING
+    from quantdeck.core.fleet.health import fleet_health
+    from quantdeck.core.fleet.rows import FleetRow
+
     rows = [{"name": "router", "url": state["router"], "role": "router"}, *state["instances"]]
     for row in rows:
         row["state"] = probe(str(row["url"]))
         row["url"] = mask_credentials(str(row["url"]))  # shown, in either form
+    # the word the panel says, from what answers now (core/fleet/health.py)
+    health = fleet_health(
+        "serving",
+        [
+            FleetRow(str(r["name"]), str(r.get("role")), str(r["url"]), state=r["state"])
+            for r in rows
+        ],
+    )
     if ns.json:
-        print_json({"running": True, "pid": state["pid"], "file": state.get("file"), "rows": rows})
+        print_json(
+            {
+                "running": True,
+                "pid": state["pid"],
+                "file": state.get("file"),
+                "health": {"word": health.word, "why": health.why},
+                "rows": rows,
+            }
+        )
     else:
-        print(f"fleet {state.get('file')} (pid {state['pid']})")
+        print(f"fleet {state.get('file')} (pid {state['pid']}): {health.line()}")
         for row in rows:
             print(f"  {row['name']:<16} {row['role']:<8} {row['state']:<6} {row['url']}")
     return 0

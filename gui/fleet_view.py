@@ -68,6 +68,7 @@ from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 if TYPE_CHECKING:
     from quantdeck.core.fleet import Fleet, FleetSpec
     from quantdeck.core.fleet.document import InstanceForm
+    from quantdeck.core.fleet.health import FleetHealth
     from quantdeck.core.fleet.live import LiveTrial
     from quantdeck.core.fleet.rows import FleetRow, FleetRows
     from quantdeck.core.fleet.trial import TrialOptions
@@ -483,7 +484,9 @@ class FleetView(QWidget):
         if self.rows.row(name).is_router and isinstance(ev, StateEvent):
             if ev.state == "ready":
                 self.phase = "serving"
-            elif ev.state in ("stopping", "stopped", "crashed"):
+            elif ev.state in ("stopping", "stopped") or (
+                ev.state == "crashed" and self.phase != "serving"
+            ):  # (a crash while it serves is restarted: the fleet's health says it is down)
                 self.phase = "stopping" if self.job is not None else "stopped"
         line = event_line(event)
         if line is not None:
@@ -500,9 +503,14 @@ class FleetView(QWidget):
     def _act(self, action: str) -> None:
         """Start, stop or restart the selected instance (blocking calls: in a worker)."""
         row = self.selected()
-        if self.fleet is None or row is None:
-            return
-        self.workers.start(getattr(self.fleet, action), row.name, finished=self._update_buttons)
+        if row is not None:
+            self.act_on(row.name, action)
+
+    def act_on(self, name: str, action: str) -> None:
+        """``start_instance``, ``stop_instance`` or ``restart_instance`` of instance ``name``
+        (in a worker); the Launch tab's Restart of its fleet of one's instance comes here."""
+        if self.fleet is not None:
+            self.workers.start(getattr(self.fleet, action), name, finished=self._update_buttons)
 
     # -- choosing an instance ----------------------------------------------------------------
     def selected(self) -> FleetRow | None:
@@ -552,12 +560,25 @@ class FleetView(QWidget):
             self._chosen_url = row.url
             self.instance_chosen.emit(row.url, row.api_key or "", False)
 
+    @property
+    def health(self) -> FleetHealth:
+        """What the fleet serves, derived from its rows (core/fleet/health.py): the word every
+        view says (serving, degraded, down, or the phase)."""
+        from quantdeck.core.fleet.health import FleetHealth, fleet_health
+
+        if self.rows is None or self.phase != "serving":
+            return FleetHealth(self.phase)
+        return fleet_health(self.phase, self.rows.rows)
+
     def _update_buttons(self, *_: Any) -> None:
         idle = self.job is None
         self.open_button.setEnabled(idle)
         self.start_button.setEnabled(idle and self.spec is not None)
         self.stop_button.setEnabled(not idle and self.phase != "stopping")
-        self.phase_label.setText(f"fleet: {self.phase}")
+        health = self.health
+        self.phase_label.setText(f"fleet: {health.line()}")
+        color = {"down": RED, "degraded": ORANGE}.get(health.word)
+        self.phase_label.setStyleSheet(f"color: {color}" if color else "")
         if self.phase != self._phase_shown:
             self._phase_shown = self.phase
             self.phase_changed.emit(self.phase)

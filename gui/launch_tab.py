@@ -197,6 +197,7 @@ class LaunchTab(QWidget):
 
     start_requested = Signal(object)  # LaunchConfig
     router_start_requested = Signal(object)  # LaunchConfig, to serve behind the router
+    router_restart_requested = Signal()  # the fleet of one's instance is down: start it again
     try_live_requested = Signal(object)  # LaunchConfig: the candidate's knobs
     stop_requested = Signal()
     attach_requested = Signal(str, str)  # url, api key
@@ -354,7 +355,7 @@ class LaunchTab(QWidget):
         self.advanced.toggled.connect(self.form.set_advanced_visible)
         self.form.set_advanced_visible(False)
         self.start_button.clicked.connect(self._on_start_clicked)
-        self.restart_button.clicked.connect(self._on_start_clicked)
+        self.restart_button.clicked.connect(self._on_restart_clicked)
         self.stop_button.clicked.connect(self.stop_requested.emit)
         self.try_live_button.clicked.connect(self._on_try_live_clicked)
         self.behind_router.toggled.connect(lambda _on: self.refuse(""))
@@ -564,7 +565,8 @@ class LaunchTab(QWidget):
         routed = self._router is not None  # the fleet of one runs: Stop stops it
         self.start_button.setEnabled(idle and not routed and self.info is not None and not blocked)
         self.restart_button.setEnabled(
-            not idle and not routed and self.info is not None and not blocked
+            (not idle and not routed and self.info is not None and not blocked)
+            or self._router == "down"  # the fleet of one's instance down: started again
         )
         self.stop_button.setEnabled(
             self._router not in (None, "stopping") or (not routed and not idle)
@@ -572,8 +574,10 @@ class LaunchTab(QWidget):
         self.behind_router.setEnabled(idle and not routed)
         self.start_button.setToolTip(blocked[0] if blocked else "")
         self.restart_button.setToolTip(
-            "Behind the router a knob change goes through Try live…, without downtime (Stop "
-            "then Start restarts the fleet of one)"
+            "Start the fleet of one's instance again, as it was launched"
+            if self._router == "down"
+            else "Behind the router a knob change goes through Try live…, without downtime "
+            "(Stop then Start restarts the fleet of one)"
             if routed
             else ""
         )
@@ -602,12 +606,16 @@ class LaunchTab(QWidget):
         self._update_start()
 
     # -- behind the router -----------------------------------------------------------------------
-    def set_router_state(self, phase: str | None, url: str = "", instance: str = "") -> None:
+    def set_router_state(
+        self, phase: str | None, url: str = "", instance: str = "", why: str = ""
+    ) -> None:
         """The Launch tab's fleet of one (``serve --behind-router``): its ``phase`` (starting,
-        serving, stopping; None or another: it does not run), the router's ``url`` (the one
-        clients use) and its instance's state while it starts."""
+        serving, stopping, or while it runs its health: degraded, down; None or another: it
+        does not run), the router's ``url`` (the one clients use), its instance's state while
+        it starts, and ``why`` it is degraded or down (core/fleet/health.py)."""
         was = self._router
-        self._router = phase if phase in ("starting", "serving", "stopping") else None
+        running = ("starting", "serving", "degraded", "down", "stopping")
+        self._router = phase if phase in running else None
         if self._router == "starting":
             if self._started_at is None:
                 self._started_at = time.monotonic()
@@ -621,16 +629,21 @@ class LaunchTab(QWidget):
         elif self._router == "serving":
             self._router_text = f"serving behind the router at {url}\nits fleet of one: Fleet tab"
             self.progress.setValue(100)
+        elif self._router in ("degraded", "down"):
+            self._router_text = (
+                f"{self._router} behind the router at {url}: {why}\n"
+                "its fleet of one: Fleet tab (Start the instance there, or Stop here)"
+            )
         elif self._router == "stopping":
             self._router_text = "stopping the fleet of one"
         else:
             self._router_text = ""
             if was is not None:
                 self.progress.setValue(0)
-        if self._router in (None, "serving", "stopping"):
+        if self._router != "starting":
             self._started_at = None
             self._elapsed.stop()
-        self.progress.setVisible(self._router != "serving")  # nothing to progress: room
+        self.progress.setVisible(self._router in ("starting", "stopping"))  # else: room
         self._show_stage()
         self._update_start()
 
@@ -690,6 +703,12 @@ class LaunchTab(QWidget):
         if self._started_at is not None:
             elapsed = f" · {time.monotonic() - self._started_at:.0f} s"
         self.stage.setText((self._router_text or self._stage_text) + elapsed)
+
+    def _on_restart_clicked(self) -> None:
+        if self._router == "down":  # the fleet of one's instance, as it was launched
+            self.router_restart_requested.emit()
+        else:
+            self._on_start_clicked()
 
     def _on_start_clicked(self) -> None:
         blocked = self._blocking()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,6 +236,9 @@ class MainWindow(QMainWindow):
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.launch.start_requested.connect(self._on_start_requested)
         self.launch.router_start_requested.connect(self._on_router_start_requested)
+        self.launch.router_restart_requested.connect(
+            lambda: self.fleet.act_on(ROUTER_INSTANCE, "restart_instance")
+        )
         self.launch.try_live_requested.connect(self._on_try_live_requested)
         self.launch.stop_requested.connect(self._on_stop_requested)
         self.launch.attach_requested.connect(
@@ -704,13 +708,16 @@ class MainWindow(QMainWindow):
         elif phase == "serving":
             running, why = fleet.running_launch(ROUTER_INSTANCE), ""
         self.launch.set_live_target(running, why)
-        shown = (phase, url, row.state if row is not None else "")
+        health = fleet.health if phase == "serving" else None
+        if health is not None:  # serving, degraded or down: the instance's word, not the job's
+            phase = health.word
+        shown = (phase, url, row.state if row is not None else "", health.why if health else "")
         if shown == self._router_shown:
             return
         was = self._router_shown[0] if self._router_shown else None
         self._router_shown = shown
         self.launch.set_router_state(*shown)
-        if phase == "serving" and was != "serving":
+        if phase == "serving" and was not in ("serving", "degraded", "down"):
             fleet.choose(ROUTER_INSTANCE, show=False)  # Monitor, Logs, Playground follow it
         if was is not None and phase is None and fleet.message.text():
             self.launch.message.setText(f"The fleet of one stopped: {fleet.message.text()}")
@@ -735,12 +742,15 @@ class MainWindow(QMainWindow):
         fleet = self.fleet.phase
         text = self._server_state
         router = self.router_phase()
+        health = self.fleet.health  # serving, degraded or down while the fleet serves
+        color = {"serving": GREEN, "down": RED}.get(health.word, ORANGE)
+        dot = f"<span style='color:{color}'>●</span>"
         if router is not None:
-            color = GREEN if router == "serving" else ORANGE
-            text = f"<span style='color:{color}'>●</span> {router} behind the router"
+            text = f"{dot} {health.word} behind the router" + (
+                f": {html.escape(health.why)}" if health.why else ""
+            )
         elif fleet in ("starting", "serving", "stopping"):
-            color = GREEN if fleet == "serving" else ORANGE
-            text += f" · <span style='color:{color}'>●</span> fleet {fleet}"
+            text += f" · {dot} fleet {html.escape(health.line())}"
         self.state_label.setText(text)
 
     def _on_fleet_phase(self, phase: str) -> None:

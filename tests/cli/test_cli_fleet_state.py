@@ -70,6 +70,8 @@ def test_status_with_the_running_fleets_file(
         status = json.loads(capsys.readouterr().out)
         assert status["running"] is True and status["file"] == str(a)
         assert [r["name"] for r in status["rows"]] == ["router", "a"]
+        # nothing of it answers here (a stand-in process): the panel's word, from the probes
+        assert status["health"] == {"word": "down", "why": "the router down"}
 
 
 @pytest.mark.parametrize("action", ["status", "down"])

@@ -176,6 +176,7 @@ def test_the_primaries_answer_through_the_router(
     assert {r["name"]: r["state"] for r in status["rows"]} == dict.fromkeys(
         ("router", "a", "b", "c"), "ready"
     )
+    assert status["health"] == {"word": "serving", "why": ""}
     # the router's own facts: its workers, their health, its request count
     facts = fleet.wait_for(
         lambda e: e.get("name") == "router" and e["value"].get("requests", 0) >= 6, 30

@@ -263,3 +263,39 @@ def test_a_fleet_file_refused_is_one_red_line(qtbot: Any, win: MainWindow, tmp_p
     assert f"'engine': engine {gone!r}: no engine of that name" in line
     assert win.fleet_starts == [] and launch.start_button.isEnabled()
     assert launch.stage.text() == "stopped"
+
+
+def test_a_crashed_fleet_of_one_reads_down_in_every_view_with_restart_offered(
+    qtbot: Any, win: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the instance crashed, its Fleet row red, yet "fleet: serving", "● serving
+    behind the router" and "serving … " on the Launch tab while clients got nothing. The
+    word now comes from the instances (core/fleet/health.py), the same in every view, and the
+    Launch tab's Restart starts the instance again."""
+    start_behind_router(qtbot, win)
+    fleet = serve(win)
+    launch = win.launch
+    assert "serving behind the router" in win.state_label.text()
+    why = "engine process 1234 exited with code -9"
+    fleet._events.emit(InstanceEvent("serve", StateEvent("crashed", reason=why)))
+    said = f"no instance serves (serve crashed: {why})"
+    assert win.fleet.phase_label.text() == f"fleet: down: {said}"
+    assert f"down behind the router: {said}" in win.state_label.text()
+    assert launch.stage.text().startswith(f"down behind the router at {fleet.spec.router.url}")
+    assert said in launch.stage.text()
+    assert launch.stop_button.isEnabled() and launch.restart_button.isEnabled()
+    assert not launch.start_button.isEnabled() and not launch.try_live_button.isEnabled()
+    restarts: list[tuple[str, str]] = []
+    monkeypatch.setattr(win.fleet, "act_on", lambda name, action: restarts.append((name, action)))
+    qtbot.mouseClick(launch.restart_button, Qt.MouseButton.LeftButton)
+    assert restarts == [("serve", "restart_instance")]
+    # it serves again: every view says so
+    fleet._events.emit(InstanceEvent("serve", StateEvent("ready")))
+    assert win.fleet.phase_label.text() == "fleet: serving"
+    assert "serving behind the router" in win.state_label.text()
+    assert launch.stage.text().startswith("serving behind the router")
+    assert not launch.restart_button.isEnabled()
+    # the router down is down too, whatever the instance
+    fleet._events.emit(InstanceEvent("router", StateEvent("crashed", reason="killed by signal 9")))
+    assert win.fleet.phase_label.text() == "fleet: down: the router crashed: killed by signal 9"
+    assert "down behind the router" in win.state_label.text()
