@@ -316,20 +316,15 @@ class FleetView(QWidget):
         """The fleet file in a form; saved, it is read again (unless a fleet runs)."""
         from quantdeck.core.fleet.document import read_document
 
-        path = self.path
-        if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self, "A new fleet file", "fleet.yaml", "Fleet files (*.yaml *.yml)"
-            )
-            if not path:
-                return
+        path = self.path  # None: a new file, named when it is saved
         try:
-            doc = read_document(path) if Path(path).exists() else {}
+            doc = read_document(path) if path is not None and Path(path).exists() else {}
         except QuantdeckError as e:
             self.message.setText(str(e))
             return
         dialog = FleetEditDialog(path, doc, self)
-        if dialog.exec() == QDialog.DialogCode.Accepted:
+        if dialog.exec() == QDialog.DialogCode.Accepted and dialog.path is not None:
+            path = dialog.path
             if self.job is None:
                 self.load(path)
             else:
@@ -751,12 +746,15 @@ class FleetEditDialog(QDialog):
     """The fleet file as a form: the router's port and policy, a row per instance. Save writes
     the file atomically and reads it back; its error, if any, shows here in one line."""
 
-    def __init__(self, path: str, doc: dict[str, Any], parent: QWidget | None = None) -> None:
+    def __init__(
+        self, path: str | None, doc: dict[str, Any], parent: QWidget | None = None
+    ) -> None:
+        """``path`` None: a new fleet file, its name asked for at Save."""
         from quantdeck.core.fleet.document import instance_forms, router_form
         from quantdeck.core.fleet.spec import POLICIES
 
         super().__init__(parent)
-        self.setWindowTitle(f"Fleet: {Path(path).name}")
+        self.setWindowTitle(f"Fleet: {Path(path).name if path else 'a new fleet file'}")
         self.path, self.doc = path, doc
         self.spec: FleetSpec | None = None
         self._entries: list[dict[str, Any]] = []
@@ -812,7 +810,11 @@ class FleetEditDialog(QDialog):
         from quantdeck.core.fleet.document import InstanceForm
         from quantdeck.core.fleet.spec import RESTARTS, ROLES
 
-        form = form or InstanceForm(name=f"instance-{self.table.rowCount() + 1}")
+        # a new instance is restarted when it fails, as a served model is expected to be
+        # (an instance read from a file keeps its own, "no" where it names none)
+        form = form or InstanceForm(
+            name=f"instance-{self.table.rowCount() + 1}", restart="on-failure"
+        )
         n = self.table.rowCount()
         self.table.insertRow(n)
         cells = (form.name, form.source, form.port, None, None, form.gpus, form.cpus)
@@ -836,8 +838,9 @@ class FleetEditDialog(QDialog):
         n = self.table.currentRow()
         if n < 0:
             return
+        folder = str(Path(self.path).parent) if self.path else ""
         path, _ = QFileDialog.getOpenFileName(
-            self, "A launch profile", str(Path(self.path).parent), "Profiles (*.yaml *.yml)"
+            self, "A launch profile", folder, "Profiles (*.yaml *.yml)"
         )
         if path:
             self.table.setItem(n, 1, QTableWidgetItem(path))
@@ -874,6 +877,14 @@ class FleetEditDialog(QDialog):
         from quantdeck.core.fleet.document import apply_forms, save_document
 
         self.error.setText("")
+        if self.path is None:  # a new file: named now, once there is something to save
+            path, _ = QFileDialog.getSaveFileName(
+                self, "Save the fleet file", "fleet.yaml", "Fleet files (*.yaml *.yml)"
+            )
+            if not path:
+                return False
+            self.path = path
+            self.setWindowTitle(f"Fleet: {Path(path).name}")
         try:
             doc = apply_forms(self.doc, self.port.value(), self.policy.currentText(), self.forms())
             self.doc = doc

@@ -129,8 +129,8 @@ def _entry(f: InstanceForm) -> dict[str, Any]:
         e["cpus"] = f.cpus.strip()
     if f.role != "primary" or "role" in f.entry:
         e["role"] = f.role
-    if f.restart != "no" or "restart" in f.entry:
-        e["restart"] = f.restart
+    if "url" not in e and (f.restart != "no" or "restart" in f.entry):
+        e["restart"] = f.restart  # (one at a url is not Quantdeck's to restart)
     return {**e, **{k: v for k, v in f.entry.items() if k not in _FORM_KEYS}}
 
 

@@ -213,6 +213,32 @@ def test_the_edit_form_round_trips_the_file(qtbot, fleet_file: Path) -> None:
     assert (far.name, far.url) == ("far", "http://127.0.0.1:9")
 
 
+def test_edit_fleet_without_a_file_asks_for_its_name_at_save(
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: Edit fleet… with no file asked for a file name first, and a new instance read
+    restart "no". Now the form opens at once; a new instance is restarted on failure; the
+    name is asked for at Save (cancelled: nothing written, the form stays)."""
+    from PySide6.QtWidgets import QFileDialog, QTableWidgetItem
+
+    dialog = FleetEditDialog(None, {})
+    qtbot.addWidget(dialog)
+    assert dialog.windowTitle() == "Fleet: a new fleet file" and dialog.table.rowCount() == 0
+    qtbot.mouseClick(dialog.add_button, Qt.LeftButton)
+    assert dialog.table.cellWidget(0, 4).currentText() == "on-failure"
+    profile = tmp_path / "a.yaml"
+    profile.write_text(yaml.safe_dump({"model": str(tmp_path / "m")}))
+    dialog.table.setItem(0, 1, QTableWidgetItem(str(profile)))
+    answers = iter([("", ""), (str(tmp_path / "new.yaml"), "")])
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: next(answers))
+    assert not dialog.save() and not (tmp_path / "new.yaml").exists()  # cancelled
+    saved = dialog.save()
+    assert saved, dialog.error.text()
+    assert dialog.path == str(tmp_path / "new.yaml")
+    written = yaml.safe_load((tmp_path / "new.yaml").read_text())
+    assert written["instances"][0]["restart"] == "on-failure"
+
+
 def test_the_edit_form_shows_the_files_error_in_one_line(qtbot, fleet_file: Path) -> None:
     dialog = FleetEditDialog(str(fleet_file), read_document(fleet_file))
     qtbot.addWidget(dialog)
