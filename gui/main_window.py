@@ -581,6 +581,9 @@ class MainWindow(QMainWindow):
             self.kv_view.clear()
             server = self.controller.server
             self.kv_view.set_model(server.cfg.model.model if server is not None else None)
+            if server is not None:  # an engine option: the page asks for it only while off
+                flag = server.cfg.extra_args.get("kv-cache-metrics")
+                self.kv_view.kv_cache_metrics = flag not in (None, False, "false")
         elif st in ("stopped", "crashed"):
             self.url_label.setText("")
 

@@ -283,6 +283,7 @@ class KvView(QWidget):
         self.last: KvEvent | None = None  # the latest kv event
         self.capacity: int | None = None  # kv_blocks_total of the latest metrics event
         self.lifetimes: dict[str, float | None] = {}  # vLLM's, from the latest metrics event
+        self.kv_cache_metrics = False  # the server runs with --kv-cache-metrics (its launch's)
         self.color_by = "age"
         self.prefix_tokens: dict[str, list[int]] = {}
         self.tokenizer: Any = None
@@ -436,6 +437,7 @@ class KvView(QWidget):
 
     def clear(self) -> None:
         """Forget everything shown (a new server, a replay)."""
+        self.kv_cache_metrics = False  # the server runs with --kv-cache-metrics (its launch's)
         self.last = None
         self.capacity = None
         self.lifetimes = {}
@@ -595,6 +597,11 @@ class KvView(QWidget):
                 f"{_opt(lt.get('lifetime_p99'), '.1f')} s · idle before eviction p50 "
                 f"{_opt(lt.get('idle_p50'), '.1f')} s · reuse gap p50 "
                 f"{_opt(lt.get('reuse_gap_p50'), '.1f')} s"
+            )
+        elif self.capacity is not None and self.kv_cache_metrics:
+            parts.append(
+                "vLLM's block lifetimes: none sampled yet (--kv-cache-metrics is on: they come "
+                "as sampled blocks are evicted or reused)"
             )
         elif self.capacity is not None:
             parts.append("vLLM's block lifetimes: none (vLLM reports them with --kv-cache-metrics)")

@@ -505,3 +505,16 @@ def open_corpus() -> str:
     from quantdeck.core.paths import CORPUS
 
     return (CORPUS / "train.txt").read_text(encoding="utf-8")
+
+
+def test_the_lifetimes_line_asks_for_the_flag_only_while_it_is_off(view: KvView) -> None:
+    """Before: "none (vLLM reports them with --kv-cache-metrics)" while the server ran with
+    it, no block sampled yet."""
+    view.add_metrics(metrics_event(T0))
+    view.refresh()
+    assert "none (vLLM reports them with --kv-cache-metrics)" in view.lifetime_label.text()
+    view.kv_cache_metrics = True  # (the window sets it from the launch's engine options)
+    view.add_metrics(metrics_event(T0 + 1))
+    view.refresh()
+    text = view.lifetime_label.text()
+    assert "none sampled yet (--kv-cache-metrics is on" in text and "reports them" not in text
