@@ -16,6 +16,8 @@ request.
 from __future__ import annotations
 
 import math
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from conftest import metrics_event
 from fleet_load import Load, tiny_fleet_file
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSpinBox
+from pytestqt.exceptions import TimeoutError as QtTimeoutError
 
 from quantdeck.core.events import InstanceEvent, StateEvent
 from quantdeck.core.fleet import Fleet
@@ -385,7 +388,12 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         tv = v.trial_view
         assert tv is not None
         qtbot.waitUntil(lambda: v.rows is not None and "serve+try" in v.rows, timeout=10_000)
-        qtbot.waitUntil(lambda: tv.phase == "measuring", timeout=300_000)
+        try:
+            qtbot.waitUntil(lambda: tv.phase == "measuring", timeout=300_000)
+        except QtTimeoutError:  # what the fleet said meanwhile
+            raise AssertionError(
+                (tv.phase, v.message.text(), v.events.toPlainText()[-3000:])
+            ) from None
         assert tv.promote_button.isEnabled()
         qtbot.waitUntil(lambda: tv.result is not None, timeout=400_000)
         assert tv.result == "promoted", (tv.result_label.text(), tv.reason_label.text())
@@ -420,6 +428,33 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         running = v.running_launch("serve")
         assert running is not None and running.scheduler.max_num_seqs == 1
         qtbot.waitUntil(launch.try_live_button.isEnabled, timeout=10_000)  # 8 differs again
+
+        # kill -9 of the instance: every view says down within 2 s; Restart serves again
+        assert v.fleet is not None
+        pid = v.fleet.servers["serve"].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        qtbot.waitUntil(lambda: v.phase_label.text().startswith("fleet: down"), timeout=2_000)
+        qtbot.waitUntil(lambda: "down behind the router" in win.state_label.text(), timeout=500)
+        assert launch.stage.text().startswith(f"down behind the router at {url}")
+        assert "no instance serves (serve crashed" in launch.stage.text()
+        assert launch.restart_button.isEnabled() and launch.stop_button.isEnabled()
+        qtbot.mouseClick(launch.restart_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: v.phase_label.text() == "fleet: serving", timeout=300_000)
+        assert "serving behind the router" in win.state_label.text()
+        serve_url = v.rows.row("serve").url
+
+        def routed() -> bool:
+            workers = httpx.get(url + "/list_workers", timeout=10).json()["urls"]
+            return serve_url in [str(w).rstrip("/") for w in workers]
+
+        qtbot.waitUntil(routed, timeout=30_000)
+        r = httpx.post(
+            url + "/v1/completions",
+            json={"model": model, "prompt": "Hello", "max_tokens": 4},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
     finally:
         if load is not None:
             load.__exit__()
