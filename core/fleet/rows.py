@@ -239,7 +239,7 @@ class FleetRows:
         elif isinstance(ev, FallbackEvent):
             row.fallback = ev.active
         elif isinstance(ev, FactEvent) and ev.name == STARTING_FACT and isinstance(ev.value, dict):
-            row.note = f"{ev.value.get('elapsed_s')} s of at most {ev.value.get('limit_s')} s"
+            row.note = _start_told(ev.value)
         elif isinstance(ev, FactEvent) and row.is_router:
             if ev.name == "workers" and isinstance(ev.value, list):
                 changed += self._set_routed({str(u) for u in ev.value})
@@ -382,6 +382,16 @@ def event_line(event: InstanceEvent) -> str | None:
     return None if text is None else f"{name}: {text}"
 
 
+def _start_told(v: dict[str, Any]) -> str:
+    """``30 s of at most 1800 s`` (a starting fact's figures; as numbers print, 1800 not
+    1800.0)."""
+
+    def num(x: object) -> str:
+        return f"{x:g}" if isinstance(x, int | float) else str(x)
+
+    return f"{num(v.get('elapsed_s'))} s of at most {num(v.get('limit_s'))} s"
+
+
 def fleet_news(ev: Event) -> str | None:
     """A restart, a route or a fallback switch, in words (``fleet up``'s lines and the
     Fleet tab's): the event's :meth:`~Event.describe` without its ``[kind]``; None for any
@@ -391,8 +401,7 @@ def fleet_news(ev: Event) -> str | None:
     if isinstance(ev, TrialEvent) and ev.phase != "measuring":  # (every 2 s: the Trial view's)
         return "trial " + ev.describe().removeprefix(f"[{ev.kind}] ")
     if isinstance(ev, FactEvent) and ev.name == STARTING_FACT and isinstance(ev.value, dict):
-        v = ev.value
-        return f"still {v.get('stage')}: {v.get('elapsed_s')} s of at most {v.get('limit_s')} s"
+        return f"still {ev.value.get('stage')}: {_start_told(ev.value)}"
     if isinstance(ev, AdviceEvent):  # the fleet check's warnings: "[warning] ..."
         return ev.describe().removeprefix("[").replace("] ", ": ", 1)
     return None

@@ -323,3 +323,11 @@ def test_fuzz_read_document_and_the_form_never_crash(
         apply_forms(read, *router_form(read), forms)
     except ConfigError as e:
         one_line_error(e)
+
+
+def test_a_start_under_way_is_told_with_its_numbers_as_they_print() -> None:
+    from quantdeck.core.events import FactEvent
+    from quantdeck.core.fleet.rows import STARTING_FACT, fleet_news
+
+    ev = FactEvent(STARTING_FACT, {"stage": "loading_weights", "elapsed_s": 30, "limit_s": 1800.0})
+    assert fleet_news(ev) == "still loading_weights: 30 s of at most 1800 s"  # (was 1800.0)
