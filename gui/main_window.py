@@ -445,7 +445,7 @@ class MainWindow(QMainWindow):
     def bench(self) -> Any:
         """The Benchmark tab (built on first use: pyqtgraph)."""
         if self._bench is None:
-            from quantdeck.gui.bench_tab import BenchTab
+            from quantdeck.gui.bench import BenchTab
 
             self._bench = BenchTab(
                 lambda: (self.controller.url, self.controller.model_name, self.controller.api_key),

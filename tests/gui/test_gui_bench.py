@@ -8,7 +8,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 
 from quantdeck.core.bench import list_runs
 from quantdeck.core.launch import LaunchConfig
-from quantdeck.gui.bench_tab import BenchTab
+from quantdeck.gui.bench import BenchTab
 
 pytestmark = pytest.mark.server
 

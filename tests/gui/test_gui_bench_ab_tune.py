@@ -15,7 +15,7 @@ from quantdeck.core.bench.ab import ABRun
 from quantdeck.core.bench.tune import Point, Tuner
 from quantdeck.core.events import ArmEvent, PointEvent
 from quantdeck.core.launch import LaunchConfig, cpu_device, profiles
-from quantdeck.gui.bench_tab import BenchTab
+from quantdeck.gui.bench import BenchTab
 from quantdeck.gui.launch_tab import LaunchTab
 
 

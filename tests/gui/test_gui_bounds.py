@@ -8,8 +8,8 @@ from conftest import metrics_event
 from quantdeck.core.events import BenchProgress, LogEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig, cpu_device
 from quantdeck.core.monitor import TimeSeriesStore
-from quantdeck.gui import bench_tab, convert_tab, logs, playground
-from quantdeck.gui.bench_tab import BenchTab
+from quantdeck.gui import bench, convert_tab, logs, playground
+from quantdeck.gui.bench import BenchTab
 from quantdeck.gui.convert_tab import ConvertTab
 from quantdeck.gui.logs import LogsPanel
 from quantdeck.gui.monitor import MonitorPanel
@@ -62,10 +62,10 @@ def test_logs_keep_their_newest_lines_each_cut_short(qtbot, monkeypatch) -> None
 def test_bench_live_plot_keeps_the_newest_requests(qtbot) -> None:
     tab = BenchTab(lambda: (None, None, None), LaunchConfig, lambda: False)
     qtbot.addWidget(tab)
-    n = 2 * bench_tab.MAX_LIVE_POINTS + 17
+    n = 2 * bench.MAX_LIVE_POINTS + 17
     tab._on_events([BenchProgress(i + 1, n, ttft_ms=float(i)) for i in range(n)])
     x, y = tab.curve.getData()
-    assert len(x) == len(y) == bench_tab.MAX_LIVE_POINTS
+    assert len(x) == len(y) == bench.MAX_LIVE_POINTS
     assert x[-1] == n - 1 and y[-1] == float(n - 1) and y[0] == float(n - len(y))
 
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPoint, Qt
 
 from quantdeck.core.bench import LoadSpec, SloLimits, load_fields
 from quantdeck.core.launch import LaunchConfig
-from quantdeck.gui.bench_tab import PANEL_LOAD, BenchTab
+from quantdeck.gui.bench import PANEL_LOAD, BenchTab
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from quantdeck.core.convert.jobs import Job
 from quantdeck.core.events import ProgressEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig, cpu_device
 from quantdeck.core.launch.device import H200
-from quantdeck.gui.bench_tab import METRICS, BenchTab
+from quantdeck.gui.bench import METRICS, BenchTab
 from quantdeck.gui.convert_tab import ConvertTab
 from quantdeck.gui.main_window import MainWindow
 from quantdeck.gui.table_model import Column, ObjectTableModel

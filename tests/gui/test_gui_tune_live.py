@@ -1,4 +1,4 @@
-"""The Tune page's live mode (gui/live_tune.py in gui/bench_tab.py): the chain of live trials of
+"""The Tune page's live mode (gui/live_tune.py in gui/bench/): the chain of live trials of
 an instance of the Fleet tab's fleet.
 
 Without a server: a real :class:`Fleet` of one instance (never started). The form's fields map
@@ -29,7 +29,7 @@ from quantdeck.core.fleet import Fleet, load_fleet
 from quantdeck.core.fleet.live import LiveTrial
 from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import LaunchConfig
-from quantdeck.gui.bench_tab import TUNE_LIVE, TUNE_OFFLINE, BenchTab
+from quantdeck.gui.bench import TUNE_LIVE, TUNE_OFFLINE, BenchTab
 from quantdeck.gui.live_tune import NO_FLEET, LiveTuneSettings
 from quantdeck.gui.style import FORM_ERROR
 
