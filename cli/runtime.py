@@ -49,6 +49,7 @@ def _serve_behind_router(ns: argparse.Namespace, cfg: Any) -> int:
         logs=ns.logs,
         record=ns.record,
         record_max_mib=ns.record_max_mib,
+        startup_timeout=ns.startup_timeout,  # serve's own, for the instance (and its trials)
     )
     return int(cmd_up(up))
 

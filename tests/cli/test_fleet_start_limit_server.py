@@ -19,7 +19,7 @@ import pytest
 from conftest import alive_pids, dies_with_pytest, read_json_lines, stop_group
 from fleet_load import fleet_file_of_one
 
-from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
+from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV, free_port
 
 pytestmark = [pytest.mark.server]
 
@@ -104,3 +104,31 @@ def test_a_restart_past_its_limit_is_crashed_as_the_first_start(
     assert restarts[0]["t"] <= crashed[1]["t"]  # announced before the restart's own end
     pids = _pids(events, "a")
     assert len(pids) >= 2 and alive_pids(pids) == []
+
+
+def test_serve_behind_the_router_takes_its_start_up_limit_to_the_fleet(
+    demo_model: Path, tmp_path: Path
+) -> None:
+    """`serve --behind-router --startup-timeout S` runs its fleet of one with that limit (it
+    once failed with an AttributeError: the fleet's options lacked it)."""
+    argv = [sys.executable, "-m", "quantdeck.cli", "serve", str(demo_model), "--enforce-eager"]
+    argv += ["--kv-cache-memory-bytes", str(64 * 2**20), "--port", str(free_port())]
+    argv += ["--behind-router", "--startup-timeout", str(LIMIT_S)]
+    env = {**os.environ, **ONE_PROCESS_ENGINE_ENV, "QUANTDECK_CACHE_DIR": str(tmp_path / "c")}
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=dies_with_pytest(),
+        env=env,
+    )
+    try:
+        code = proc.wait(timeout=120)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        stop_group(proc)
+    assert code == 3 and "Traceback" not in err, err
+    assert f"quantdeck: fleet: serve: {REASON}" in err.splitlines(), err

@@ -388,13 +388,16 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         tv = v.trial_view
         assert tv is not None
         qtbot.waitUntil(lambda: v.rows is not None and "serve+try" in v.rows, timeout=10_000)
-        try:
-            qtbot.waitUntil(lambda: tv.phase == "measuring", timeout=300_000)
+        try:  # (a clear difference may be decided at the first look, before a poll sees it)
+            qtbot.waitUntil(
+                lambda: tv.phase == "measuring" or tv.result is not None, timeout=300_000
+            )
         except QtTimeoutError:  # what the fleet said meanwhile
             raise AssertionError(
                 (tv.phase, v.message.text(), v.events.toPlainText()[-3000:])
             ) from None
-        assert tv.promote_button.isEnabled()
+        if tv.result is None:
+            assert tv.promote_button.isEnabled()
         qtbot.waitUntil(lambda: tv.result is not None, timeout=400_000)
         assert tv.result == "promoted", (tv.result_label.text(), tv.reason_label.text())
         assert tv.verdict_label.text().startswith("verdict: better")
