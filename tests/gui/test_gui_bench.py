@@ -102,7 +102,7 @@ def test_tune_on_real_servers_marks_the_best_and_applies_it(
     and Apply to Launch puts it in the Launch form."""
     from quantdeck.core.launch import cpu_device, profiles
     from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
-    from quantdeck.gui.launch_tab import LaunchTab
+    from quantdeck.gui.launch import LaunchTab
 
     for key, value in ONE_PROCESS_ENGINE_ENV.items():  # one interpreter to start per point
         monkeypatch.setenv(key, value)

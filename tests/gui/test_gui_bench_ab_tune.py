@@ -16,7 +16,7 @@ from quantdeck.core.bench.tune import Point, Tuner
 from quantdeck.core.events import ArmEvent, PointEvent
 from quantdeck.core.launch import LaunchConfig, cpu_device, profiles
 from quantdeck.gui.bench import BenchTab
-from quantdeck.gui.launch_tab import LaunchTab
+from quantdeck.gui.launch import LaunchTab
 
 
 def _launch_config(eager: bool = True) -> LaunchConfig:

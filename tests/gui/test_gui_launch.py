@@ -183,7 +183,7 @@ def test_the_planner_panel_shows_a_hybrids_groups_and_its_tokens(qtbot, tmp_path
 
     from quantdeck.core.launch import LaunchConfig, cpu_device, plan
     from quantdeck.core.models import inspect_model
-    from quantdeck.gui.launch_tab import PlannerPanel
+    from quantdeck.gui.launch import PlannerPanel
 
     model = write_family(tmp_path / "gemma3", "gemma3")
     cfg = LaunchConfig()
@@ -277,20 +277,19 @@ def test_convert_engine_picker_runs_the_job_in_the_chosen_engine(
 
 def test_a_start_shows_its_stage_and_the_seconds_since_the_click(qtbot, monkeypatch) -> None:
     """Before: "starting 0%" for minutes, with no sub-stage or elapsed time."""
-    from quantdeck.gui import launch_tab
-    from quantdeck.gui.launch_tab import LaunchTab
+    from quantdeck.gui.launch import LaunchTab, state
 
     clock = [1000.0]
-    monkeypatch.setattr(launch_tab.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(state.time, "monotonic", lambda: clock[0])
     tab = LaunchTab(cpu_device())
     qtbot.addWidget(tab)
     tab.set_server_state("starting")
     assert tab.stage.text() == "starting · 0 s"
     clock[0] += 23
-    tab._elapsed.timeout.emit()  # the once-a-second tick
+    tab.server_actions._elapsed.timeout.emit()  # the once-a-second tick
     assert tab.stage.text() == "starting · 23 s"
     tab.set_progress("loading_weights", 50.0)
     assert tab.stage.text() == "loading weights 50% · 23 s"
     clock[0] += 4
     tab.set_server_state("ready")
-    assert tab.stage.text() == "ready in 27 s" and not tab._elapsed.isActive()
+    assert tab.stage.text() == "ready in 27 s" and not tab.server_actions._elapsed.isActive()

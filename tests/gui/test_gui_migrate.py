@@ -24,7 +24,7 @@ from PySide6.QtCore import Qt
 from quantdeck.core.launch import LaunchConfig, cpu_device, profiles, vllm_args
 from quantdeck.core.models import inspect_model
 from quantdeck.core.runtime.engine import Capabilities
-from quantdeck.gui.launch_tab import LaunchTab
+from quantdeck.gui.launch import LaunchTab
 from quantdeck.gui.main_window import MainWindow
 
 RECORDED: dict[str, Any] = json.loads(FIXTURE.read_text())

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QLineEdit
 from quantdeck.core.launch import cpu_device, profiles
 from quantdeck.core.launch.device import H200
 from quantdeck.core.paths import config_dir
-from quantdeck.gui.launch_tab import LaunchTab
+from quantdeck.gui.launch import LaunchTab
 from quantdeck.gui.main_window import MainWindow
 
 KEY = "s3cret-KEY-42"

@@ -148,7 +148,7 @@ def test_window_shows_before_superqt_and_pyqtgraph_load() -> None:
     first paint."""
     code = (
         "import sys, json\n"
-        "import quantdeck.gui.app, quantdeck.gui.main_window, quantdeck.gui.launch_tab\n"
+        "import quantdeck.gui.app, quantdeck.gui.main_window, quantdeck.gui.launch\n"
         "print(json.dumps([n for n in ('superqt', 'pyqtgraph') if n in sys.modules]))\n"
     )
     r = subprocess.run(

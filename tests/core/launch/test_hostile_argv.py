@@ -160,7 +160,7 @@ def _cases(tmp_path: Path) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def launch_tab(qtbot: Any) -> Any:
-    from quantdeck.gui.launch_tab import LaunchTab
+    from quantdeck.gui.launch import LaunchTab
 
     tab = LaunchTab(cpu_device())
     qtbot.addWidget(tab)
