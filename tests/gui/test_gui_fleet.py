@@ -25,7 +25,7 @@ from quantdeck.core.events import (
 from quantdeck.core.fleet import Fleet, load_fleet, running_fleet
 from quantdeck.core.fleet.document import read_document
 from quantdeck.core.launch import cpu_device
-from quantdeck.gui.fleet_view import FleetEditDialog, FleetView
+from quantdeck.gui.fleet import FleetEditDialog, FleetView
 from quantdeck.gui.main_window import MainWindow
 
 A = "http://127.0.0.1:18001"

@@ -26,7 +26,7 @@ from quantdeck.core.fleet.live import LiveTrial
 from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import cpu_device
 from quantdeck.core.runtime import free_port
-from quantdeck.gui.fleet_view import TryLiveDialog
+from quantdeck.gui.fleet import TryLiveDialog
 from quantdeck.gui.main_window import MainWindow
 
 

@@ -35,7 +35,7 @@ from quantdeck.core.fleet import Fleet
 from quantdeck.core.fleet.live import LiveTrial
 from quantdeck.core.fleet.trial import ArmSpan, TrialOptions, judge
 from quantdeck.core.monitor.metrics import Histogram, RawMetrics
-from quantdeck.gui.fleet_view import FleetView, TryLiveDialog
+from quantdeck.gui.fleet import FleetView, TryLiveDialog
 from quantdeck.gui.trial_view import TrialView
 
 BOUNDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, math.inf)

@@ -340,7 +340,7 @@ def test_a_live_chain_on_the_fleet_tabs_fleet_promotes_the_better_value(
     import httpx
 
     from quantdeck.core.runtime.server import ONE_PROCESS_ENGINE_ENV
-    from quantdeck.gui.fleet_view import FleetView
+    from quantdeck.gui.fleet import FleetView
 
     mp = pytest.MonkeyPatch()
     for k, value in ONE_PROCESS_ENGINE_ENV.items():
