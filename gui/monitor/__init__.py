@@ -1,8 +1,10 @@
 """The Monitor: the window's Monitor tab and its pages, and recordings replayed in a window.
 
 - ``panel``: the Plots page (:class:`MonitorPanel`): live plots, window, pause, alerts, span
-  comparison, export; what it plots is ``charts``, where from ``sources``, how it is drawn
-  cheaply ``plot_items``, its markers and span table ``timeline``;
+  comparison, export; what it plots is ``charts``, where from ``sources``, its grid of plots
+  (y ranges, legends, axes) ``plot_grid``, how it is drawn cheaply ``plot_items``, its alerts
+  ``alerting``, its span comparison ``spans``, a fleet's instances overlaid ``instances``, its
+  markers and span table ``timeline``;
 - ``alerts``: the Alerts page (:class:`AlertsView`), the panel's alert log;
 - ``kv``: the KV cache page (:class:`KvView`), vLLM's prefix cache from its KV events;
 - ``profile``: the Trace page (:class:`ProfilePanel`), vLLM's torch profiler;

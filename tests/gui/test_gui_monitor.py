@@ -38,7 +38,7 @@ def test_axes_follow_range_and_size(qtbot) -> None:
     for i in range(20):
         m.add_event(metrics_event(100.0 + i, running=float(i % 3)))
     m.refresh(force=True)
-    left = next(a for a in m._axes if a.axis is m.plots["Requests"].getAxis("left"))
+    left = next(a for a in m.grid.axes if a.axis is m.plots["Requests"].getAxis("left"))
     ticks = [
         v for _, vs in left.axis.tickValues(*m.plots["Requests"].vb.viewRange()[1], 200) for v in vs
     ]
@@ -71,7 +71,7 @@ def test_alerts_banner_and_signal(qtbot) -> None:
 def test_flapping_alert_does_not_move_the_plots(qtbot, monkeypatch) -> None:
     """An alert that comes and goes with the samples shows and hides the banner each time, in
     a row of its own that it keeps for a while: the plots are not laid out again each time."""
-    monkeypatch.setattr("quantdeck.gui.monitor.panel.BANNER_HOLD_S", 0.2)
+    monkeypatch.setattr("quantdeck.gui.monitor.alerting.BANNER_HOLD_S", 0.2)
     m = MonitorPanel(fps=1)
     qtbot.addWidget(m)
     m.resize(900, 600)
@@ -171,7 +171,7 @@ def test_y_range_follows_the_data(qtbot) -> None:
     y0, y1 = plot.vb.viewRange()[1]
     assert y0 == 0.0 and 12.0 <= y1 < 40.0  # a rate starts at 0
     # the legend's rows sit above the data: no curve runs under it
-    legend = m._legends["Tokens / s"]
+    legend = m.grid.legends["Tokens / s"]
     bottom = legend.mapToScene(legend.boundingRect().bottomLeft())
     assert plot.vb.mapSceneToView(bottom).y() >= 12.0
     # a percent plot shows 0-100 (and the legend's rows above it), however flat the data
@@ -192,7 +192,7 @@ def test_y_range_follows_the_data(qtbot) -> None:
     assert c1 >= 180.0
     assert max(v for _, level in cpu.getAxis("left").tickValues(0, c1, 200) for v in level) > 100
     m.legend_box.setChecked(False)  # hidden legends give the rows back
-    assert not m._legends["Tokens / s"].isVisible()
+    assert not m.grid.legends["Tokens / s"].isVisible()
     assert m.plots["KV-cache usage %"].vb.viewRange()[1][1] == 100.0
     m.legend_box.setChecked(True)
     m.add_event(metrics_event(137.0, generation_tokens_per_s=500.0))
@@ -345,7 +345,7 @@ def test_a_legend_taller_than_its_plot_allows_goes_into_columns(qtbot) -> None:
         for i in range(5):
             m.add_event(metrics_event(200.0 + i + tall, ttft_p50_ms=30.0, ttft_p99_ms=60.0))
         m.refresh(force=True)
-        plot, legend = m.plots["Latency (ms)"], m._legends["Latency (ms)"]
+        plot, legend = m.plots["Latency (ms)"], m.grid.legends["Latency (ms)"]
         rect = legend.mapRectToParent(legend.boundingRect())
         assert rect.bottom() <= plot.vb.height() and rect.right() <= plot.vb.width()
-        assert m._legend_columns.get("Latency (ms)", 1) == wanted
+        assert m.grid.legend_columns.get("Latency (ms)", 1) == wanted

@@ -71,7 +71,7 @@ def test_no_marker_label_covers_a_legend(qtbot, panel: MonitorPanel) -> None:
     checked = 0
     for _, line, plot in panel.marker_lines.items:
         text = getattr(line, "label", None)
-        rect = panel._legend_rect(plot)
+        rect = panel.grid.legend_rect(plot)
         if text is None or rect is None or not text.isVisible():
             continue
         legend = plot.vb.mapRectToScene(rect)
@@ -104,12 +104,12 @@ def test_compare_spans_either_side_of_the_change_then_a_dragged_span(
     assert panel.compare_panel.separated.text() == (
         "Separated by: knobs: enforce-eager default → True, quantization default → bitsandbytes"
     )
-    assert len(panel._regions) == len(panel.plots)
+    assert len(panel.compare.regions) == len(panel.plots)
     last = panel.store.last_t
-    _, before, after = panel._regions[0]
+    _, before, after = panel.compare.regions[0]
     assert before.getRegion() == pytest.approx((cmp.before.t0 - last, cmp.before.t1 - last))
     # the user drags the "after" span on one plot to its last 30 s: every plot follows
-    _, _, other = panel._regions[5]
+    _, _, other = panel.compare.regions[5]
     after.setRegion((-30.0, 0.0))
     new = panel.comparison()
     assert new is not None and new.after.t0 == pytest.approx(last - 30)
@@ -120,7 +120,7 @@ def test_compare_spans_either_side_of_the_change_then_a_dragged_span(
     page = out.read_text()
     assert "Tuning timeline" in page and "quantization default → bitsandbytes" in page
     qtbot.mouseClick(panel.compare_button, Qt.LeftButton)
-    assert panel.comparison() is None and panel._regions == []
+    assert panel.comparison() is None and panel.compare.regions == []
     assert panel.compare_panel.isHidden()
 
 
