@@ -25,6 +25,7 @@ from quantdeck.cli._common import (
 from quantdeck.core.bench import add_load_options, load_from_options, slo_from_options
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.launch import detect_device, profiles
+from quantdeck.core.launch.diff import change_text, knobs_text
 
 
 def _print_ab_table(result: dict[str, Any]) -> None:
@@ -305,7 +306,7 @@ def _print_live_summary(instance: str, result: dict[str, Any]) -> None:
         f"ended: {result['ended']}"
     )
     for t in trials:
-        change = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in t["knobs"].items())
+        change = change_text(t["knobs"])
         decision = f"{t['decision']}: " if t.get("decision") else ""
         print(f"  {t['step']:>2}  {change:<32} {t['result']:<12} {decision}{t['reason']}")
     if result.get("until"):
@@ -316,8 +317,8 @@ def _print_live_summary(instance: str, result: dict[str, Any]) -> None:
             print(f"goal {goal}: met by trial {result['met_by']}")
         else:
             print(f"goal {goal}: not met (no promoted launch met every limit)")
-    changed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in result["changed"].items())
-    launch = " ".join(f"{k}={v}" for k, v in result["launch"].items())
+    changed = change_text(result["changed"])
+    launch = knobs_text(result["launch"], sep=" ")
     print(f"final launch of {instance}: {launch}")
     print(f"changed by the chain: {changed or 'nothing'}")
 

@@ -19,7 +19,14 @@ from quantdeck.cli._common import (
     until_signal,
 )
 from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError, mask_credentials
-from quantdeck.core.events import Event, InstanceEvent, LogEvent, MetricsEvent, StateEvent
+from quantdeck.core.events import (
+    Event,
+    InstanceEvent,
+    LogEvent,
+    MetricsEvent,
+    StateEvent,
+    TrialEvent,
+)
 
 if TYPE_CHECKING:
     from quantdeck.core.fleet.trial import TrialOptions
@@ -283,6 +290,7 @@ def trial_printer(json_events: bool, logs: bool = True) -> Callable[[dict[str, A
     """Print a trial's events as the fleet sends them: JSON lines, or ``NAME: line`` for a
     person (the candidate server's log lines only with ``logs``); URLs without credentials."""
     from quantdeck.core.events import from_json
+    from quantdeck.core.fleet.rows import fleet_news
 
     def show(msg: dict[str, Any]) -> None:
         if json_events:
@@ -292,7 +300,11 @@ def trial_printer(json_events: bool, logs: bool = True) -> Callable[[dict[str, A
         inner = ev.event if isinstance(ev, InstanceEvent) else ev
         if isinstance(inner, (LogEvent, MetricsEvent)) and not logs:
             return
-        print(mask_credentials(ev.describe()), flush=True)
+        line = ev.describe()
+        news = fleet_news(inner) if isinstance(inner, TrialEvent) else None
+        if isinstance(ev, InstanceEvent) and news is not None:  # the knobs as every view says
+            line = f"{ev.instance}: [{inner.kind}] {news.removeprefix('trial ')}"
+        print(mask_credentials(line), flush=True)
 
     return show
 

@@ -636,7 +636,9 @@ class TrialEvent(Event):
     URL), judged on ``goal``. ``phase``: ``admitted``, ``started``, ``measuring`` (with the
     running ``verdict`` and both ``arms``' figures), ``decided`` (``decision`` promote or
     rollback, its ``reason``, the figures it was made on), ``promoted`` or ``rolled back`` (the
-    decision carried out), or ``refused`` (``reason``: why nothing started)."""
+    decision carried out), or ``refused`` (``reason``: why nothing started). ``undo``: this is
+    ``fleet undo`` of the last promotion (the launch from before, promoted once it serves; no
+    comparison), not a trial: ``knobs`` go from the promoted launch back to the one before."""
 
     kind: ClassVar[str] = "trial"
     phase: str
@@ -647,6 +649,7 @@ class TrialEvent(Event):
     arms: dict[str, dict[str, Any]] | _Absent = ABSENT
     decision: str | _Absent = ABSENT
     reason: str | _Absent = ABSENT
+    undo: bool | _Absent = ABSENT
     t: float = field(default_factory=now)
 
     def describe(self) -> str:

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, TrialEvent
+from quantdeck.core.launch.diff import change_text
 from quantdeck.gui.labels import error_label, plain_label
 from quantdeck.gui.style import GREEN, HINT_SHEET, ORANGE, RED
 from quantdeck.gui.table_model import Column
@@ -216,7 +217,7 @@ class LiveTrialRow:
 
     @property
     def change(self) -> str:
-        return ", ".join(f"{k} {a} → {b}" for k, (a, b) in self.knobs.items())
+        return change_text(self.knobs)
 
     @property
     def result_text(self) -> str:

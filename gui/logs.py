@@ -31,7 +31,9 @@ from quantdeck.core.events import (
     LogEvent,
     PlanEvent,
     StateEvent,
+    TrialEvent,
 )
+from quantdeck.core.fleet.rows import fleet_news
 from quantdeck.gui.style import ALERT_TEXT, CRASH_TAIL_BACKGROUND, LOG_COLORS
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -116,18 +118,30 @@ class LogsPanel(QWidget):
         cur.insertText(text + "\n", self._fmt.get(kind, self._fmt["INFO"]))
         bar.setValue(bar.maximum() if follow else value)
 
-    def add_event(self, ev: Event) -> None:
+    def add_event(self, ev: Event, source: str = "") -> None:
+        """An event of the server followed; ``source``: the fleet instance it is of ("": the
+        Launch tab's server), named in the headers."""
         entry: tuple[str, str]
         match ev:
-            case InstanceEvent(event=inner):
-                self.add_event(inner)
+            case InstanceEvent(event=inner, instance=name):
+                self.add_event(inner, name)
                 return
             case LogEvent(line=line, level=level):
                 entry = (level or "INFO", line)
             case StateEvent(state="starting"):
                 self.runs += 1
                 self._clear_crash()
-                self._add(("run", f"━━ run {self.runs} · {_clock(ev.t)} · starting ━━"))
+                who = f"{source} · " if source else ""
+                self._add(("run", f"━━ run {self.runs} · {who}{_clock(ev.t)} · starting ━━"))
+                return
+            case FactEvent(name="fleet instance", value=name):  # the Fleet tab chose it
+                self._add(("run", f"━━ fleet instance {name} · {_clock(ev.t)} ━━"))
+                return
+            case TrialEvent(phase=phase) if phase != "measuring":
+                # a trial's arm, a promotion, an undo: each a header (the instance's log goes
+                # on under it; the candidate's own log is its own)
+                who = f"{source}: " if source else ""
+                self._add(("run", f"━━ {who}{fleet_news(ev)} · {_clock(ev.t)} ━━"))
                 return
             case StateEvent(state="crashed", reason=reason, log_tail=tail):
                 self.crash_tail = list(tail or [])

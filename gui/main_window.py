@@ -1,48 +1,44 @@
-"""The main window: model library on the left, the launch form and live planner on the right."""
+"""The main window: the model library on the left, the tabs on the right, the status bar below;
+what serves is told by core/deployment.py (the status bar and the Launch tab say the same)."""
 
 from __future__ import annotations
 
-import html
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSettings, QTimer, Signal
 from PySide6.QtWidgets import (
-    QLabel,
-    QListView,
     QMainWindow,
     QMessageBox,
-    QProgressBar,
-    QPushButton,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from quantdeck.core.deployment import Deployment, beside, of_server
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import (
     Event,
     FallbackEvent,
     InstanceEvent,
-    MetricsEvent,
     RouteEvent,
     StateEvent,
 )
 from quantdeck.core.launch import DeviceFacts, detect_device
-from quantdeck.core.models import AdapterInfo, ModelInfo, inspect_model, read_adapter
-from quantdeck.core.models.adapters import is_adapter_dir
+from quantdeck.core.models import ModelInfo
 from quantdeck.core.paths import config_dir
-from quantdeck.gui.fleet_view import FleetView
-from quantdeck.gui.labels import plain_label
-from quantdeck.gui.launch_tab import ROUTER_INSTANCE, LaunchTab
+from quantdeck.gui.fleet import FleetView
+from quantdeck.gui.launch import LaunchTab
+from quantdeck.gui.library import LibraryPanel, ModelFolder
 from quantdeck.gui.logs import LogsPanel
+from quantdeck.gui.monitor_tab import MonitorTab
 from quantdeck.gui.playground import PlaygroundPanel
+from quantdeck.gui.recordings import Recordings
+from quantdeck.gui.router_of_one import RouterOfOne
 from quantdeck.gui.server_control import QtServerController
-from quantdeck.gui.style import ALERT_TEXT, GREEN, ORANGE, RED, STOPPED
-from quantdeck.gui.table_model import Column, ObjectTableModel
+from quantdeck.gui.status_line import StatusLine
 
 if TYPE_CHECKING:
     from quantdeck.gui.workers import WorkerSet
@@ -79,40 +75,11 @@ def _probe_engine(python: str = "") -> Any:
         return str(e)
 
 
-def _reading(v: Any, spec: str) -> str:
-    """A telemetry reading, or "?" where the driver gave none."""
-    return format(v, spec) if isinstance(v, int | float) else "?"
-
-
 def _scan_hf_cache() -> list[tuple[str, ModelInfo]]:
     """The readable models of the Hugging Face cache (inspected here, not on the UI thread)."""
     from quantdeck.core.models import scan_hf_cache
 
     return [(e.path, e.info) for e in scan_hf_cache() if e.info is not None]
-
-
-@dataclass(frozen=True)
-class ModelFolder:
-    """A model folder of the library and what the inspector says of it (None: unreadable);
-    a LoRA adapter folder has ``adapter`` instead, shown with its base model."""
-
-    path: str
-    info: ModelInfo | None
-    adapter: AdapterInfo | None = None
-    error: str | None = None  # why the inspector could not read it (info None)
-
-    @property
-    def title(self) -> str:
-        name = Path(self.path).name
-        if self.adapter:
-            base = Path(self.adapter.base_model or "?").name
-            return f"{name}   [{self.adapter.badge} on {base}]"
-        return f"{name}   [{self.info.badge}]" if self.info else f"{name}   (unreadable)"
-
-
-LIBRARY_COLUMNS: tuple[Column[ModelFolder], ...] = (
-    Column("model", lambda m: m.title, tooltip=lambda m: m.path),
-)
 
 
 def gui_settings() -> QSettings:
@@ -144,29 +111,19 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Quantdeck")
         self.device = device or detect_device()
         self.controller = controller or QtServerController(self)
-        self.library_model: ObjectTableModel[ModelFolder] = ObjectTableModel(LIBRARY_COLUMNS, self)
-        self.library = QListView()  # shows the model's first column
-        self.library.setObjectName("library")
-        self.library.setModel(self.library_model)
-        self.library_info = plain_label()
-        self.library_info.setWordWrap(True)
-        self.library_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.add_folder_button = QPushButton("Add folder…")
+        self.library_panel = LibraryPanel()
+        # the library's parts, as the window's (tests and the screenshots read them here)
+        self.library_model = self.library_panel.model
+        self.library = self.library_panel.view
+        self.library_info = self.library_panel.info
+        self.add_folder_button = self.library_panel.add_folder_button
         self.tabs = QTabWidget()
         self.launch = LaunchTab(self.device)
         # pyqtgraph takes most of the start-up time: the Monitor is built right after the
         # window's first paint (or on first use), inside this container
-        self._monitor: Any = None
-        self._kv_view: Any = None  # the KV view (gui/monitor/kv.py), a page beside the plots
-        self._profile_view: Any = None  # the Trace page (gui/monitor/profile.py)
         self.leftovers_box: QMessageBox | None = None  # servers left by an earlier run (app.py)
-        self.alerts_view: Any = None  # the Alerts page (gui/monitor/alerts.py), with the plots
-        self._monitor_box = QWidget()
-        monitor_lay = QVBoxLayout(self._monitor_box)
-        monitor_lay.setContentsMargins(0, 0, 0, 0)
-        self.monitor_pages = QTabWidget()  # inside the Monitor tab: plots, KV cache
-        self.monitor_pages.setDocumentMode(True)
-        monitor_lay.addWidget(self.monitor_pages)
+        self.monitor_tab = MonitorTab(self.controller)
+        self._monitor_box, self.monitor_pages = self.monitor_tab, self.monitor_tab.pages
         self.logs = LogsPanel()
         self.playground = PlaygroundPanel(
             lambda: (self.controller.url, self.controller.model_name, self.controller.api_key)
@@ -188,57 +145,34 @@ class MainWindow(QMainWindow):
         self.fleet = FleetView()
         self.tabs.addTab(self.fleet, "Fleet")
         self.fleet.instance_chosen.connect(self._on_fleet_instance_chosen)
-        self.fleet.instance_event.connect(self.logs.add_event)
+        self.fleet.instance_event.connect(
+            lambda ev: self.logs.add_event(ev, self.fleet.chosen or "")
+        )
         self.fleet.instances_changed.connect(lambda stores: self.monitor.set_instances(stores))
         # a fleet's fallback switches are markers on the Monitor's timeline (a bound method:
         # queued onto the UI thread, as the Fleet tab's own slot is)
         self.fleet._fleet_event.connect(self._on_fleet_event)
         self.fleet.phase_changed.connect(self._on_fleet_phase)
-        # the Launch tab's fleet of one (Start behind the router): the file written for it,
-        # whether its start is under way (written, read, not yet starting), and what the
-        # Launch tab was last told of it
-        self._router_file: str | None = None
-        self._router_pending = False
-        self._router_shown: tuple[Any, ...] = ()
-        self.fleet.changed.connect(self._on_fleet_changed)
-        self.fleet.serve_refused.connect(self._on_router_refused)
+        # the Launch tab's fleet of one (Start behind the router)
+        self.router = RouterOfOne(self.launch, self.fleet, self)
+        self.router.changed.connect(self._show_serving)
+        self.fleet.changed.connect(self._show_serving)  # a fleet's health beside
         self.tabs.currentChanged.connect(self._on_tab_changed)
-        side = QWidget()
-        sl = QVBoxLayout(side)
-        sl.setContentsMargins(0, 0, 0, 0)
-        sl.addWidget(QLabel("<b>Models</b>"))
-        sl.addWidget(self.library, 1)
-        sl.addWidget(self.library_info)
-        sl.addWidget(self.add_folder_button)
         split = QSplitter()
-        split.addWidget(side)
+        split.addWidget(self.library_panel)
         split.addWidget(self.tabs)
         split.setStretchFactor(1, 4)
         split.setSizes([300, 1100])
         self.setCentralWidget(split)
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(240)
-        self.progress.hide()
-        self._server_state = "● stopped"
-        self.state_label = QLabel(self._server_state)
-        self.url_label = QLabel("")
-        self.status_label = plain_label(self.device.label)
-        self.alert_label = QLabel("")  # the alerts not yet acknowledged (a badge)
-        self.alert_label.setStyleSheet(f"color:{ALERT_TEXT}; font-weight:bold;")
-        self.alert_label.hide()
-        for w in (self.state_label, self.url_label, self.alert_label):
-            self.statusBar().addWidget(w)
-        self.statusBar().addWidget(self.status_label, 1)
-        self.statusBar().addPermanentWidget(self.progress)
+        self.status = StatusLine(self.statusBar(), self.device.label)
+        self.progress = self.status.progress
+        self.state_label, self.url_label = self.status.state_label, self.status.url_label
+        self.status_label, self.alert_label = self.status.status_label, self.status.alert_label
         self.system_check: Any = None  # Help ▸ System check… (gui/system_check.py)
         self.menuBar().addMenu("&Help").addAction("System check…", self._on_system_check)
-        self.library.selectionModel().currentChanged.connect(self._on_library_changed)
-        self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
+        self.library_panel.model_chosen.connect(self._on_model_chosen)
+        self.library_panel.folder_added.connect(self.add_folder)
         self.launch.start_requested.connect(self._on_start_requested)
-        self.launch.router_start_requested.connect(self._on_router_start_requested)
-        self.launch.router_restart_requested.connect(
-            lambda: self.fleet.act_on(ROUTER_INSTANCE, "restart_instance")
-        )
         self.launch.try_live_requested.connect(self._on_try_live_requested)
         self.launch.stop_requested.connect(self._on_stop_requested)
         self.launch.attach_requested.connect(
@@ -247,8 +181,13 @@ class MainWindow(QMainWindow):
         self.launch.profile_model_requested.connect(self._on_profile_model)
         self.controller.event.connect(self._on_server_event)
         self.launch.follow(self.controller)
-        self.controller.metrics.connect(self._on_metrics)
-        self.controller.kv.connect(self._on_kv)
+        self.controller.metrics.connect(self.status.show_readings)
+        self.monitor_tab.alert.connect(
+            lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
+        )
+        self.monitor_tab.alerts_changed.connect(self._on_alerts_changed)
+        self.recordings = Recordings(self, self.launch.message.setText, self._show_fleet_recording)
+        self.monitor_tab.open_requested.connect(self.recordings.ask)
         self.controller.error.connect(self._on_server_error)
         self.controller.idle.connect(self._on_controller_idle)
         self.resize(1400, 900)
@@ -268,8 +207,6 @@ class MainWindow(QMainWindow):
             )
         )
         self.workers: WorkerSet | None = None  # see background()
-        # the recordings open, each in its window (gui/monitor/replay.py)
-        self.replays: list[Any] = []
         self._probe = probe
         self._painted = False
         self._background_started = False
@@ -298,7 +235,7 @@ class MainWindow(QMainWindow):
             return
         self._background_started = True
         for f in self.folders:  # the remembered folders' models: read after the first paint
-            self._scan_folder(Path(f))
+            self.library_panel.scan(Path(f))
         workers = self.background()
         if self._probe:
             # the probe cannot be cancelled (a subprocess that imports vLLM, ~15 s cold): its
@@ -400,46 +337,23 @@ class MainWindow(QMainWindow):
 
     @property
     def monitor(self) -> Any:
-        """The Monitor panel (built on first use)."""
-        if self._monitor is None:
-            from quantdeck.gui.monitor import AlertsView, MonitorPanel
-
-            self._monitor = MonitorPanel()
-            self._monitor.follow(self.controller)
-            self._monitor.set_source_state(self.controller.state)
-            self.monitor_pages.addTab(self._monitor, "Plots")
-            self._monitor.alert.connect(
-                lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
-            )
-            self.alerts_view = AlertsView(self._monitor)
-            self.monitor_pages.addTab(self.alerts_view, "Alerts")
-            self._monitor.alerts_changed.connect(self._on_alerts_changed)
-            self._monitor.open_button.clicked.connect(self._on_open_recording)
-            self._monitor.slo_changed.connect(self.controller.set_slo)
-        return self._monitor
+        """The Monitor's plots (built on first use)."""
+        return self.monitor_tab.panel
 
     @property
     def kv_view(self) -> Any:
-        """The KV view, the Monitor tab's second page (built on first use, after the plots)."""
-        if self._kv_view is None:
-            self.monitor  # noqa: B018 (the plots' page first)
-            from quantdeck.gui.monitor import KvView
-
-            self._kv_view = KvView()
-            self.monitor_pages.addTab(self._kv_view, "KV cache")
-        return self._kv_view
+        """The Monitor's KV cache page (built on first use, after the plots)."""
+        return self.monitor_tab.kv
 
     @property
     def profile_view(self) -> Any:
-        """The Trace page of the Monitor tab (vLLM's profiler; built on first use, after the KV
-        view): "profile" names a saved launch config on the Launch tab."""
-        if self._profile_view is None:
-            self.kv_view  # noqa: B018 (the pages in order)
-            from quantdeck.gui.monitor import ProfilePanel
+        """The Monitor's Trace page (built on first use, after the KV view)."""
+        return self.monitor_tab.profile
 
-            self._profile_view = ProfilePanel(self.controller)
-            self.monitor_pages.addTab(self._profile_view, "Trace")
-        return self._profile_view
+    @property
+    def alerts_view(self) -> Any:
+        """The Monitor's Alerts page (built with the plots)."""
+        return self.monitor_tab.alerts_view
 
     @property
     def bench(self) -> Any:
@@ -467,79 +381,19 @@ class MainWindow(QMainWindow):
     # -- library -----------------------------------------------------------------------------
     def add_model(self, path: Path, select: bool = False, info: ModelInfo | None = None) -> None:
         """Add a model folder to the library (``info``: already inspected, e.g. by a scan)."""
-        i = self.library_model.find(lambda m: m.path == str(path))
-        if i < 0:
-            adapter, error = None, None
-            if info is None:
-                try:
-                    if is_adapter_dir(path):
-                        adapter = read_adapter(path)
-                    else:
-                        info = inspect_model(path)
-                except QuantdeckError as e:
-                    error = str(e)
-                    self.library_info.setText(error)
-            i = self.library_model.append(ModelFolder(str(path), info, adapter, error))
-        if select:
-            self.library.setCurrentIndex(self.library_model.index(i, 0))
+        self.library_panel.add_model(path, select, info)
 
     def selected_model(self) -> ModelFolder | None:
         """The library's current model, if any."""
-        index = self.library.currentIndex()
-        return self.library_model.row(index.row()) if index.isValid() else None
-
-    def _scan_folder(self, folder: Path) -> None:
-        from quantdeck.core.models import scan_folders
-
-        try:
-            found = scan_folders([folder])
-        except QuantdeckError as e:
-            self.library_info.setText(str(e))
-            return
-        for entry in found:
-            self.add_model(Path(entry.path), info=entry.info)  # an adapter is read by add_model
-        if not found:  # said, not added in silence
-            self.library_info.setText(
-                f"No model found in {folder}: a model is a folder with a config.json (or a "
-                "LoRA adapter's adapter_config.json), there or up to three folders down"
-            )
-
-    def _on_add_folder_clicked(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
-        d = QFileDialog.getExistingDirectory(self, "Add a folder of models")
-        if d:
-            self.add_folder(d)
+        return self.library_panel.selected()
 
     def add_folder(self, folder: str) -> None:
         if folder not in self.folders:
             self.folders.append(folder)
             gui_settings().setValue("folders", self.folders)
-        self._scan_folder(Path(folder))
+        self.library_panel.scan(Path(folder))
 
-    def _on_library_changed(self, *_: Any) -> None:
-        selected = self.selected_model()
-        if selected is None:
-            return
-        path, info = selected.path, selected.info
-        if selected.adapter is not None:  # served on top of its base: nothing to launch alone
-            a = selected.adapter
-            self.library_info.setText(
-                f"LoRA adapter · rank {a.rank} · alpha {a.alpha:g} · "
-                f"{', '.join(a.target_modules)} · base {a.base_model or 'not named'} · "
-                "load it into a server started with LoRA (quantdeck lora load)"
-            )
-            return
-        if info is None:  # unreadable: why, where the operator looks (not a tooltip)
-            why = selected.error or "the inspector could not read it"
-            self.library_info.setText(f"{Path(path).name} cannot be launched: {why}")
-        if info is not None:
-            q = info.quantization
-            self.library_info.setText(
-                f"{info.architecture} · {info.num_parameters / 1e6:,.1f} M params · "
-                f"{info.weights_bytes / 2**20:,.1f} MiB · {info.num_layers} layers · "
-                f"kv heads {info.num_kv_heads}" + (f" · {q.method} {q.scheme}" if q else "")
-            )
+    def _on_model_chosen(self, path: str, info: ModelInfo | None) -> None:
         self.launch.set_model(path, info)
         self.convert.source_changed()
         self.model_selected.emit(path)
@@ -562,68 +416,18 @@ class MainWindow(QMainWindow):
     # -- server ------------------------------------------------------------------------------
     def _on_server_event(self, ev: Event) -> None:
         self.logs.add_event(ev)
-        if self._monitor is None:  # built now, it follows the controller from the next event
-            self.monitor._on_server_event(ev)
-        if not isinstance(ev, StateEvent):
-            return
-        st = ev.state
-        colors = {"ready": GREEN, "crashed": RED, "stopped": STOPPED, "attached": GREEN}
-        self._server_state = f"<span style='color:{colors.get(st, ORANGE)}'>●</span> {st}"
-        self._show_serving()
-        if st in ("ready", "attached"):
-            router = self.router_phase() is not None and self.fleet.spec is not None
-            # behind the router the URL clients use is the router's
-            url = f"{self.fleet.spec.router.url} (router)" if self.fleet.spec and router else ""
-            self.url_label.setText(url or self.controller.url or "")
-            if st == "attached":  # the Monitor follows it as a source of its own
-                self.kv_view.clear()
-        elif st == "starting":  # the plots go on: the timeline's marker shows the restart
-            self.kv_view.clear()
-            server = self.controller.server
-            self.kv_view.set_model(server.cfg.model.model if server is not None else None)
-            if server is not None:  # an engine option: the page asks for it only while off
-                flag = server.cfg.extra_args.get("kv-cache-metrics")
-                self.kv_view.kv_cache_metrics = flag not in (None, False, "false")
-        elif st in ("stopped", "crashed"):
-            self.url_label.setText("")
-
-    def _on_metrics(self, ev: MetricsEvent) -> None:
-        self.kv_view.add_metrics(ev)
-        tel = ev.telemetry
-        if tel is None:  # telemetry could not be read this tick: the problem line says why
-            return
-        if tel.gpus:
-            g = tel.gpus[0]
-            used = g.memory_used_bytes if isinstance(g.memory_used_bytes, int) else 0
-            self.status_label.setText(
-                f"{self.device.label} · util {_reading(g.utilization_pct, '.0f')}% · "
-                f"{used / 2**30:.1f} GiB · {_reading(g.power_w, '.0f')} W"
-            )
-        else:
-            self.status_label.setText(
-                f"{self.device.label} · CPU {tel.host_cpu_pct:.0f}% · RAM "
-                f"{tel.host_ram_used_bytes / 2**30:.1f} GiB"
-            )
+        self.monitor_tab.on_server_event(ev)
+        if isinstance(ev, StateEvent):
+            self._show_serving()
 
     def _on_alerts_changed(self) -> None:
-        """The badges: the alerts not yet acknowledged, on the Monitor tab, its Alerts page and
-        the status bar (whatever tab is shown)."""
+        """The badges: the alerts not yet acknowledged, on the Monitor tab and the status bar
+        (whatever tab is shown)."""
         log = self.monitor.alerts
-        unseen, active = log.unacknowledged, len(log.active)
-        index = self.tabs.indexOf(self._monitor_box)
+        unseen = log.unacknowledged
+        index = self.tabs.indexOf(self.monitor_tab)
         self.tabs.setTabText(index, f"Monitor ⚠ {unseen}" if unseen else "Monitor")
-        page = self.monitor_pages.indexOf(self.alerts_view)
-        self.monitor_pages.setTabText(page, f"Alerts ({unseen})" if unseen else "Alerts")
-        text = ""
-        if unseen or active:
-            text = f"⚠ {active} alert{'s' * (active != 1)} active" + (
-                f", {unseen} not acknowledged" if unseen else ""
-            )
-        self.alert_label.setText(text)
-        self.alert_label.setVisible(bool(text))
-
-    def _on_kv(self, ev: Event) -> None:
-        self.kv_view.add_event(ev)
+        self.status.show_alerts(len(log.active), unseen)
 
     def _on_start_requested(self, cfg: Any) -> None:
         """Start (or Restart) is disabled from the click on: a double click starts one server."""
@@ -633,98 +437,25 @@ class MainWindow(QMainWindow):
     def _on_stop_requested(self) -> None:
         """The Launch tab's Stop: its fleet of one where it serves behind the router, else
         its server (or the attached one)."""
-        if self.router_phase() is not None or self._router_pending:
-            self.fleet.stop_fleet()
+        if self.router.running:
+            self.router.stop()
         else:
             self.controller.stop()
 
-    # -- behind the router (serve --behind-router) -----------------------------------------------
     def router_phase(self) -> str | None:
         """The phase of the Launch tab's fleet of one (starting, serving, stopping); None
         where it does not run (or the Fleet tab shows another fleet)."""
-        fleet = self.fleet
-        if self._router_file is None or fleet.path != self._router_file:
-            return None
-        return fleet.phase if fleet.phase in ("starting", "serving", "stopping") else None
-
-    def _on_router_start_requested(self, cfg: Any) -> None:
-        """Start behind the router, as ``quantdeck serve --behind-router``: a fleet file of
-        one (the router on the form's host and port, the instance "serve" on a free port,
-        served by the Launch tab's engine) that the Fleet tab reads and starts. A fleet of the
-        user's that runs there is not replaced: one red line says so."""
-        from quantdeck.core.fleet.spec import fleet_of_one
-        from quantdeck.core.paths import cache_dir
-
-        fleet = self.fleet
-        if fleet.job is not None or self._router_pending:
-            name = Path(fleet.path).name if fleet.path else "a fleet"
-            self.launch.refuse(
-                f"Not started: the Fleet tab runs {name}; stop it there first (behind the "
-                "router the Launch tab serves a fleet of one of its own, and one fleet runs "
-                "at a time)"
-            )
-            return
-        try:
-            path = fleet_of_one(
-                cfg, cache_dir() / "fleet", engine=self.launch.engine_box.currentData() or None
-            )
-        except (QuantdeckError, OSError) as e:
-            self.launch.refuse(f"Not started: {e}")
-            return
-        self._router_file, self._router_pending = str(path), True
-        self.launch.set_router_state("starting")
-        fleet.serve_file(str(path))
-
-    def _on_router_refused(self, path: str, why: str) -> None:
-        if path != self._router_file:
-            return
-        self._router_pending = False
-        self.launch.set_router_state(None)
-        self.launch.refuse(f"Not started behind the router: {why}")
+        return self.router.phase()
 
     def _on_try_live_requested(self, cfg: Any) -> None:
-        """The Launch tab's Try live…: the Fleet tab's dialog for its instance, the form's
-        knobs already the candidate's (the diff against the running launch shown)."""
         self.tabs.setCurrentWidget(self.fleet)
-        self.fleet.select(ROUTER_INSTANCE)
-        self.fleet.try_live(candidate=cfg)
+        self.router.try_live(cfg)
 
-    def _on_fleet_changed(self) -> None:
-        """The Launch tab follows its fleet of one: the state line, Stop, Try live… (on while
-        it serves, no trial is under way and the form differs from the running launch), and
-        Monitor, Logs and Playground pointed at its instance once it serves."""
-        fleet, phase = self.fleet, self.router_phase()
-        if phase is not None:
-            self._router_pending = False
-        elif self._router_pending:
-            phase = "starting"  # written and being read: the fleet has not started yet
-        rows = fleet.rows if phase is not None else None
-        row = rows.row(ROUTER_INSTANCE) if rows is not None and ROUTER_INSTANCE in rows else None
-        url = fleet.spec.router.url if fleet.spec is not None else ""
-        running, why = None, "check Behind the router and Start: Try live… changes its knobs"
-        if phase is not None and phase != "serving":
-            why = f"the fleet of one is {phase}"
-        elif phase == "serving" and fleet.trial_busy:
-            why = "a trial is under way (its view is in the Fleet tab): one at a time"
-        elif phase == "serving" and (row is None or not row.serving):
-            why = f"instance '{ROUTER_INSTANCE}' is {row.state if row else 'gone'}"
-        elif phase == "serving":
-            running, why = fleet.running_launch(ROUTER_INSTANCE), ""
-        self.launch.set_live_target(running, why)
-        health = fleet.health if phase == "serving" else None
-        if health is not None:  # serving, degraded or down: the instance's word, not the job's
-            phase = health.word
-        shown = (phase, url, row.state if row is not None else "", health.why if health else "")
-        if shown == self._router_shown:
-            return
-        was = self._router_shown[0] if self._router_shown else None
-        self._router_shown = shown
-        self.launch.set_router_state(*shown)
-        if phase == "serving" and was not in ("serving", "degraded", "down"):
-            fleet.choose(ROUTER_INSTANCE, show=False)  # Monitor, Logs, Playground follow it
-        if was is not None and phase is None and fleet.message.text():
-            self.launch.message.setText(f"The fleet of one stopped: {fleet.message.text()}")
-        self._show_serving()
+    def deployment(self) -> Deployment:
+        """What serves, told once (core/deployment.py): the Launch tab's server, or its fleet
+        of one, and the Fleet tab's fleet beside while it runs."""
+        d = self.router.deployment() or of_server(self.controller.state, self.controller.url or "")
+        return beside(d, self.fleet.phase, self.fleet.health)
 
     def _on_controller_idle(self) -> None:
         """Its actions done: the Launch tab shows its state (a start that failed before the
@@ -740,21 +471,8 @@ class MainWindow(QMainWindow):
             self.monitor.add_event(ev)
 
     def _show_serving(self) -> None:
-        """The status bar says what serves: the Launch tab's server (or the attached one) and
-        a fleet while one runs."""
-        fleet = self.fleet.phase
-        text = self._server_state
-        router = self.router_phase()
-        health = self.fleet.health  # serving, degraded or down while the fleet serves
-        color = {"serving": GREEN, "down": RED}.get(health.word, ORANGE)
-        dot = f"<span style='color:{color}'>●</span>"
-        if router is not None:
-            text = f"{dot} {health.word} behind the router" + (
-                f": {html.escape(health.why)}" if health.why else ""
-            )
-        elif fleet in ("starting", "serving", "stopping"):
-            text += f" · {dot} fleet {html.escape(health.line())}"
-        self.state_label.setText(text)
+        """The status bar says what serves (the deployment model's line)."""
+        self.status.show(self.deployment())
 
     def _on_fleet_phase(self, phase: str) -> None:
         """A fleet that stopped takes the views attached to one of its instances with it
@@ -785,48 +503,20 @@ class MainWindow(QMainWindow):
         if show:
             self.tabs.setCurrentWidget(self._monitor_box)
 
-    def _on_open_recording(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open a recording", "", "Recordings (*.jsonl *.jsonl.gz);;All files (*)"
-        )
-        if path:
-            self.open_recording(path)
-
     def open_recording(self, path: str) -> int:
-        """Replay a recording in a window of its own, read-only: the live Monitor, its samples,
-        markers and alerts are untouched (a fleet's recording goes to the Fleet tab, as
-        before). Returns its number of events (0: it could not be read, and the Launch tab
-        says why)."""
-        from quantdeck.core.monitor import read_recording
-        from quantdeck.gui.monitor import ReplayWindow
+        """Replay a recording (gui/recordings.py): its number of events, 0 where it could not
+        be read (the Launch tab says why)."""
+        return self.recordings.open(path)
 
-        try:
-            rec = read_recording(path)
-        except QuantdeckError as e:
-            self.launch.message.setText(str(e))
-            return 0
-        if rec.header.info.get("source") == "fleet":  # a fleet's: the Fleet tab replays it
-            self.fleet.show_recording(path, rec)
-            self.tabs.setCurrentWidget(self.fleet)
-            self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
-            return len(rec.events)
-        title = rec.header.info.get("title") or rec.header.info.get("model") or Path(path).name
-        window = ReplayWindow(rec, Path(str(title)).name if title else Path(path).name, self)
-        window.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
-        window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        window.destroyed.connect(lambda *_: self._forget_replay(window))
-        self.replays.append(window)
-        window.resize(self.size())
-        if self.isVisible():
-            window.show()
-        window.refresh()
-        return len(rec.events)
+    @property
+    def replays(self) -> list[Any]:
+        """The replay windows open."""
+        return self.recordings.windows
 
-    def _forget_replay(self, window: Any) -> None:
-        if window in self.replays:
-            self.replays.remove(window)
+    def _show_fleet_recording(self, path: str, rec: Any) -> None:
+        self.fleet.show_recording(path, rec)
+        self.tabs.setCurrentWidget(self.fleet)
+        self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
 
     def closeEvent(self, ev: Any) -> None:
         from quantdeck.core.launch import to_yaml
@@ -837,14 +527,8 @@ class MainWindow(QMainWindow):
             settings.setValue("last_config", to_yaml(self.launch.config()))
         except QuantdeckError:
             pass
-        for replay in list(self.replays):
-            replay.close()
-        if self._monitor is not None:
-            self._monitor.timer.stop()
-        if self._kv_view is not None:
-            self._kv_view.shutdown()
-        if self._profile_view is not None:
-            self._profile_view.shutdown()
+        self.recordings.close_all()
+        self.monitor_tab.shutdown()
         if self.workers is not None:
             self.workers.quit()
         self.playground.shutdown()

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 
 from quantdeck.core.events import Event, InstanceEvent, MetricsEvent, StateEvent, TrialEvent
 from quantdeck.core.fleet.trial import CANDIDATE
+from quantdeck.core.launch.diff import after_text, change_text
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.style import (
     GREEN,
@@ -346,7 +347,7 @@ class TrialView(QWidget):
         elif ev.phase in RESULT_COLORS:
             self.result = ev.phase
             self.frozen = True
-            self._set_result(f"{ev.phase}: {reason}" if reason else ev.phase, ev.phase)
+            self._set_result(result_text(ev), ev.phase)
         elif ev.phase == "started" and reason:
             self.candidate_state = "ready"
         self._update()
@@ -360,7 +361,11 @@ class TrialView(QWidget):
     # -- what it shows -----------------------------------------------------------------------------
     def _show_title(self) -> None:
         t = self.trial
-        diff = ", ".join(f"{k}: {a} → {b}" for k, (a, b) in t.knobs.items())
+        if t.undo is not None:  # an undo, not a trial: nothing is compared
+            back = after_text(t.knobs) or "the launch before"
+            self.title.setText(f"Undo on {t.name}: back to {back}")
+            return
+        diff = change_text(t.knobs)
         self.title.setText(
             f"Trial of {t.name}: {diff or 'the same knobs (an A/A trial)'} · goal {t.opts.goal} "
             f"· decide {t.opts.decide}"
@@ -393,7 +398,13 @@ class TrialView(QWidget):
         self.promote_button.setEnabled(measuring)
         self.rollback_button.setEnabled(measuring)
         self.stop_button.setEnabled(under_way)
-        if self.phase in UNDER_WAY and not self.verdict_label.text():
+        if self.trial.undo is not None:  # nothing to decide: it is promoted once it serves
+            self.promote_button.setEnabled(False)
+            self.rollback_button.setEnabled(False)
+            self.verdict_label.setText(
+                "an undo: no comparison; the launch before takes over once it serves"
+            )
+        elif self.phase in UNDER_WAY and not self.verdict_label.text():
             self.verdict_label.setText("verdict: once both arms have finished requests")
 
     def redraw(self) -> None:
@@ -420,6 +431,21 @@ class TrialView(QWidget):
             self.trial.decide(what, BY_OPERATOR)
             self._set_result(f"{what} asked {BY_OPERATOR}…", None)
         self._update()
+
+
+def result_text(ev: TrialEvent) -> str:
+    """A trial's (or an undo's) end in the operator's words: ``Promoted max-num-seqs 16: …``,
+    ``Undone: back to max-num-seqs 8``, ``Rolled back: …``."""
+    reason = ev.reason if isinstance(ev.reason, str) and ev.reason else ""
+    if ev.phase == "promoted":
+        head = (
+            f"Undone: back to {after_text(ev.knobs) or 'the launch before'}"
+            if ev.undo is True
+            else f"Promoted {after_text(ev.knobs) or 'the same knobs'}"
+        )
+    else:
+        head = ev.phase[:1].upper() + ev.phase[1:]
+    return f"{head}: {reason}" if reason else head
 
 
 def verdict_text(v: dict[str, Any]) -> str:

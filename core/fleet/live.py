@@ -180,6 +180,8 @@ class LiveTrial:
 
     def _event(self, phase: str, **kw: Any) -> None:
         self.phase = phase
+        if self.undo is not None:
+            kw["undo"] = True
         ev = TrialEvent(phase, candidate=self.url, knobs=self.knobs, goal=self.opts.goal, **kw)
         self._emit(InstanceEvent(self.name, ev))
 

@@ -31,7 +31,7 @@ from quantdeck.core.events import (
 from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
 from quantdeck.core.fleet.trial import CANDIDATE
 from quantdeck.core.launch import LaunchConfig
-from quantdeck.core.launch.diff import knob_diff
+from quantdeck.core.launch.diff import after_text, change_text, knob_diff, knobs_text
 from quantdeck.core.models import ModelInfo
 from quantdeck.core.monitor.metrics import MetricsScraper
 from quantdeck.core.monitor.recording import Recording
@@ -124,8 +124,9 @@ class FleetRow:
         return " · ".join(parts)
 
     def knobs_text(self) -> str:
-        """The launch knobs set, ``name=value`` each (the Fleet tab's knobs column)."""
-        return ", ".join(f"{k}={v}" for k, v in self.knobs.items())
+        """The launch knobs set, ``max-num-seqs=16`` each (the Fleet tab's knobs column; one
+        wording of knobs everywhere: core/launch/diff.py)."""
+        return knobs_text(self.knobs)
 
     def clear_metrics(self) -> None:
         self.kv_pct = self.running = self.waiting = self.tok_s = self.ttft_p99_ms = None
@@ -399,12 +400,31 @@ def fleet_news(ev: Event) -> str | None:
     if isinstance(ev, RestartEvent | RouteEvent | FallbackEvent):
         return ev.describe().removeprefix(f"[{ev.kind}] ")
     if isinstance(ev, TrialEvent) and ev.phase != "measuring":  # (every 2 s: the Trial view's)
-        return "trial " + ev.describe().removeprefix(f"[{ev.kind}] ")
+        return trial_news(ev)
     if isinstance(ev, FactEvent) and ev.name == STARTING_FACT and isinstance(ev.value, dict):
         return f"still {ev.value.get('stage')}: {_start_told(ev.value)}"
     if isinstance(ev, AdviceEvent):  # the fleet check's warnings: "[warning] ..."
         return ev.describe().removeprefix("[").replace("] ", ": ", 1)
     return None
+
+
+def trial_news(ev: TrialEvent) -> str:
+    """A step of a trial, or of an undo, in the operator's words: ``trial admitted:
+    max-num-seqs 8 → 16 (…)``, ``promoted max-num-seqs 16: …``, ``undone: back to
+    max-num-seqs 8``; the knobs named as everywhere (core/launch/diff.py)."""
+    undo = ev.undo is True
+    reason = f" ({ev.reason})" if isinstance(ev.reason, str) and ev.reason else ""
+    if ev.phase == "admitted":
+        if undo:
+            return f"undo admitted: back to {after_text(ev.knobs)}{reason}"
+        return f"trial admitted: {change_text(ev.knobs) or 'the same knobs'}{reason}"
+    if ev.phase == "promoted":
+        if undo:
+            return f"undone: back to {after_text(ev.knobs)}{reason}"
+        return f"promoted {after_text(ev.knobs) or 'the same knobs'}{reason}"
+    if ev.phase == "decided" and isinstance(ev.decision, str):
+        return f"{'undo' if undo else 'trial'} decided: {ev.decision}{reason}"
+    return f"{'undo' if undo else 'trial'} {ev.phase}{reason}"
 
 
 def _number(v: object) -> float | None:

@@ -680,9 +680,19 @@ def fleet_of_one(
     path = folder / f"serve-{cfg.server.port}.yaml"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     doc = {"router": router, "instances": [inst]}
-    header = (
-        "# a fleet of one, written by `quantdeck serve --behind-router`: the router on the "
-        "serve's port, the instance beside it\n"
-    )
+    header = f"{FLEET_OF_ONE}: the router on the serve's port, the instance beside it\n"
     write_atomic(path, header + yaml.safe_dump(doc, sort_keys=False), private=True)
     return path
+
+
+FLEET_OF_ONE = "# a fleet of one, written by `quantdeck serve --behind-router`"
+
+
+def is_fleet_of_one(path: Path) -> bool:
+    """The fleet file at ``path`` is one :func:`fleet_of_one` wrote (Quantdeck's, made from a
+    launch: a promotion keeps no file of it; the operator never named one)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            return f.readline().startswith(FLEET_OF_ONE)
+    except OSError:
+        return False

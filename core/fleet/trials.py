@@ -23,10 +23,11 @@ from quantdeck.core.fleet.live import sleep as sleep_server
 from quantdeck.core.fleet.liveness import (
     tree_pids,
 )
-from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec, admit_candidate
+from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec, admit_candidate, is_fleet_of_one
 from quantdeck.core.fleet.tending import _Tended
 from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import LaunchConfig, validate
+from quantdeck.core.launch.diff import change_text
 from quantdeck.core.launch.knobs import to_yaml
 from quantdeck.core.paths import write_atomic
 from quantdeck.core.runtime import ServerProcess
@@ -171,8 +172,12 @@ class FleetTrials:
             trial.routed = trial.retiring = False  # its URL is the instance's: a primary's
             self._forwards[id(trial.server)] = trial.forward
         self._keep_s = trial.opts.keep_s
-        kept = self._retire(trial, old)
-        saved = self._save_profile(inst, trial) + "; " + kept
+        if trial.undo is not None:  # an undo is not undone in turn: Undo is off once used
+            old.stop()
+            kept = "the promoted launch stopped"
+        else:
+            kept = self._retire(trial, old)
+        saved = "; ".join(x for x in (self._save_profile(inst, trial), kept) if x)
         self._save_state()
         return saved
 
@@ -183,7 +188,7 @@ class FleetTrials:
         it runs with sleep mode (its events become instance ``NAME~before``), else stopped
         (its launch kept). One line saying which."""
         name = trial.name
-        diff = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in trial.knobs.items()) or "same"
+        diff = change_text(trial.knobs) or "the same knobs"
         earlier = self.retired.pop(name, None)
         if earlier is not None and earlier.server is not None:
             earlier.server.stop()  # one launch kept per instance: the last one
@@ -211,11 +216,11 @@ class FleetTrials:
                     f"{b / 2**30:.2f} GiB of GPU {g}" for g, b in (before.residual or {}).items()
                 )
                 return (
-                    f"the incumbent sleeps for {keep:g} s (asleep in {slept:.1f} s"
-                    f"{', holding ' + held if held else ''}): `fleet undo` wakes it up"
+                    f"the launch before sleeps for {keep:g} s (asleep in {slept:.1f} s"
+                    f"{', holding ' + held if held else ''}): undo wakes it up"
                 )
         old.stop()
-        return f"the incumbent stopped ({why}): `fleet undo` starts its launch again"
+        return f"the launch before stopped ({why}): undo starts it again"
 
     def _expire(self, now: float) -> None:
         """Stop the sleepers whose time is up (their launch stays, for an undo by start)."""
@@ -227,7 +232,11 @@ class FleetTrials:
     def _save_profile(self, inst: InstanceSpec, trial: LiveTrial) -> str:
         """The promoted launch saved: over the instance's profile file (atomically; the one
         before kept beside it), or beside the fleet file when its profile is inline (the fleet
-        file is never rewritten). One line saying where."""
+        file is never rewritten); a fleet of one made from a launch (``serve --behind-router``,
+        the Launch tab) keeps it while it runs, no file asked of the operator. One line
+        saying where ("" for the fleet of one)."""
+        if inst.profile_file is None and is_fleet_of_one(self.spec.path):
+            return ""
         cfg = trial.server.cfg.copy()
         cfg.server.port = trial.incumbent_cfg.server.port  # the port the fleet gives it
         try:
@@ -243,14 +252,14 @@ class FleetTrials:
                 private = path.stat().st_mode & 0o077 == 0
                 write_atomic(kept, path.read_text(encoding="utf-8"), replace=False)
                 write_atomic(path, text, private=private)
-                return f"profile {path} replaced (the one before: {kept})"
+                return f"saved over its profile {path} (the one before: {kept})"
             path = self.spec.path.with_name(f"{self.spec.path.stem}.{inst.name}.{stamp}.yaml")
             write_atomic(path, text, replace=False)
         except OSError as e:
-            return f"the promoted launch serves, but its profile was not saved: {e}"
+            return f"it serves, but was not saved: {e}"
         return (
-            f"the fleet file's profile of '{inst.name}' is inline and was left as it is; the "
-            f"promoted one is saved as {path} (name it as the instance's profile to keep it)"
+            f"saved as {path} (the fleet file has '{inst.name}' inline and is left as it is: "
+            "name this file as its profile to keep it)"
         )
 
 

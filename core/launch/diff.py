@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from quantdeck.core.launch.config import LaunchConfig
@@ -47,3 +48,59 @@ def live_changes(running: LaunchConfig, cfg: LaunchConfig) -> dict[str, tuple[An
         for k, v in knob_diff(running, live_candidate(running, cfg)).items()
         if k not in ("host", "port")
     }
+
+
+# -- one wording of knobs and their changes (issue 44: the trial UI said "max_num_seqs", "Max
+# sequences" and "max-num-seqs", and a size as 67108864 in one place and 64MiB in another) -----
+
+
+def _knob(name: str) -> Any:
+    """The knob named ``name`` (its field name, ``max_num_seqs``, or its flag's,
+    ``max-num-seqs``); None for an engine option of ``extra_args``."""
+    from quantdeck.core.launch.knobs import iter_knobs
+
+    return next((k for k in iter_knobs() if name in (k.name, k.yaml_key)), None)
+
+
+def knob_name(name: str) -> str:
+    """A knob as every view names it: vLLM's flag without its dashes (``max-num-seqs``), as an
+    operator types it after ``vllm serve``; an engine option (``extra_args``) by its own."""
+    knob = _knob(name)
+    return knob.yaml_key if knob is not None else name
+
+
+def knob_value(name: str, value: Any) -> str:
+    """A knob's value as every view says it: sizes in bytes in binary units (``64 MiB``, or
+    the count where it is not a whole number of KiB), booleans on/off, unset by
+    its name (``auto``)."""
+    knob = _knob(name)
+    unit = knob.unit if knob is not None else None
+    if value is None:  # a knob's unset value by its name; an engine option not set
+        return knob.shown(None) if knob is not None else "default"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if unit == "bytes" and isinstance(value, int) and value and value % 1024 == 0:
+        for size, word in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if value % size == 0:
+                return f"{value // size:,} {word}"
+    return str(value)
+
+
+def change_text(changes: Mapping[str, Sequence[Any]], sep: str = ", ") -> str:
+    """``max-num-seqs 8 → 16, kv-cache-memory-bytes 64 MiB → 128 MiB`` (``{knob: (before,
+    after)}``, as :func:`knob_diff` and a trial's event give them; an engine option not set on
+    one side is ``default`` there)."""
+    return sep.join(
+        f"{knob_name(k)} {knob_value(k, a)} → {knob_value(k, b)}" for k, (a, b) in changes.items()
+    )
+
+
+def after_text(changes: Mapping[str, Sequence[Any]]) -> str:
+    """``max-num-seqs 16, enforce-eager off``: where a change goes (what a promotion serves
+    now, what an undo goes back to)."""
+    return ", ".join(f"{knob_name(k)} {knob_value(k, b)}" for k, (_, b) in changes.items())
+
+
+def knobs_text(knobs: Mapping[str, Any], sep: str = ", ") -> str:
+    """``max-num-seqs=16, enforce-eager=on`` (the knobs a launch sets)."""
+    return sep.join(f"{knob_name(k)}={knob_value(k, v)}" for k, v in knobs.items())

@@ -36,6 +36,7 @@ from quantdeck.core.events import (
     RouteEvent,
     StateEvent,
 )
+from quantdeck.core.launch.diff import knob_value
 from quantdeck.core.monitor.recording import Recording
 from quantdeck.core.monitor.timeseries import TimeSeriesStore
 
@@ -65,14 +66,16 @@ def config_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def _value(v: Any) -> str:
-    return "default" if v is None else str(v)
+def _value(key: str, v: Any) -> str:
+    """A setting's value as every view says it (core/launch/diff.py); one the launch did not
+    set is vLLM's ``default`` (``to_dict`` leaves those out)."""
+    return "default" if v is None else knob_value(key, v)
 
 
 def diff_text(diff: Mapping[str, list[Any]], *, limit: int | None = None) -> str:
     """``key before → after`` per change, comma-separated (``limit``: at most that many, then
     ``+N more``)."""
-    items = [f"{k} {_value(v[0])} → {_value(v[1])}" for k, v in diff.items()]
+    items = [f"{k} {_value(k, v[0])} → {_value(k, v[1])}" for k, v in diff.items()]
     if limit is not None and len(items) > limit:
         items = [*items[:limit], f"+{len(items) - limit} more"]
     return ", ".join(items)
@@ -82,7 +85,7 @@ def describe(m: MarkerEvent) -> str:
     """The marker as a tooltip says it: time, label, then each change on a line."""
     stamp = time.strftime("%H:%M:%S", time.localtime(m.t))
     lines = [f"{stamp}  {m.label}"]
-    lines += [f"  {k}: {_value(v[0])} → {_value(v[1])}" for k, v in m.diff.items()]
+    lines += [f"  {k}: {_value(k, v[0])} → {_value(k, v[1])}" for k, v in m.diff.items()]
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from PySide6.QtWidgets import QLabel
 
 from quantdeck.core.bench import LoadSpec
+from quantdeck.core.launch.diff import change_text, knobs_text
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.report import fmt as _fmt
 from quantdeck.gui.table_model import Column
@@ -58,7 +59,7 @@ DEFAULT_ARMS = "eager = --enforce-eager\ngraphs = --no-enforce-eager"
 
 def diff_text(diff: Mapping[str, tuple[Any, Any]]) -> str:
     """``knob before → after`` per changed knob (``quantdeck.core.bench.knob_diff``'s)."""
-    return ", ".join(f"{k} {a} → {b}" for k, (a, b) in diff.items())
+    return change_text(diff)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ TUNE_LIVE = "live, on the Fleet tab's fleet"
 
 def values_text(values: Mapping[str, Any]) -> str:
     """``knob=value, …``: a tuning point's values as the status line says them."""
-    return ", ".join(f"{k}={v}" for k, v in values.items())
+    return knobs_text(values)
 
 
 def stage_text(stage: str, error: str | None | Any) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import Event, LiveTuneEvent, TrialEvent
+from quantdeck.core.launch.diff import knobs_text
 from quantdeck.gui.bench.columns import diff_text
 from quantdeck.gui.bench.results import BenchResults
 from quantdeck.gui.live_tune import (
@@ -196,7 +197,7 @@ class LiveChain:
         trials = result["trials"]
         ran = sum(1 for t in trials if t["result"] in ("promoted", "rolled back"))
         won = sum(1 for t in trials if t["result"] == "promoted")
-        best = ", ".join(f"{k}={v}" for k, v in result["best"].items())
+        best = knobs_text(result["best"])
         changed = diff_text(result["changed"]) or "nothing"
         lines = [
             f"Final launch of {instance or 'the instance'}: {best} "

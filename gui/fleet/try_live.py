@@ -164,9 +164,9 @@ class TryLiveDialog(QDialog):
 
 def diff_text(running: LaunchConfig, cfg: LaunchConfig) -> str:
     """The candidate's knobs against the running launch, in one line."""
-    from quantdeck.core.launch.diff import live_changes
+    from quantdeck.core.launch.diff import change_text, live_changes
 
     changed = live_changes(running, cfg)
     if not changed:
         return "no knob changed: the candidate is the running launch (an A/A trial)"
-    return "changed: " + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in changed.items())
+    return "changed: " + change_text(changed)

@@ -239,9 +239,9 @@ class MonitorPanel(QWidget):
         """Take a :class:`~quantdeck.gui.server_control.QtServerController`'s samples, markers
         and states (the panel subscribes itself: the window does not relay)."""
         controller.metrics.connect(self.add_event)
-        controller.event.connect(self._on_server_event)
+        controller.event.connect(self.add_server_event)
 
-    def _on_server_event(self, ev: Event) -> None:
+    def add_server_event(self, ev: Event) -> None:
         match ev:
             case MarkerEvent(what="launch"):  # a start from the Launch tab: its server's
                 self.follow_source(SERVER_SOURCE, "this panel's server")

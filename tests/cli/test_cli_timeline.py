@@ -27,12 +27,12 @@ def test_timeline_prints_markers_and_the_spans_either_side_of_the_knob_change(
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "markers:" and lines[1].endswith("s  launch")
-    assert "knobs: enforce-eager default → True, +1 more" in lines[2]
+    assert "knobs: enforce-eager default → on, +1 more" in lines[2]
     assert "quantization: default → bitsandbytes" in out
     row = next(ln for ln in lines if ln.startswith("generated tok/s"))
     assert row.split()[-1] == "worse"  # bnb4 eager serves less than bf16 with graphs
     assert lines[-1] == (
-        "separated by: knobs: enforce-eager default → True, quantization default → bitsandbytes"
+        "separated by: knobs: enforce-eager default → on, quantization default → bitsandbytes"
     )  # and no load note: the spans were chosen at the same load
     assert main(["timeline", *RECS, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -212,9 +212,9 @@ def test_the_summary_says_each_trial_and_the_final_launch(
     summary = out[out.index("tune --live a:") :].splitlines()
     assert summary[0].startswith("tune --live a: 1 trial in ")
     assert summary[0].endswith("ended: the space is exhausted: no candidate left to try")
-    assert summary[1] == "   1  max_num_seqs 1 -> 8              promoted     promote: promote 8"
+    assert summary[1] == "   1  max-num-seqs 1 → 8               promoted     promote: promote 8"
     assert summary[2] == "final launch of a: model=/models/demo max-num-seqs=8 host=127.0.0.1"
-    assert summary[3] == "changed by the chain: max_num_seqs 1 -> 8"
+    assert summary[3] == "changed by the chain: max-num-seqs 1 → 8"
 
 
 def test_no_such_instance_is_refused_before_the_chain(

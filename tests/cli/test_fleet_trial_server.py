@@ -221,7 +221,7 @@ def test_the_promotion_is_undone_without_a_failed_request(
     assert main(["fleet", "undo", str(fleet.file), "nobody"]) == 2
     assert "no instance 'nobody'" in capsys.readouterr().err
     promoted = [e for e in fleet.events if e.get("phase") == "promoted"]
-    assert "the incumbent stopped (it runs without sleep mode)" in promoted[0]["reason"]
+    assert "the launch before stopped (it runs without sleep mode)" in promoted[0]["reason"]
     with Load(fleet.router, fleet.model) as load:
         code = main(["fleet", "undo", str(fleet.file), "a", "--json-events"])
         out = capsys.readouterr().out
@@ -229,7 +229,7 @@ def test_the_promotion_is_undone_without_a_failed_request(
     assert code == 0, events[-5:]
     decided = _trial(events, "decided")
     assert decided["decision"] == "promote" and decided["knobs"] == {"max_num_seqs": [8, 1]}
-    assert decided["reason"].startswith("undo of the promotion (max_num_seqs 1 -> 8)")
+    assert decided["reason"].startswith("undo of the promotion (max-num-seqs 1 → 8)")
     assert "ready in" in _trial(events, "started")["reason"]  # started again: no sleep here
     assert _trial(events, "promoted")
     assert load.failed == [] and load.sent >= 6, (load.failed[:3], load.sent)
@@ -239,6 +239,9 @@ def test_the_promotion_is_undone_without_a_failed_request(
     assert yaml.safe_load(fleet.profile.read_text())["max-num-seqs"] == 1
     workers = httpx.get(fleet.router + "/list_workers", timeout=5).json()["urls"]
     assert workers == [rows["a"]["url"]]
+    # an undo is not undone in turn (no redo): used once, there is nothing left to undo
+    assert main(["fleet", "undo", str(fleet.file), "a"]) == 2
+    assert "has no promotion to undo" in capsys.readouterr().err
 
 
 def test_a_paired_probe_judges_without_any_client(

@@ -41,7 +41,7 @@ def test_ab_shows_each_arms_diff_and_refuses_identical_arms(qtbot) -> None:
     # the default arms are eager against CUDA graphs whatever the Launch tab says
     assert tab.arm_diffs.text().splitlines()[1:] == [
         "eager: same as the Launch tab",
-        "graphs: enforce_eager True → False",
+        "graphs: enforce-eager on → off",
     ]
     assert not tab.arm_warning.isVisible()
     # the operator's arms: with Eager ticked, both are the Launch tab's config
@@ -62,12 +62,12 @@ def test_ab_shows_each_arms_diff_and_refuses_identical_arms(qtbot) -> None:
 def test_ab_diffs_follow_the_launch_tab(qtbot) -> None:
     launch = {"cfg": _launch_config(eager=False)}
     tab = _tab(qtbot, launch_config=lambda: launch["cfg"])
-    assert "eager: enforce_eager False → True" in tab.arm_diffs.text()
+    assert "eager: enforce-eager off → on" in tab.arm_diffs.text()
     assert "graphs: same as the Launch tab" in tab.arm_diffs.text()
     launch["cfg"] = _launch_config(eager=True)
     tab.hide()
     tab.show()  # back on the tab: the diffs are taken against the Launch tab's config now
-    assert "graphs: enforce_eager True → False" in tab.arm_diffs.text()
+    assert "graphs: enforce-eager on → off" in tab.arm_diffs.text()
 
 
 def test_results_get_at_least_half_the_width(qtbot) -> None:
@@ -129,9 +129,9 @@ def test_tune_progress_best_point_profile_and_apply(qtbot, scored_tuning: None) 
     result = blocker.args[0]
     assert [p["values"]["max_num_seqs"] for p in result["points"]] == [4, 8, 2]
     # progress in words: point i of n (the walk measures at most 1 + 3 points), no "arm 2/1"
-    assert "point 1 of at most 4 (max_num_seqs=4): starting" in shown
+    assert "point 1 of at most 4 (max-num-seqs=4): starting" in shown
     assert "point 2 of at most 4: starting its server" in shown
-    assert f"point 3 of at most 4 (max_num_seqs=2): {DROPPED}" in shown
+    assert f"point 3 of at most 4 (max-num-seqs=2): {DROPPED}" in shown
     assert not any(text.startswith("arm ") for text in shown)
     # the table: the best point marked, the dropped one explained (not "failed 7")
     model = tab.results_model
@@ -149,7 +149,7 @@ def test_tune_progress_best_point_profile_and_apply(qtbot, scored_tuning: None) 
     # the profile: saved, named in plain view, in the Launch tab's list without a relay
     assert profiles.load_profile("tuned-seqs").scheduler.max_num_seqs == 4
     assert tab.tune_summary.isVisible()
-    assert "Best: point 1 (max_num_seqs=4)" in tab.tune_summary.text()
+    assert "Best: point 1 (max-num-seqs=4)" in tab.tune_summary.text()
     assert "Saved as profile 'tuned-seqs'" in tab.tune_summary.text()
     names = lambda: [launch.profiles.itemText(i) for i in range(launch.profiles.count())]
     qtbot.waitUntil(lambda: "tuned-seqs" in names(), timeout=5000)

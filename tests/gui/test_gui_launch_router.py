@@ -120,7 +120,7 @@ def test_start_behind_the_router_writes_a_fleet_of_one_the_fleet_tab_reads(
     assert win.fleet_starts == [str(path)]
     names = [win.fleet.model.text(i, "instance") for i in range(win.fleet.model.rowCount())]
     assert names == ["router", "serve"]
-    assert "max_num_seqs=3" in win.fleet.model.text(1, "knobs")
+    assert "max-num-seqs=3" in win.fleet.model.text(1, "knobs")
     assert win.controller.server is None
     launch = win.launch
     assert launch.stage.text().startswith("starting behind the router")
@@ -201,6 +201,42 @@ def test_try_live_is_on_only_while_it_serves_with_a_diff_and_no_trial(
     assert button.isEnabled()
 
 
+def test_the_form_follows_a_promotion_and_its_undo(qtbot: Any, win: MainWindow) -> None:
+    """After Promote the Launch form holds the running knobs and says so in the operator's
+    words; after Undo it holds the launch from before ("Undone: back to …"), so Try live…
+    never offers again the change just undone."""
+    start_behind_router(qtbot, win)
+    fleet = serve(win)
+    launch = win.launch
+    inst = fleet.spec.instances[0]
+    assert inst.cfg is not None
+    before = inst.cfg.copy()
+    trial = trial_of(fleet, 8)
+    trial._event("admitted", reason="fits")
+    inst.cfg = trial.cfg.copy()  # as Fleet._promote does
+    trial._event("promoted", reason="saved")
+    assert launch.config().scheduler.max_num_seqs == 8
+    assert launch.message.text() == "Promoted max-num-seqs 8 (Undo: the Fleet tab)"
+    assert launch.config().server.port == int(win.fleet.spec.router.url.rsplit(":", 1)[1])
+    assert not launch.try_live_button.isEnabled()  # the form is what serves
+    undo = LiveTrial(
+        inst,
+        before,
+        TrialOptions(),
+        emit=fleet._events.emit,
+        promote=lambda t: "",
+        routed_now=lambda url: False,
+        undo="undo of the promotion (max-num-seqs 3 → 8)",
+    )
+    fleet.trial = undo
+    undo._event("admitted", reason="a start")
+    inst.cfg = undo.cfg.copy()
+    undo._event("promoted")
+    assert launch.config().scheduler.max_num_seqs == 3
+    assert launch.message.text() == "Undone: back to max-num-seqs 3"
+    assert not launch.try_live_button.isEnabled()
+
+
 def test_try_live_opens_the_dialog_with_the_forms_knobs_and_the_diff(
     qtbot: Any, win: MainWindow, model: Path
 ) -> None:
@@ -215,7 +251,7 @@ def test_try_live_opens_the_dialog_with_the_forms_knobs_and_the_diff(
     assert win.tabs.currentWidget() is win.fleet
     selected = win.fleet.selected()
     assert selected is not None and selected.name == "serve"
-    assert dialog.diff.text() == "changed: max_num_seqs: 3 → 8"
+    assert dialog.diff.text() == "changed: max-num-seqs 3 → 8"
     cfg = dialog.form.config()
     assert cfg.scheduler.max_num_seqs == 8 and cfg.compilation.enforce_eager
     running = win.fleet.running_launch("serve")

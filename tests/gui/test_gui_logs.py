@@ -3,7 +3,9 @@ with a header, and a crashed run's tail stays pinned with a jump to its first er
 
 from __future__ import annotations
 
-from quantdeck.core.events import FactEvent, InstanceEvent, LogEvent, StateEvent
+import re
+
+from quantdeck.core.events import FactEvent, InstanceEvent, LogEvent, StateEvent, TrialEvent
 from quantdeck.core.runtime.server import panel_access_line
 from quantdeck.gui.logs import LogsPanel
 
@@ -96,3 +98,37 @@ def test_the_panels_and_the_routers_scrapes_and_probes_are_recognised() -> None:
     ]
     assert all(panel_access_line(x) for x in ours)
     assert not any(panel_access_line(x) for x in theirs)
+
+
+def test_behind_the_router_each_start_trial_arm_promotion_and_undo_has_a_header(qtbot) -> None:
+    """A fleet instance's log in the Logs tab: its starts name it, and a trial's steps, the
+    promotion and the undo each open a header in the operator's words (the knobs as every
+    view names them)."""
+    panel = LogsPanel()
+    qtbot.addWidget(panel)
+    panel.add_event(FactEvent("fleet instance", "serve"), "serve")
+    panel.add_event(StateEvent("starting"), "serve")
+    _fill(panel, 3)
+    knobs = {"max_num_seqs": [8, 16]}
+    for ev in (
+        TrialEvent("admitted", knobs=knobs, reason="fits"),
+        TrialEvent("started", knobs=knobs, reason="ready in 20 s"),
+        TrialEvent("measuring", knobs=knobs),  # every 2 s: the Trial view's, not a header
+        TrialEvent("promoted", knobs=knobs),
+        TrialEvent("admitted", knobs={"max_num_seqs": [16, 8]}, undo=True),
+        TrialEvent("promoted", knobs={"max_num_seqs": [16, 8]}, undo=True),
+    ):
+        panel.add_event(ev, "serve")
+    headers = [line for line in panel.text().splitlines() if line.startswith("━━")]
+    assert [re.sub(r" · \d\d:\d\d:\d\d.*", "", h) for h in headers] == [
+        "━━ fleet instance serve",
+        "━━ run 1 · serve",
+        "━━ serve: trial admitted: max-num-seqs 8 → 16 (fits)",
+        "━━ serve: trial started (ready in 20 s)",
+        "━━ serve: promoted max-num-seqs 16",
+        "━━ serve: undo admitted: back to max-num-seqs 8",
+        "━━ serve: undone: back to max-num-seqs 8",
+    ]
+    # an instance event names its instance itself
+    panel.add_event(InstanceEvent("b", StateEvent("starting")))
+    assert panel.text().splitlines()[-1].startswith("━━ run 2 · b · ")

@@ -267,17 +267,17 @@ def test_each_source_keeps_its_own_samples_and_markers(qtbot) -> None:
     panel = MonitorPanel()
     qtbot.addWidget(panel)
     now = time.time()
-    panel._on_server_event(MarkerEvent("launch", "launch", config={"model": "/m"}, t=now - 30))
-    panel._on_server_event(StateEvent("ready", t=now - 29))
+    panel.add_server_event(MarkerEvent("launch", "launch", config={"model": "/m"}, t=now - 30))
+    panel.add_server_event(StateEvent("ready", t=now - 29))
     for i in range(6):
         panel.add_event(metrics_event(now - 28 + i, running=2))
-    panel._on_server_event(StateEvent("stopped", t=now - 20))
+    panel.add_server_event(StateEvent("stopped", t=now - 20))
     server = panel.sources["server"]
     before = (len(server.store), [m.what for m in server.timeline.markers])
     assert before == (6, ["launch"]) and panel.source_box.isHidden()
     # the operator attaches to a fleet's instance: a source of its own, shown
     url = "http://127.0.0.1:18001"
-    panel._on_server_event(StateEvent("attached", url=url, t=now - 10))
+    panel.add_server_event(StateEvent("attached", url=url, t=now - 10))
     for i in range(4):
         panel.add_event(metrics_event(now - 9 + i, running=7))
     assert (len(server.store), [m.what for m in server.timeline.markers]) == before
@@ -291,7 +291,7 @@ def test_each_source_keeps_its_own_samples_and_markers(qtbot) -> None:
     assert list(panel.data_of("running")) == [2.0] * 6
     assert "not followed since" in panel.source_state.text()
     # a start on the Launch tab follows the server's source again, and its markers
-    panel._on_server_event(MarkerEvent("launch", "launch", config={"model": "/m"}, t=now))
+    panel.add_server_event(MarkerEvent("launch", "launch", config={"model": "/m"}, t=now))
     assert panel.source_box.currentData() == "server"
     assert [m.what for m in panel.timeline.markers] == ["launch", "restart"]
     assert len(panel.sources[f"url {url}"].store) == 4

@@ -102,7 +102,7 @@ def test_compare_spans_either_side_of_the_change_then_a_dragged_span(
     assert [model.text(i, "metric") for i in range(len(model.rows))] == [c[0] for c in COMPARED]
     assert model.text(0, "change").endswith("worse")  # generated tok/s fell
     assert panel.compare_panel.separated.text() == (
-        "Separated by: knobs: enforce-eager default → True, quantization default → bitsandbytes"
+        "Separated by: knobs: enforce-eager default → on, quantization default → bitsandbytes"
     )
     assert len(panel.compare.regions) == len(panel.plots)
     last = panel.store.last_t

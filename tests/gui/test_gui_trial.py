@@ -30,9 +30,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSpinBox
 from pytestqt.exceptions import TimeoutError as QtTimeoutError
 
-from quantdeck.core.events import InstanceEvent, StateEvent
+from quantdeck.core.events import InstanceEvent, StateEvent, TrialEvent
 from quantdeck.core.fleet import Fleet
 from quantdeck.core.fleet.live import LiveTrial
+from quantdeck.core.fleet.rows import fleet_news
 from quantdeck.core.fleet.trial import ArmSpan, TrialOptions, judge
 from quantdeck.core.monitor.metrics import Histogram, RawMetrics
 from quantdeck.gui.fleet import FleetView, TryLiveDialog
@@ -138,7 +139,7 @@ def test_the_view_follows_a_trial_from_admitted_to_promoted(qtbot: Any, fleet: F
     trial._event("admitted", reason="fits: 0.1 GiB of 12 GiB")
     v = TrialView(trial, fleet)
     qtbot.addWidget(v)
-    assert v.title.text() == "Trial of a: max_num_seqs: 2 → 8 · goal ttft_p99 · decide auto"
+    assert v.title.text() == "Trial of a: max-num-seqs 2 → 8 · goal ttft_p99 · decide auto"
     assert v.phase_label.text() == "phase: admitted"
     assert buttons(v) == (False, False, True)  # only Stop before the measuring
 
@@ -172,8 +173,44 @@ def test_the_view_follows_a_trial_from_admitted_to_promoted(qtbot: Any, fleet: F
     assert buttons(v) == (False, False, False)
     assert v.result_label.text() == "decided: promote (ttft_p99: better)"
     trial._event("promoted", reason="profile saved")
-    assert v.result == "promoted" and v.result_label.text() == "promoted: profile saved"
+    assert v.result == "promoted"
+    assert v.result_label.text() == "Promoted max-num-seqs 8: profile saved"
     assert buttons(v) == (False, False, False)
+
+
+def test_an_undo_is_shown_as_an_undo_not_as_a_trial(qtbot: Any, fleet: Fleet) -> None:
+    """Undo after a promotion is no trial: its title says where it goes back to, nothing is
+    compared (no verdict, no Promote or Roll back), and its end reads "Undone: back to …";
+    its events say so (``undo``), and the Fleet tab's lines too."""
+    inst = fleet.spec.instances[0]
+    assert inst.cfg is not None
+    before = inst.cfg.copy()
+    inst.cfg.scheduler.max_num_seqs = 16  # the promoted launch
+    trial = LiveTrial(
+        inst,
+        before,
+        TrialOptions(),
+        emit=fleet._events.emit,
+        promote=lambda t: "",
+        routed_now=lambda url: False,
+        undo="undo of the promotion (max-num-seqs 2 → 16)",
+    )
+    trial._event("admitted", reason="fits")
+    v = TrialView(trial, fleet)
+    qtbot.addWidget(v)
+    assert v.title.text() == "Undo on a: back to max-num-seqs 2"
+    assert v.verdict_label.text().startswith("an undo: no comparison")
+    assert buttons(v) == (False, False, True)  # Stop only: it goes back once it serves
+    trial._event("started", reason="ready in 20 s")
+    assert buttons(v) == (False, False, True)
+    trial._event("promoted")
+    assert v.result == "promoted" and v.result_label.text() == "Undone: back to max-num-seqs 2"
+    assert buttons(v) == (False, False, False)
+    ev = TrialEvent("promoted", knobs={"max_num_seqs": [16, 2]}, undo=True)
+    assert fleet_news(ev) == "undone: back to max-num-seqs 2"
+    assert fleet_news(TrialEvent("admitted", knobs={"max_num_seqs": [2, 16]}, reason="fits")) == (
+        "trial admitted: max-num-seqs 2 → 16 (fits)"
+    )
 
 
 def test_both_arms_curves_fill_from_their_metrics_events(qtbot: Any, fleet: Fleet) -> None:
@@ -254,7 +291,7 @@ def test_the_candidate_has_a_row_and_a_promotion_gives_the_instance_its_knobs(
     serving(fleet)
     view.select("a")
     assert view.try_button.isEnabled()
-    assert view.model.text(1, "knobs") == "max_num_seqs=2"
+    assert view.model.text(1, "knobs") == "max-num-seqs=2"
     trial = live_trial(fleet)
     trial._event("admitted", reason="fits")
     view.show_trial(trial)
@@ -262,20 +299,20 @@ def test_the_candidate_has_a_row_and_a_promotion_gives_the_instance_its_knobs(
     names = [view.model.text(i, "instance") for i in range(view.model.rowCount())]
     assert names == ["router", "a", "a+try"]
     assert view.model.text(2, "role") == "candidate"
-    assert view.model.text(2, "knobs") == "max_num_seqs=8"
+    assert view.model.text(2, "knobs") == "max-num-seqs=8"
     assert view.selected() is not None and view.selected().name == "a"  # kept
     fleet._events.emit(InstanceEvent("a+try", StateEvent("ready")))
     assert view.model.text(2, "state") == "ready"
     view.select("a+try")
     assert not view.inst_stop.isEnabled()  # the trial's buttons act on the candidate
-    assert "a: trial admitted: max_num_seqs 2 -> 8" in view.events.toPlainText()
+    assert "a: trial admitted: max-num-seqs 2 → 8" in view.events.toPlainText()
 
     trial._event("decided", decision="promote", reason="better")
     fleet._events.emit(InstanceEvent("a", StateEvent("stopped")))  # the incumbent, retired
     trial._event("promoted", reason="profile saved")
     names = [view.model.text(i, "instance") for i in range(view.model.rowCount())]
     assert names == ["router", "a"]
-    assert view.model.text(1, "knobs") == "max_num_seqs=8"
+    assert view.model.text(1, "knobs") == "max-num-seqs=8"
     assert view.model.text(1, "state") == "ready"  # the candidate's server is a's now
     assert view.rows is not None and view.rows.row("a").url == trial.url
     assert view.trial_view is not None and view.trial_view.result == "promoted"
@@ -295,7 +332,7 @@ def test_try_live_shows_the_diff_and_a_refusal_in_one_red_line(
     assert dialog.diff.text().startswith("no knob changed")
     dialog.form.editors["max_num_seqs"].widget.setValue(8)  # type: ignore[union-attr]
     assert isinstance(dialog.form.editors["max_num_seqs"].widget, QSpinBox)
-    assert dialog.diff.text() == "changed: max_num_seqs: 2 → 8"
+    assert dialog.diff.text() == "changed: max-num-seqs 2 → 8"
     dialog.slo.setText("ttft<=5")
     qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
     assert dialog.error.text().startswith("--slo 'ttft<=5'")
@@ -380,7 +417,7 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         qtbot.mouseClick(launch.try_live_button, Qt.MouseButton.LeftButton)
         dialog = v.trial_dialog
         assert dialog is not None and win.tabs.currentWidget() is v
-        assert dialog.diff.text() == "changed: max_num_seqs: 1 → 8"
+        assert dialog.diff.text() == "changed: max-num-seqs 1 → 8"
         dialog.min_requests.setValue(20)
         dialog.max_duration.setValue(240)
         qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
@@ -405,7 +442,7 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         for arm in ("incumbent", "candidate"):
             assert len(tv.curves[(TTFT, arm)].getData()[1]) > 0, arm
         assert v.rows is not None and "serve+try" not in v.rows
-        assert "max_num_seqs=8" in v.model.text(1, "knobs")
+        assert "max-num-seqs=8" in v.model.text(1, "knobs")
         assert "starts its launch again" in tv.result_label.text()  # no sleep mode on CPU
         # the Monitor follows the instance to the candidate's port; the form is its launch now
         promoted = v.rows.row("serve").url
@@ -424,7 +461,7 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         assert undo is not None
         qtbot.waitUntil(lambda: undo.result is not None, timeout=400_000)
         assert undo.result == "promoted", (undo.result_label.text(), undo.reason_label.text())
-        assert "max_num_seqs=8" not in v.model.text(1, "knobs")
+        assert "max-num-seqs=8" not in v.model.text(1, "knobs")
         assert v.fleet is not None and "serve" in v.fleet.retired  # the undo can be undone too
         load.__exit__()
         assert load.failed == [] and load.sent > 0, load.failed[:3]

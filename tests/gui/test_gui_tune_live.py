@@ -216,18 +216,18 @@ def test_the_table_fills_from_the_chains_events_and_the_final_launch_is_said(
     assert tab.live.error.text() == "" and tab.worker is not None
     # trial 1 under way: its row follows the trial's own events
     qtbot.waitUntil(lambda: _cells(tab, "result") == ["measuring"], timeout=10_000)
-    assert _cells(tab, "knob change") == ["max_num_seqs 2 → 8"]
+    assert _cells(tab, "knob change") == ["max-num-seqs 2 → 8"]
     assert _cells(tab, "verdict (goal figure)") == ["undecided: 12 / 11 requests"]
-    assert tab.status.text().startswith("trial 1 (max_num_seqs 2 → 8): measuring · undecided")
+    assert tab.status.text().startswith("trial 1 (max-num-seqs 2 → 8): measuring · undecided")
     assert tab.trial_detail.text() == (
-        "Trial 1 (max_num_seqs 2 → 8), under way (measuring): 12 and 11 requests measured"
+        "Trial 1 (max-num-seqs 2 → 8), under way (measuring): 12 and 11 requests measured"
     )
     assert not tab.run_button.isEnabled() and tab.cancel_button.isEnabled()
     assert "goal" not in tab.results_model.column_names  # no goal of the chain's own
     driven.gate.set()
     qtbot.waitUntil(lambda: tab.worker is None, timeout=20_000)
     assert _cells(tab, "trial") == ["1", "2"]
-    assert _cells(tab, "knob change") == ["max_num_seqs 2 → 8", "max_num_seqs 8 → 16"]
+    assert _cells(tab, "knob change") == ["max-num-seqs 2 → 8", "max-num-seqs 8 → 16"]
     assert _cells(tab, "result") == ["promoted", "rolled back"]
     assert _cells(tab, "decision") == ["promote", "rollback"]
     assert _cells(tab, "verdict (goal figure)") == [
@@ -242,11 +242,11 @@ def test_the_table_fills_from_the_chains_events_and_the_final_launch_is_said(
     assert row.verdict_text == "better: p99 2250 → 18.7 ms"
     # the detail line: the latest trial in full, or the one selected
     assert tab.trial_detail.text() == (
-        "Trial 2 (max_num_seqs 8 → 16), rolled back: ttft_p99: candidate 450 vs incumbent 300 "
+        "Trial 2 (max-num-seqs 8 → 16), rolled back: ttft_p99: candidate 450 vs incumbent 300 "
         "(×1.5)"
     )
     tab.table.selectRow(0)
-    assert tab.trial_detail.text().startswith("Trial 1 (max_num_seqs 2 → 8), promoted: ")
+    assert tab.trial_detail.text().startswith("Trial 1 (max-num-seqs 2 → 8), promoted: ")
     color = tab.results_model.data(tab.results_model.index(0, 2), Qt.ItemDataRole.ForegroundRole)
     assert color.name() == "#2e7d32"  # promoted: green
     # the second candidate changed the promoted launch (8), not the one the chain began from
@@ -256,7 +256,7 @@ def test_the_table_fills_from_the_chains_events_and_the_final_launch_is_said(
     assert list(tab.candidate_curve.getData()[1]) == [100.0, 450.0]
     summary = tab.tune_summary.text().splitlines()
     assert summary[0] == (
-        "Final launch of a: max_num_seqs=8 (changed by the chain: max_num_seqs 2 → 8)."
+        "Final launch of a: max-num-seqs=8 (changed by the chain: max-num-seqs 2 → 8)."
     )
     assert summary[1].startswith("2 trials in ") and summary[1].endswith(
         ", 1 promoted, 0 not run; ended: the space is exhausted: no candidate left to try."
@@ -280,7 +280,7 @@ def test_until_the_goal_the_chain_stops_at_the_first_launch_that_meets_it(
     assert _cells(tab, "goal") == ["misses", "meets"]
     assert _cells(tab, "result") == ["promoted", "promoted"]
     summary = tab.tune_summary.text().splitlines()
-    assert summary[0].startswith("Final launch of a: max_num_seqs=8 ")
+    assert summary[0].startswith("Final launch of a: max-num-seqs=8 ")
     assert summary[1] == (
         "Goal ttft_p99<=200ms: trial 2's launch meets it (ttft_p99 150 ms <= 200 ms)."
     )
@@ -374,16 +374,16 @@ def test_a_live_chain_on_the_fleet_tabs_fleet_promotes_the_better_value(
             lambda: _cells(tab, "result") == ["measuring"] or tab.worker is None, timeout=400_000
         )
         if tab.worker is not None and _cells(tab, "result") == ["measuring"]:
-            assert tab.status.text().startswith("trial 1 (max_num_seqs 1 → 8): measuring")
+            assert tab.status.text().startswith("trial 1 (max-num-seqs 1 → 8): measuring")
         qtbot.waitUntil(lambda: tab.worker is None, timeout=400_000)
         assert _cells(tab, "result") == ["promoted"], (_cells(tab, "reason"), tab.status.text())
         assert _cells(tab, "decision") == ["promote"]
         assert _cells(tab, "verdict (goal figure)")[0].startswith("better: ")
         assert tab.result is not None and tab.result["launch"]["max-num-seqs"] == 8
         assert tab.tune_summary.text().startswith(
-            "Final launch of a: max_num_seqs=8 (changed by the chain: max_num_seqs 1 → 8)."
+            "Final launch of a: max-num-seqs=8 (changed by the chain: max-num-seqs 1 → 8)."
         )
-        assert "max_num_seqs=8" in v.model.text(1, "knobs")  # the Fleet tab's row follows
+        assert "max-num-seqs=8" in v.model.text(1, "knobs")  # the Fleet tab's row follows
         assert v.rows is not None and "a+try" not in v.rows
         load.__exit__()
         assert load.failed == [] and load.sent >= 40, (load.failed[:3], load.sent)

@@ -48,7 +48,7 @@ def test_launches_become_launch_restart_and_knob_markers() -> None:
     assert [m.what for m in tl.markers] == ["launch", "restart", "knobs"]
     assert first.diff == {} and same.diff == {}
     assert other.diff == {"enforce-eager": [None, True], "max-num-seqs": [64, 128]}
-    assert other.label == "knobs: enforce-eager default → True, +1 more"
+    assert other.label == "knobs: enforce-eager default → on, +1 more"
     assert "max-num-seqs: 64 → 128" in describe(other)
     nested = config_diff({"compilation-config": {"mode": 3}}, {"compilation-config": {"mode": 0}})
     assert nested == {"compilation-config.mode": [3, 0]}
@@ -96,7 +96,7 @@ def test_two_recorded_launches_compare_with_their_knob_change() -> None:
     assert rows["KV use % (peak)"].verdict == ""  # no direction: the load's shape
     assert cmp.markers == [change]
     assert cmp.separated_by() == (
-        "knobs: enforce-eager default → True, quantization default → bitsandbytes"
+        "knobs: enforce-eager default → on, quantization default → bitsandbytes"
     )
     text = cmp.format()
     assert "generated tok/s" in text and "separated by: knobs: enforce-eager" in text
