@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -331,6 +331,8 @@ def plain_number(v: float | None, *, sign: bool = False) -> str:
 # busy spans whose averages differ by more than this factor differ in load.
 IDLE_RUNNING = 0.1
 LOAD_RATIO = 1.5
+# a row's verdict between spans of different load: it changed, not better or worse
+LOAD_DIFFERS = "differs (load differs)"
 
 # (row, series, how a span sums it up, which way is better)
 COMPARED: tuple[tuple[str, str, str, str], ...] = (
@@ -370,6 +372,8 @@ class MetricRow:
     better: str  # "higher", "lower" or "" (neither: a load's shape, not a result)
     before: float | None
     after: float | None
+    # the spans differ in load (:func:`load_note`): a change is not better or worse then
+    load_differs: bool = False
 
     @property
     def change(self) -> float | None:
@@ -385,10 +389,14 @@ class MetricRow:
 
     @property
     def verdict(self) -> str:
-        """``better``, ``worse`` or ``""`` (no direction, no change, or under 1 %)."""
+        """``better``, ``worse`` or ``""`` (no direction, no change, or under 1 %); between
+        spans of different load, :data:`LOAD_DIFFERS` instead of better or worse (latency and
+        throughput follow load: the figures, not a judgement)."""
         pct = self.change_pct
         if not self.better or pct is None or abs(pct) < 1.0:
             return ""
+        if self.load_differs:
+            return LOAD_DIFFERS
         up = pct > 0
         return "better" if up == (self.better == "higher") else "worse"
 
@@ -404,6 +412,31 @@ class MetricRow:
         if abs(pct) > 1000 and self.before and self.after is not None:
             return f"{text} (×{plain_number(self.after / self.before)})"
         return f"{text} ({pct:+.0f}%)"
+
+
+def load_note(rows: Iterable[MetricRow]) -> str:
+    """Why two spans may not be comparable (one idle and one serving, or load apart by more
+    than half), from the requests running in each (``rows``' running row); "" when they look
+    alike."""
+    row = next((r for r in rows if r.series == "running"), None)
+    b, a = (row.before, row.after) if row is not None else (None, None)
+    if b is None or a is None:
+        return ""
+    idle = [name for name, v in (("before", b), ("after", a)) if v < IDLE_RUNNING]
+    if len(idle) == 1 and max(a, b) >= 2 * IDLE_RUNNING:
+        busy = "after" if idle[0] == "before" else "before"
+        return (
+            f"the {idle[0]} span is idle and the {busy} span serves "
+            f"({plain_number(b)} vs {plain_number(a)} requests running on average): the "
+            "figures compare different loads; move the spans over the same load, or run "
+            "the same benchmark on both sides"
+        )
+    if not idle and max(a, b) > LOAD_RATIO * min(a, b):
+        return (
+            f"the spans differ in load ({plain_number(b)} vs {plain_number(a)} requests "
+            "running on average): latency and throughput follow load"
+        )
+    return ""
 
 
 @dataclass(frozen=True)
@@ -441,27 +474,8 @@ class SpanComparison:
         return text
 
     def load_note(self) -> str:
-        """Why the spans may not be comparable (one idle and one serving, or load apart by
-        more than half), from the requests running in each; "" when they look alike."""
-        row = next((r for r in self.rows if r.series == "running"), None)
-        b, a = (row.before, row.after) if row is not None else (None, None)
-        if b is None or a is None:
-            return ""
-        idle = [name for name, v in (("before", b), ("after", a)) if v < IDLE_RUNNING]
-        if len(idle) == 1 and max(a, b) >= 2 * IDLE_RUNNING:
-            busy = "after" if idle[0] == "before" else "before"
-            return (
-                f"the {idle[0]} span is idle and the {busy} span serves "
-                f"({plain_number(b)} vs {plain_number(a)} requests running on average): the "
-                "figures compare different loads; move the spans over the same load, or run "
-                "the same benchmark on both sides"
-            )
-        if not idle and max(a, b) > LOAD_RATIO * min(a, b):
-            return (
-                f"the spans differ in load ({plain_number(b)} vs {plain_number(a)} requests "
-                "running on average): latency and throughput follow load"
-            )
-        return ""
+        """Why the spans may not be comparable (:func:`load_note`); "" when they look alike."""
+        return load_note(self.rows)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -523,6 +537,8 @@ def compare_spans(
         )
         for name, s, how, better in COMPARED
     ]
+    if load_note(rows):  # the figures side by side, but no better or worse across loads
+        rows = [replace(r, load_differs=True) for r in rows]
     first, second = (before, after) if before.t0 <= after.t0 else (after, before)
     markers = timeline.between(first.t1, second.t0) if timeline is not None else []
     origin = store.first_t

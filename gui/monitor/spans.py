@@ -9,7 +9,7 @@ from typing import Protocol
 import pyqtgraph as pg
 from PySide6.QtCore import QSignalBlocker
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QLabel, QPushButton
+from PySide6.QtWidgets import QLabel, QPushButton, QSplitter
 
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.monitor import TimeSeriesStore
@@ -90,10 +90,32 @@ class CompareSpans:
             self.make_regions()
         cmp = compare_spans(host.store, before, after, host.timeline)
         self.panel.show_comparison(cmp, host.timeline.markers)
-        self.panel.show()
+        if self.panel.isHidden():
+            self.panel.show()
+            self._make_room()
         host.draw_timeline()  # the regions where the spans are, shown or not
         host.redraw()
         return cmp
+
+    def _make_room(self) -> None:
+        """The table's every row shown as the comparison opens: the splitter it shares with the
+        plots gives it its height, the plots keeping at least their own minimum (a smaller
+        window: the table scrolls; the operator moves the line either way)."""
+        split = self.panel.parentWidget()
+        if not isinstance(split, QSplitter) or split.count() != 2:
+            return
+        split.refresh()  # the panel just shown: its handle and share counted
+        sizes = split.sizes()
+        total = sum(sizes)
+        if total <= 0:
+            return
+        i = split.indexOf(self.panel)
+        plots = split.widget(1 - i)
+        keep = plots.minimumHeight() if plots is not None else 0
+        want = min(self.panel.sizeHint().height(), total - keep)
+        if want > sizes[i]:
+            sizes[i], sizes[1 - i] = want, total - want
+            split.setSizes(sizes)
 
     def comparison(self) -> SpanComparison | None:
         return self.panel.comparison if self.spans is not None else None

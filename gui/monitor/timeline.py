@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
@@ -153,15 +153,20 @@ class ComparePanel(QWidget):
         self.export_button = QPushButton("Export…")
         self.export_button.setToolTip("Write the comparison as an HTML report (a folder)")
         self.export_button.clicked.connect(self._ask_export)
+        # the table on the left, every row shown (its height is the panel's wish: the
+        # splitter gives it that, CompareSpans.set_spans); what it says beside it, wrapped
+        side = QVBoxLayout()
         top = QHBoxLayout()
         top.addWidget(self.heading, 1)
-        top.addWidget(self.export_button)
-        lay = QVBoxLayout(self)
+        top.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
+        side.addLayout(top)
+        side.addWidget(self.separated)
+        side.addWidget(self.load_note)
+        side.addStretch(1)
+        lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addLayout(top)
-        lay.addWidget(self.separated)
-        lay.addWidget(self.load_note)
-        lay.addWidget(self.table, 1)
+        lay.addWidget(self.table, 3)
+        lay.addLayout(side, 2)
 
     def show_comparison(self, cmp: SpanComparison, markers: list[MarkerEvent]) -> None:
         self.comparison, self.markers = cmp, list(markers)
@@ -174,6 +179,19 @@ class ComparePanel(QWidget):
         self.load_note.setText(f"⚠ {note}" if note else "")
         self.load_note.setVisible(bool(note))
         self.model.set_rows(cmp.rows)
+
+    def table_height(self) -> int:
+        """The table's height with every row shown (pixels): its header, rows and frame."""
+        t = self.table
+        t.ensurePolished()  # its frame is the style's
+        rows = t.verticalHeader().length()
+        bar = t.horizontalScrollBar()
+        extra = bar.sizeHint().height() if bar.isVisible() else 0
+        return t.horizontalHeader().sizeHint().height() + rows + 2 * t.frameWidth() + extra
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        return QSize(hint.width(), max(hint.height(), self.table_height()))
 
     def export(self, folder: str | Path) -> Path | None:
         """Write the report folder (index.html); its path."""
