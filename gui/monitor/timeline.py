@@ -34,7 +34,8 @@ from quantdeck.gui.style import CAVEAT_SHEET, MARKER_COLORS, OTHER_MARKER, PURPL
 from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 
 LABEL_CHARS = 24  # a marker's label on the plot; the tooltip has it whole
-LABEL_ROWS = 4  # heights the labels of consecutive markers take in turn
+LABEL_TOP = 0.95  # the top row of labels: this far up the plot (0 bottom, 1 top)
+LABEL_GAP = 2  # pixels between labels, and around a legend
 
 
 def _num(v: float | None) -> str:
@@ -60,14 +61,12 @@ class MarkerLines:
     def __init__(self) -> None:
         self.items: list[tuple[MarkerEvent, pg.InfiniteLine, pg.PlotItem]] = []
         self._drawn: Any = None
-        self._heights: dict[int, float] = {}  # a labelled line's label height (its row)
 
     def clear(self) -> None:
         for _, line, plot in self.items:
             if line.scene() is not None:
                 plot.removeItem(line)
         self.items = []
-        self._heights.clear()
         self._drawn = None
 
     def draw(
@@ -85,7 +84,7 @@ class MarkerLines:
         if key != self._drawn:
             self.clear()
             for n, p in enumerate(plots):
-                for i, m in enumerate(timeline.markers):
+                for m in timeline.markers:
                     color = QColor(MARKER_COLORS.get(m.what, OTHER_MARKER))
                     label = (
                         m.label if len(m.label) <= LABEL_CHARS else m.label[: LABEL_CHARS - 1] + "…"
@@ -95,39 +94,66 @@ class MarkerLines:
                         movable=False,
                         pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
                         label=label if n < labelled else None,
-                        # left of the line (the newest markers sit at the plots' right edge),
-                        # stacked at four heights in turn (neighbours do not overwrite each
-                        # other); the tooltip has the whole label and the diff
-                        labelOpts={
-                            "position": 0.95 - 0.2 * (i % LABEL_ROWS),
-                            "color": color,
-                            "anchors": [(1, 0), (1, 0)],
-                        },
+                        # where no other label is (place_labels); the tooltip has the
+                        # whole label and the diff
+                        labelOpts={"position": LABEL_TOP, "color": color},
                     )
-                    self._heights[id(line)] = 0.95 - 0.2 * (i % LABEL_ROWS)
                     line.setToolTip(describe(m))
                     line.setZValue(50)
                     p.addItem(line, ignoreBounds=True)
                     self.items.append((m, line, p))
             self._drawn = key
+        labels: dict[int, list[tuple[float, Any]]] = {}  # per plot: (time, label)
         for m, line, plot in self.items:
             line.setValue(m.t - now)
             text = getattr(line, "label", None)
-            if text is not None:  # a label reads away from the nearer edge: never cut off
-                lo, hi = plot.vb.viewRange()[0]
-                left = (m.t - now) > (lo + hi) / 2
-                anchors = [(1, 0), (1, 0)] if left else [(0, 0), (0, 0)]
-                height = self._heights.get(id(line), 0.95)
+            if text is not None:
+                labels.setdefault(id(plot), []).append((m.t - now, text))
+        for plot in plots:
+            if id(plot) in labels:
                 clear = keep_clear(plot) if keep_clear is not None else None
-                if clear is not None and not left and hi > lo:
-                    # a label reading right from a line under the legend starts below it
-                    w, h = plot.vb.width(), plot.vb.height()
-                    if h > 0 and (m.t - now - lo) / (hi - lo) * w < clear.right() + 4:
-                        below = 1 - (clear.bottom() + 4) / h
-                        height = max(0.05, min(height, below - (0.95 - height)))
-                if text.anchors != anchors or text.orthoPos != height:
-                    text.anchors = anchors
-                    text.setPosition(height)
+                place_labels(plot, labels[id(plot)], clear)
+
+
+def place_labels(plot: pg.PlotItem, labels: list[tuple[float, Any]], clear: QRectF | None) -> None:
+    """Lay out one plot's marker ``labels`` ((x on its time axis, label)) so that none covers
+    another, nor ``clear`` (the legend, in the view box's pixels). Each reads away from the
+    nearer edge (never cut off), the newest first: it takes the highest free place from the
+    top row down, below the labels and legend it would cover. A label with no free place
+    left is hidden; its line's tooltip still has it."""
+    lo, hi = plot.vb.viewRange()[0]
+    w, h = plot.vb.width(), plot.vb.height()
+    if hi <= lo or w <= 0 or h <= 0:
+        return
+    top = (1 - LABEL_TOP) * h
+    taken = [clear.adjusted(-LABEL_GAP, -LABEL_GAP, LABEL_GAP, LABEL_GAP)] if clear else []
+    for x, text in sorted(labels, key=lambda xt: -xt[0]):
+        px = (x - lo) / (hi - lo) * w
+        left = x > (lo + hi) / 2
+        size = text.textItem.boundingRect()
+        x0 = px - size.width() if left else px
+        ys = sorted({top, *(r.bottom() + LABEL_GAP for r in taken)})
+        y = next(
+            (
+                y
+                for y in ys
+                if y >= top
+                and y + size.height() <= h
+                and not any(r.intersects(QRectF(x0, y, size.width(), size.height())) for r in taken)
+            ),
+            None,
+        )
+        if y is None:
+            text.setVisible(False)
+            continue
+        taken.append(QRectF(x0, y, size.width(), size.height()))
+        anchors = [(1, 0), (1, 0)] if left else [(0, 0), (0, 0)]
+        pos = 1 - y / h
+        if not text.isVisible():
+            text.setVisible(True)
+        if text.anchors != anchors or text.orthoPos != pos:
+            text.anchors = anchors
+            text.setPosition(pos)
 
 
 class ComparePanel(QWidget):
