@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QScrollArea,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -31,6 +32,11 @@ from quantdeck.gui.labels import error_label, plain_label
 from quantdeck.gui.style import QUIET_TEXT
 
 COLUMNS = ("option", "value", "kind", "default", "group")
+# the widest each column opens (pixels; the value column: this wide): longer text is elided
+# there and read whole in the help below the table (a choice list or a JSON default ran to
+# 3,000-7,000 px); the last column takes the rest, the table scrolls sideways past that
+COLUMN_WIDTHS = (240, 200, 200, 160)
+DIALOG_SIZE = (1100, 700)  # at most: the window it opens over, and the screen, may be smaller
 
 
 def shown_value(value: Any) -> str:
@@ -55,9 +61,9 @@ class EngineOptionsDialog(QDialog):
         super().__init__(parent)
         self.engine = engine
         self.setWindowTitle(f"All engine options — {engine.label}")
-        self.resize(1100, 700)
         self.options = ea.list_options(engine, managed_options())
         self._values: dict[str, Any] = dict(extra)
+        self._shown = len(self.options)  # the options the search shows
         self.search = QLineEdit()
         self.search.setPlaceholderText("search flags and help (every word)…")
         self.search.setClearButtonEnabled(True)
@@ -73,9 +79,7 @@ class EngineOptionsDialog(QDialog):
             | QAbstractItemView.EditTrigger.EditKeyPressed
             | QAbstractItemView.EditTrigger.AnyKeyPressed
         )
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(False)  # one line a row, elided (…): the help has it whole
         quiet = QColor(QUIET_TEXT)
         for row, opt in enumerate(self.options):
             name = QTableWidgetItem(", ".join(opt.flags))
@@ -95,13 +99,21 @@ class EngineOptionsDialog(QDialog):
                 if opt.managed:
                     cell.setForeground(quiet)
                 cell.setToolTip(
-                    opt.help if not opt.managed else f"Quantdeck sets it: {opt.managed}"
+                    cell.text()  # a choice list, a default: whole (the column elides it)
+                    if col in (2, 3) and len(cell.text()) > 40
+                    else opt.help
+                    if not opt.managed
+                    else f"Quantdeck sets it: {opt.managed}"
                 )
                 self.table.setItem(row, col, cell)
+        self._size_columns()
         self.help = QLabel()  # the selected option's help, in full (not only in a tooltip)
         self.help.setWordWrap(True)
         self.help.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.help.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        help_scroll = QScrollArea()  # a long help scrolls; it never widens the dialog
+        help_scroll.setWidgetResizable(True)
+        help_scroll.setWidget(self.help)
         self.error = error_label()
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -110,17 +122,17 @@ class EngineOptionsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.table)
-        split.addWidget(self.help)
+        split.addWidget(help_scroll)
         split.setStretchFactor(0, 4)
         split.setStretchFactor(1, 1)
         lay = QVBoxLayout(self)
-        lay.addWidget(
-            plain_label(
-                f"Every option of {engine.label}'s `vllm serve`, from its own parser. Type a "
-                "value to set one (true/false for a switch; empty: not passed); the curated "
-                "knobs on the Launch form stay where they are."
-            )
+        intro = plain_label(
+            f"Every option of {engine.label}'s `vllm serve`, from its own parser. Type a "
+            "value to set one (true/false for a switch; empty: not passed); the curated "
+            "knobs on the Launch form stay where they are."
         )
+        intro.setWordWrap(True)  # one line of it made the dialog 1,500 px wide
+        lay.addWidget(intro)
         lay.addWidget(self.search)
         lay.addWidget(self.count)
         lay.addWidget(split, 1)
@@ -136,20 +148,67 @@ class EngineOptionsDialog(QDialog):
             )
         self.search.textChanged.connect(self._filter)
         self.table.currentCellChanged.connect(self._show_help)
+        self.table.itemChanged.connect(self._on_value_changed)
         self._filter("")
+        self._fit(parent)
+
+    def _size_columns(self) -> None:
+        """Each column as wide as its contents up to :data:`COLUMN_WIDTHS` (the operator may
+        widen it), the value column that wide to type in, the last one taking the rest."""
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        self.table.resizeColumnsToContents()
+        for col, most in enumerate(COLUMN_WIDTHS):
+            width = most if col == 1 else min(self.table.columnWidth(col), most)
+            self.table.setColumnWidth(col, width)
+
+    def _fit(self, parent: QWidget | None) -> None:
+        """No wider or taller than the screen, opened no larger than the window it is over."""
+        width, height = DIALOG_SIZE
+        screen = (parent.screen() if parent is not None else self.screen()).availableGeometry()
+        self.setMaximumSize(screen.width(), screen.height())
+        width, height = min(width, screen.width()), min(height, screen.height())
+        if parent is not None:
+            window = parent.window()
+            width, height = min(width, window.width()), min(height, window.height())
+        self.resize(width, height)
 
     def _filter(self, text: str) -> None:
         shown = {o.name for o in ea.list_options(self.engine, managed_options(), text or None)}
         for row, opt in enumerate(self.options):
             self.table.setRowHidden(row, opt.name not in shown)
-        n_set = len(self._typed())
-        self.count.setText(f"{len(shown)} of {len(self.options)} options shown · {n_set} set here")
+        self._shown = len(shown)
+        self._show_count()
+
+    def _on_value_changed(self, item: QTableWidgetItem) -> None:
+        if item.column() == 1:
+            self._show_count()
+
+    def _show_count(self) -> None:
+        """How many options the search shows, how many have a value typed (every edit)."""
+        n_set = len(self.typed_names())
+        self.count.setText(f"{self._shown} of {len(self.options)} options shown · {n_set} set here")
 
     def _show_help(self, row: int, *_: Any) -> None:
         if 0 <= row < len(self.options):
             opt = self.options[row]
             managed = f"\n\nQuantdeck sets it: {opt.managed}" if opt.managed else ""
-            self.help.setText(f"{', '.join(opt.flags)} [{opt.group}]\n{opt.help}{managed}")
+            facts = [self.table.item(row, col) for col in (2, 3)]  # kind, default: whole here
+            kind, default = (item.text() if item is not None else "" for item in facts)
+            self.help.setText(
+                f"{', '.join(opt.flags)} [{opt.group}] · {kind} · default: {default or '-'}\n"
+                f"{opt.help}{managed}"
+            )
+
+    def typed_names(self) -> list[str]:
+        """The options with a value typed in the table (not yet parsed or checked)."""
+        out = []
+        for row, opt in enumerate(self.options):
+            item = self.table.item(row, 1)
+            if item is not None and item.text().strip():
+                out.append(opt.name)
+        return out
 
     def _typed(self) -> dict[str, Any]:
         """The values typed in the table, parsed as ``--vllm-arg NAME=VALUE`` parses them."""
