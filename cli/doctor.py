@@ -10,8 +10,8 @@ from quantdeck.core.errors import QuantdeckError
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:
+    from quantdeck.core.doctor import report_lines, run_doctor
     from quantdeck.core.engines import known_pythons, resolve_engine
-    from quantdeck.core.runtime.doctor import report_lines, run_doctor
 
     pythons = []
     for py in ns.engine_python or ():

@@ -48,7 +48,7 @@ def cmd_engines(ns: argparse.Namespace) -> int:
         c = k.check
         if c is None or not c.vllm_imports:
             continue
-        from quantdeck.core.runtime.doctor import needs_bnb_plugin
+        from quantdeck.core.doctor import needs_bnb_plugin
 
         plugin = next((x for x in c.libraries if x.name == "vllm-bnb-plugin"), None)
         if needs_bnb_plugin(c) and plugin is not None and not plugin.importable:

@@ -5,7 +5,8 @@ Packaged by job, each package naming its public API in its ``__init__``:
 - :mod:`~quantdeck.core.launch`: the settings schema, profiles, device, planner, advisor;
 - :mod:`~quantdeck.core.models`: the inspector, the library, the demo model;
 - :mod:`~quantdeck.core.engines`: the interpreters with vLLM: each one's check, the registry;
-- :mod:`~quantdeck.core.runtime`: the engine (which vLLM), the server subprocess, chat, the doctor;
+- :mod:`~quantdeck.core.runtime`: the engine (which vLLM), the server subprocess, chat;
+- :mod:`~quantdeck.core.doctor`: what this machine and each engine can do (``quantdeck doctor``);
 - :mod:`~quantdeck.core.monitor`: metrics, telemetry, histories, recordings;
 - :mod:`~quantdeck.core.bench`: load, datasets, statistics, client, A/B, tuning, runs;
 - :mod:`~quantdeck.core.convert`: conversion jobs;

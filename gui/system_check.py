@@ -1,4 +1,4 @@
-"""Help ▸ System check…: ``quantdeck doctor``'s report in a dialog (core/runtime/doctor.py).
+"""Help ▸ System check…: ``quantdeck doctor``'s report in a dialog (core/doctor.py).
 
 The check runs in a worker (each engine imports vLLM in its own process: seconds); the dialog
 stays usable meanwhile, and closing it does not wait for the check."""
@@ -43,7 +43,7 @@ class SystemCheckDialog(QDialog):
         self.run()
 
     def run(self) -> None:
-        from quantdeck.core.runtime.doctor import run_doctor
+        from quantdeck.core.doctor import run_doctor
 
         self.again_button.setEnabled(False)
         self.status.setText("Checking… (each engine imports vLLM in its own process: seconds)")
@@ -52,7 +52,7 @@ class SystemCheckDialog(QDialog):
         self.workers.follow(lambda: run_doctor(engines), tick_s=0.25, returned=self._on_report)
 
     def _on_report(self, report: Any) -> None:
-        from quantdeck.core.runtime.doctor import report_lines
+        from quantdeck.core.doctor import report_lines
 
         self.report = report
         self.text.setPlainText("\n".join(report_lines(report)))

@@ -35,7 +35,7 @@ HEAVY = [
     "quantdeck.core.bench.Tuner.run",
     "quantdeck.core.runtime.lora.load_adapter",
     "quantdeck.core.runtime.lora.unload_adapter",
-    "quantdeck.core.runtime.doctor.run_doctor",
+    "quantdeck.core.doctor.run_doctor",
     "quantdeck.core.engines.registry.check_engine",
     "quantdeck.core.runtime.EngineEnv.capabilities",  # the engine probe: imports vLLM there
     "quantdeck.core.runtime.lora.loaded_adapters",

@@ -55,7 +55,7 @@ def test_core_loads_no_qt_torch_or_vllm() -> None:
 def test_serving_and_converting_leave_the_doctor_unloaded(module: str) -> None:
     """Starting a server or a conversion takes its engine from core.engines, below them both:
     the doctor (every check of the machine, ``quantdeck doctor``'s) stays unloaded."""
-    code = f"import {module}, sys; print('quantdeck.core.runtime.doctor' in sys.modules)"
+    code = f"import {module}, sys; print('quantdeck.core.doctor' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"

@@ -3,7 +3,7 @@ Quantdeck. The engine check (what one engine is, asked in its own interpreter) a
 of the engines the user added, with the ones found on this machine and the default engine.
 
 Below :mod:`~quantdeck.core.runtime` and :mod:`~quantdeck.core.convert`, which both pick an
-engine here; the doctor (``quantdeck.core.runtime.doctor``) reports on them from above."""
+engine here; the doctor (``quantdeck.core.doctor``) reports on them from above."""
 
 from quantdeck.core.engines.check import Engine, Library, check_engine, default_engines
 from quantdeck.core.engines.registry import (

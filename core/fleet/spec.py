@@ -31,7 +31,6 @@ from quantdeck.core.engines import resolve_engine
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.http import is_loopback
 from quantdeck.core.launch import (
-    CPU_DEFAULT_KV_BYTES,
     DeviceFacts,
     GiB,
     LaunchConfig,
@@ -42,6 +41,7 @@ from quantdeck.core.launch import (
     local_vllm_version,
     plan,
     validate,
+    with_cpu_default_kv,
 )
 from quantdeck.core.launch.knobs import from_dict, to_dict
 from quantdeck.core.launch.profiles import load_file, remembered_key
@@ -544,12 +544,10 @@ def cpu_sharing(spec: FleetSpec, have: set[int] | None = None) -> list[str]:
 def _advise(inst: InstanceSpec, device: DeviceFacts | None) -> int:
     """The advisor's verdict on one instance; returns the bytes it takes on each of its GPUs."""
     assert inst.cfg is not None and device is not None  # a local instance, its device found
-    cfg = inst.cfg.copy()
     if device.is_cuda:
         count = len(inst.gpus or [0])
         device = dataclasses.replace(device, count=count)
-    elif cfg.cache.kv_cache_memory_bytes is None:
-        cfg.cache.kv_cache_memory_bytes = CPU_DEFAULT_KV_BYTES  # as ServerProcess plans it
+    cfg = with_cpu_default_kv(inst.cfg, device)  # a copy, as its launch plan gives it
     try:
         info = inspect_model(cfg.model.model)
         version = EngineEnv(inst.engine).version()[1] if inst.engine else local_vllm_version()

@@ -1,7 +1,8 @@
-"""Launch planning: the settings schema and its walker, profiles, the device, the memory planner and
-the advisor."""
+"""Launch planning: the settings schema and its walker, profiles, the device, the memory planner,
+the advisor, and the launch plan (the server's command line and environment, made once)."""
 
 from quantdeck.core.launch.advisor import Finding, advise, errors
+from quantdeck.core.launch.command import LaunchPlan, launch_plan
 from quantdeck.core.launch.config import GROUPS, LaunchConfig
 from quantdeck.core.launch.device import DeviceFacts, GiB, cpu_device, cuda_device, detect_device
 from quantdeck.core.launch.knobs import (
@@ -25,9 +26,11 @@ from quantdeck.core.launch.planner import (
     CPU_DEFAULT_KV_BYTES,
     EngineCheck,
     KvPlan,
+    cpu_default_kv,
     engine_checks,
     local_vllm_version,
     plan,
+    with_cpu_default_kv,
 )
 from quantdeck.core.launch.ray import RayFacts, probe_ray, uses_ray, with_ray
 
@@ -37,6 +40,7 @@ __all__ = [
     "check_value",
     "command_line",
     "CPU_DEFAULT_KV_BYTES",
+    "cpu_default_kv",
     "cpu_device",
     "cuda_device",
     "detect_device",
@@ -54,6 +58,8 @@ __all__ = [
     "Knob",
     "KvPlan",
     "LaunchConfig",
+    "launch_plan",
+    "LaunchPlan",
     "MASK",
     "parse_text",
     "plan",
@@ -66,5 +72,6 @@ __all__ = [
     "validate",
     "vllm_args",
     "vllm_env",
+    "with_cpu_default_kv",
     "with_ray",
 ]

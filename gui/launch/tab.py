@@ -29,8 +29,8 @@ from quantdeck.core.launch import (
     Finding,
     LaunchConfig,
     advise,
-    command_line,
     fit_to_engine,
+    launch_plan,
     local_vllm_version,
     plan,
     validate,
@@ -428,8 +428,18 @@ class LaunchTab(QWidget):
             self.start_requested.emit(cfg)
 
     def _on_copy_clicked(self) -> None:
+        """Copy the server's launch as Start would run it (its launch plan): the key shows as
+        ``***``, the values the start chooses (ports, the run folder) as placeholders."""
+        caps = self.engine_caps
+        if caps is None:  # the command line follows the engine's options
+            self.message.setText("the engine is not probed yet: copy once it is")
+            return
         try:
-            text = command_line(validate(self.config()))  # the key shows as ***
+            from quantdeck.core.runtime import EngineEnv
+
+            chosen = self.engine_box.python()  # as the controller starts it
+            python = (EngineEnv(chosen) if chosen else EngineEnv()).python
+            text = launch_plan(self.config(), caps, self.device, python=python).shell_line()
         except QuantdeckError as e:
             self.message.setText(str(e))
             return

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from fake_engines import make_broken_vllm
 
+from quantdeck.core import doctor
 from quantdeck.core.engines import Engine, Library
-from quantdeck.core.runtime import doctor
 
 QUANTDECK = str(Path(sys.executable).parent / "quantdeck")
 

@@ -10,9 +10,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLineEdit
 
-from quantdeck.core.launch import cpu_device, profiles
+from quantdeck.core.launch import cpu_device, iter_knobs, profiles
 from quantdeck.core.launch.device import H200
 from quantdeck.core.paths import config_dir
+from quantdeck.core.runtime.engine import Capabilities
 from quantdeck.gui.launch import LaunchTab
 from quantdeck.gui.main_window import MainWindow
 
@@ -30,9 +31,14 @@ def tab(qtbot) -> LaunchTab:
 
 def test_key_field_is_masked_and_copy_shows_stars(qtbot, tab: LaunchTab) -> None:
     assert tab.form.editors["api_key"].widget.echoMode() == QLineEdit.Password
+    qtbot.mouseClick(tab.copy_button, Qt.LeftButton)  # the command follows the engine's options
+    assert "not probed yet" in tab.message.text() and KEY not in tab.message.text()
+    flags = {k.flag: {} for k in iter_knobs()} | {"--compilation-config": {}}
+    tab.set_engine(Capabilities("0.32.0", "2.9", "cpu", "cli", options=flags))
     qtbot.mouseClick(tab.copy_button, Qt.LeftButton)
     copied = QApplication.clipboard().text()
-    assert copied.startswith("VLLM_API_KEY=*** vllm serve /m")
+    env, _, argv = copied.partition(" -m quantdeck.core.workers.engine /m ")
+    assert argv and "VLLM_API_KEY=***" in env.split()  # the launcher's line, the key by name
     assert KEY not in copied and KEY not in tab.message.text()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from quantdeck.core.runtime import doctor
+from quantdeck.core import doctor
 from quantdeck.gui.main_window import MainWindow
 
 

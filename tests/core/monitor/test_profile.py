@@ -117,13 +117,16 @@ def _server(tmp_path: Path, flags: set[str]) -> Any:
 
 def test_the_profiler_knob_needs_vllms_profiler_config(tmp_path: Path) -> None:
     from quantdeck.core.launch import knobs
+    from quantdeck.core.launch.command import RUN_DIR_AT_START
     from quantdeck.core.runtime.server import PROFILER_FLAG, profiler_config
 
     refusal = r"server\.profiler: the engine \(vllm 0\.32\.0\) has no --profiler-config option"
     with pytest.raises(ConfigError, match=refusal):
         _server(tmp_path, set()).preflight()
     cmd = _server(tmp_path, {PROFILER_FLAG}).preflight()
-    assert not any(a.startswith("--profiler") for a in cmd)  # added by start(), not preflight
+    # the preflight's plan holds the flag, its folder in the run folder the start chooses
+    (word,) = [a for a in cmd if a.startswith(PROFILER_FLAG)]
+    assert RUN_DIR_AT_START in word
     s = _server(tmp_path, set())
     assert not any("profiler" in a for a in knobs.vllm_args(s.cfg))  # Quantdeck's own knob
     cfg = profiler_config(tmp_path / "run" / "profiles")

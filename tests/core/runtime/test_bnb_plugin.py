@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from ckpt import TINY_LLAMA, write_checkpoint
 
+from quantdeck.core.doctor import Gpus, _engine_problems
 from quantdeck.core.engines.check import Engine, Library
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.launch.knobs import from_dict
 from quantdeck.core.runtime import EngineEnv, ServerProcess
-from quantdeck.core.runtime.doctor import Gpus, _engine_problems
 
 
 def engine_venv(root: Path, version: str, *, plugin: bool) -> Path:

@@ -2,10 +2,12 @@
 cap, a run folder only for a start that was accepted (0700, its traces 0600), a reused run
 folder's stale IPC files gone, and the /dev/shm segments of a killed server removed (only
 those its processes were seen to map). The server here is a small Python script started by
-the real ``ServerProcess.start`` in place of vLLM (``preflight`` gives its command)."""
+the real ``ServerProcess.start`` in place of vLLM (its launch plan's command, after the real
+preflight)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -22,9 +24,10 @@ from ckpt import TINY_LLAMA, write_checkpoint
 
 from quantdeck.core.errors import ServerError
 from quantdeck.core.launch import LaunchConfig, cpu_device, iter_knobs
+from quantdeck.core.launch.command import KV_EVENTS_FLAG, PROFILER_FLAG
 from quantdeck.core.paths import cache_dir
 from quantdeck.core.procs import group_pids
-from quantdeck.core.runtime import server as srv
+from quantdeck.core.runtime.debris import process_tree
 from quantdeck.core.runtime.engine import Capabilities
 from quantdeck.core.runtime.server import CappedLog, ServerProcess, free_port
 from quantdeck.core.shm import SHM_ROOT, ShmLedger
@@ -48,10 +51,21 @@ def _server(tmp_path: Path, script: str | None = None, **kw: Any) -> ServerProce
     cfg.model.model = str(write_checkpoint(tmp_path / "tiny", TINY_LLAMA))
     cfg.server.port = free_port()
     flags = {k.flag: {} for k in iter_knobs()} | {"--compilation-config": {}}
+    flags |= {KV_EVENTS_FLAG: {}, PROFILER_FLAG: {}}
     caps = Capabilities("0.32.0", "2.9", "cpu", "cli", options=flags)
     server = ServerProcess(cfg, capabilities=caps, device=cpu_device(), **kw)
     if script is not None:
-        server.preflight = lambda: [sys.executable, "-c", script]  # type: ignore[method-assign]
+        real = server.preflight
+
+        def preflight() -> list[str]:
+            real()
+            assert server.launch is not None
+            server.launch = dataclasses.replace(
+                server.launch, command=(sys.executable, "-c", script)
+            )
+            return list(server.launch.argv)
+
+        server.preflight = preflight  # type: ignore[method-assign]
     return server
 
 
@@ -197,7 +211,7 @@ def test_a_segment_another_process_still_maps_is_kept(tmp_path: Path) -> None:
     name = child.stdout.readline().strip()
     shared = shared_memory.SharedMemory(name=name)  # a live process attaches to it
     try:
-        ledger.note(srv._process_tree(child.pid) | {os.getpid()})  # we map `older`
+        ledger.note(process_tree(child.pid) | {os.getpid()})  # we map `older`
         assert name in ledger.seen and older.name not in ledger.seen
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()

@@ -164,17 +164,17 @@ def test_kill9_of_engine_is_a_crash(server: ServerProcess) -> None:
 def test_multi_gpu_launches_turn_nvlink_multicast_off(tmp_path, monkeypatch, short_tmp) -> None:
     """(``short_tmp``: a run folder this deep gets its short TMPDIR in the test's own folder.)"""
     from quantdeck.core.launch import LaunchConfig
-    from quantdeck.core.runtime.server import MULTI_GPU_ENV, engine_environment
+    from quantdeck.core.launch.command import MULTI_GPU_ENV, base_env
 
     cfg = LaunchConfig()
-    assert not set(MULTI_GPU_ENV) & set(engine_environment(tmp_path, cfg))
+    assert not set(MULTI_GPU_ENV) & set(base_env(cfg))
     cfg.parallel.tensor_parallel_size = 2
-    assert engine_environment(tmp_path, cfg)["NCCL_NVLS_ENABLE"] == "0"
+    assert base_env(cfg)["NCCL_NVLS_ENABLE"] == "0"
     cfg.parallel.tensor_parallel_size, cfg.parallel.pipeline_parallel_size = 1, 2
-    env = engine_environment(tmp_path, cfg)
+    env = base_env(cfg)
     assert all(env[k] == v for k, v in MULTI_GPU_ENV.items())
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # an operator's own choice is kept
-    assert engine_environment(tmp_path, cfg)["NCCL_NVLS_ENABLE"] == "1"
+    assert base_env(cfg)["NCCL_NVLS_ENABLE"] == "1"
 
 
 def test_another_process_answering_on_the_port_is_not_readiness(

@@ -20,8 +20,10 @@ from quantdeck.core import procs
 from quantdeck.core.errors import ServerError
 from quantdeck.core.events import AdviceEvent, Event, LogEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig
-from quantdeck.core.runtime import server as srv
-from quantdeck.core.runtime.server import ServerProcess, base_url, prune_run_dirs
+from quantdeck.core.runtime import debris, ports
+from quantdeck.core.runtime.debris import prune_run_dirs
+from quantdeck.core.runtime.ports import base_url
+from quantdeck.core.runtime.server import ServerProcess
 
 
 @pytest.fixture(autouse=True)
@@ -74,17 +76,17 @@ def test_free_port_on_ipv6_loopback() -> None:
     if not socket.has_ipv6:
         pytest.skip("no IPv6")
     try:
-        port = srv.free_port("::1")
+        port = ports.free_port("::1")
     except OSError:
         pytest.skip("no IPv6 loopback here")
-    assert srv.port_free("::1", port)
+    assert ports.port_free("::1", port)
 
 
 def test_a_host_that_is_not_here_is_one_clear_error() -> None:
     from quantdeck.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="host 'no such host.invalid' is not an address here"):
-        srv.port_free("no such host.invalid", 8000)
+        ports.port_free("no such host.invalid", 8000)
 
 
 def test_startup_deadline_brings_a_silent_server_down(tmp_path: Path) -> None:
@@ -153,28 +155,28 @@ def test_run_folders_are_pruned_to_the_newest(tmp_path: Path) -> None:
 
 
 def test_run_folder_names_are_unique() -> None:
-    assert srv.new_run_dir() != srv.new_run_dir()
+    assert debris.new_run_dir() != debris.new_run_dir()
     # short: vLLM's IPC socket paths under <run>/tmp may not exceed 107 bytes
-    assert len(srv.new_run_dir().name) <= len("20261203-124839-99")
-    assert srv.new_run_dir().parent.name == "runs"
+    assert len(debris.new_run_dir().name) <= len("20261203-124839-99")
+    assert debris.new_run_dir().parent.name == "runs"
 
 
 def test_a_deep_run_folder_gets_a_short_private_tmpdir(tmp_path: Path, short_tmp: Path) -> None:
     # a shallow run folder under the test's own short root (tmp_path is as deep as the
     # user's TMPDIR makes it)
     shallow = short_tmp / "r"
-    assert srv.engine_environment(shallow)["TMPDIR"] == str(shallow / "tmp")
+    assert debris.engine_tmp_dir(shallow) == shallow / "tmp"
     assert (shallow / "tmp").is_dir() and not (shallow / "tmp").is_symlink()
 
     deep = tmp_path / ("deep-folder-" * 8) / "run"
-    tmpdir = Path(srv.engine_environment(deep)["TMPDIR"])
+    tmpdir = debris.engine_tmp_dir(deep)
     # room for vLLM's socket names (ipc://$TMPDIR/<uuid4>) within 107 bytes
     assert len(str(tmpdir / str(uuid.uuid4()))) <= 107
     assert tmpdir.parent == short_tmp / f"quantdeck-{os.getuid()}"
     assert tmpdir.parent.stat().st_mode & 0o777 == 0o700
     assert (deep / "tmp").resolve() == tmpdir  # the run folder says where it went
     (tmpdir / "sock").write_text("x")
-    srv.drop_engine_tmp(deep)
+    debris.drop_engine_tmp(deep)
     assert not tmpdir.exists() and not (deep / "tmp").exists()
     assert tmpdir.parent.exists()  # the root stays for the next server
 
@@ -182,7 +184,7 @@ def test_a_deep_run_folder_gets_a_short_private_tmpdir(tmp_path: Path, short_tmp
 def test_pruning_a_run_folder_removes_its_short_tmpdir(tmp_path: Path, short_tmp: Path) -> None:
     root = tmp_path / ("deep-folder-" * 8) / "runs"
     names = [f"202612{d:02d}-120000" for d in range(1, 4)]
-    short = [Path(srv.engine_environment(root / n)["TMPDIR"]) for n in names]
+    short = [debris.engine_tmp_dir(root / n) for n in names]
     prune_run_dirs(root, keep=1)
     assert [s.exists() for s in short] == [False, False, True]
 
@@ -200,7 +202,7 @@ def test_a_short_root_that_is_not_ours_is_refused(
         root.mkdir(mode=0o755)
         root.chmod(0o755)
     with pytest.raises(ServerError, match="not a private folder"):
-        srv.engine_environment(tmp_path / ("deep-folder-" * 8) / "run")
+        debris.engine_tmp_dir(tmp_path / ("deep-folder-" * 8) / "run")
     assert list(elsewhere.iterdir()) == []
 
 
@@ -215,6 +217,6 @@ def test_short_tmpdirs_of_a_dead_quantdeck_are_swept(tmp_path: Path, short_tmp: 
     other = root / "not-ours"
     for d in (gone, alive, other):
         d.mkdir()
-    tmpdir = Path(srv.engine_environment(tmp_path / ("deep-folder-" * 8) / "run")["TMPDIR"])
+    tmpdir = debris.engine_tmp_dir(tmp_path / ("deep-folder-" * 8) / "run")
     assert tmpdir.name.startswith(f"run-{os.getpid()}-")
     assert not gone.exists() and alive.exists() and other.exists()

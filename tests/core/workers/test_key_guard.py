@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from quantdeck.core.launch import LaunchConfig, advise
+from quantdeck.core.launch import command as launch_command
 from quantdeck.core.launch.device import H200
 from quantdeck.core.models import inspect_model
 from quantdeck.core.procs import RUN_FILE, WORKERS_DIR, worker_command
-from quantdeck.core.runtime import server as server_mod
 from quantdeck.core.workers import engine
 from quantdeck.core.workers import router as router_worker
 
@@ -108,8 +108,8 @@ def test_metrics_open_only_where_allowed(monkeypatch: pytest.MonkeyPatch) -> Non
     cfg = LaunchConfig()
     for open_metrics, expected in ((True, 200), (False, 401)):
         cfg.server.open_metrics = open_metrics
-        env = server_mod.engine_environment(Path("/tmp/run"), cfg)
-        monkeypatch.setenv(engine.OPEN_METRICS_ENV, env[server_mod.OPEN_METRICS_ENV])
+        env = launch_command.base_env(cfg)
+        monkeypatch.setenv(engine.OPEN_METRICS_ENV, env[launch_command.OPEN_METRICS_ENV])
         guard = engine.KeyGuard(Recorder())
         for path in ("/metrics", "/metrics/"):
             assert _get(guard, "GET", path).status_code == expected
