@@ -26,6 +26,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from quantdeck.core.events import KvEvent, from_json
 from quantdeck.core.monitor import kv_events as kv
+from quantdeck.core.payloads import KvGroupStats
 
 BLOCK = 16
 HOUR = 3600.0
@@ -86,7 +87,7 @@ def main() -> None:
         idx = filled_index(int(blocks * ns.resident))
         now = 1_000_000.0 + HOUR + 5
         cells_ms = median_ms(lambda i=idx, t=now: i.cells(0, t), max(5, ns.repeat // 5))
-        group = {"group": 0, "resident": idx.resident, "cells": idx.cells(0, now)}
+        group = KvGroupStats(0, resident=idx.resident, cells=idx.cells(0, now))
         ev = KvEvent(
             blocks_stored_total=idx.stored,
             blocks_removed_total=0,

@@ -220,6 +220,7 @@ def _tune_live(ns: argparse.Namespace) -> int:
     of the instance on the running fleet (each as ``fleet try`` runs it), winners promoted."""
     from quantdeck.cli.fleet import running_instance, trial_options, trial_printer
     from quantdeck.core.bench import LiveTuner, TrialOutcome, parse_space
+    from quantdeck.core.bench.live_tune import carried_out
     from quantdeck.core.events import Event
     from quantdeck.core.fleet.control import ABORTED_CODE, request_trial
     from quantdeck.core.launch import LaunchConfig, knobs
@@ -258,17 +259,10 @@ def _tune_live(ns: argparse.Namespace) -> int:
             deciding.clear()
         if reply.code == 2:
             return TrialOutcome("refused", reply.error or "refused")
-        carried_out = reply.code in (0, ABORTED_CODE)  # (3: forced by an arm's failure)
-        if not carried_out or reply.result not in ("promoted", "rolled back"):
+        done = reply.code in (0, ABORTED_CODE)  # (3: forced by an arm's failure)
+        if not done or reply.result not in ("promoted", "rolled back"):
             return TrialOutcome("failed", reply.error or f"the trial ended {reply.result}")
-        d = reply.decided
-        return TrialOutcome(
-            str(reply.result),
-            reason=(d.reason or "") if d else "",
-            decision=(d.decision or None) if d else None,
-            verdict=(d.verdict or None) if d else None,
-            figures=((d.arms or {}).get("candidate") or None) if d else None,
-        )
+        return carried_out(str(reply.result), reply.decided)
 
     def stop() -> None:
         tuner.cancel()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
+from quantdeck.core.payloads import KvGroupStats, SharedPrefix, TrialArms, Verdict
 from quantdeck.core.snapshots import GpuSnapshot, MetricsSnapshot, TelemetrySnapshot, field_names
 
 log = logging.getLogger("quantdeck.events")
@@ -80,6 +81,8 @@ class Event:
                 continue
             if f.metadata.get("flatten"):
                 out.update(value)
+            elif f.metadata.get("payload") is not None:
+                out[f.name] = _payload_json(value, f.metadata)
             else:
                 out[f.name] = value
         return out
@@ -119,6 +122,9 @@ class Event:
         optional_t = t_field is not None and t_field.default_factory is not dataclasses.MISSING
         if optional_t and "t" not in data:
             kw["t"] = ABSENT  # read back as it was written: no time stamp invented
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("payload") is not None and f.name in kw:
+                kw[f.name] = _payload_of(kw[f.name], f.metadata)
         if flat is not None:
             kw[flat] = {k: v for k, v in data.items() if k not in names and k != "event"}
         else:
@@ -149,6 +155,39 @@ def changes() -> Any:
     """A mapping field of changes, ``{name: [before, after]}``: a reader refuses a value that
     is not a pair (quantdeck.core.schema.check_event)."""
     return field(default_factory=dict, metadata={"pairs": True})
+
+
+def payload(cls: type, *, empty_none: bool = False) -> Any:
+    """A field that carries a core dataclass (core/payloads.py), written by its ``to_json``
+    and read back by its ``from_json``; ``empty_none``: None is written ``{}`` (as it always
+    was) and ``{}`` reads None."""
+    return field(default=ABSENT, metadata={"payload": cls, "empty_none": empty_none})
+
+
+def payloads(cls: type) -> Any:
+    """A list field of core dataclasses (:func:`payload`'s, one per item)."""
+    return field(default_factory=list, metadata={"payload": cls, "many": True})
+
+
+def _payload_json(value: Any, metadata: Mapping[str, Any]) -> Any:
+    if value is None and metadata.get("empty_none"):
+        return {}
+    if metadata.get("many") and isinstance(value, list):
+        return [x.to_json() if hasattr(x, "to_json") else x for x in value]
+    return value.to_json() if hasattr(value, "to_json") else value
+
+
+def _payload_of(value: Any, metadata: Mapping[str, Any]) -> Any:
+    """A payload field's value read back from JSON (what is not of its shape is left as it
+    is: the schema check then refuses it, in one line)."""
+    cls = metadata["payload"]
+    if metadata.get("many"):
+        if not isinstance(value, list):
+            return value
+        return [cls.from_json(x) if isinstance(x, Mapping) else x for x in value]
+    if not isinstance(value, Mapping):
+        return value
+    return None if metadata.get("empty_none") and not value else cls.from_json(value)
 
 
 def now() -> float:
@@ -388,8 +427,8 @@ class KvEvent(Event):
     gaps: int = 0
     batches_replayed: int = 0
     batches_lost: int = 0  # neither received nor replayed: the index may be off since
-    groups: list[dict[str, Any]] = field(default_factory=list)
-    top_prefixes: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[KvGroupStats] = payloads(KvGroupStats)
+    top_prefixes: list[SharedPrefix] = payloads(SharedPrefix)
     prefix_tokens: dict[str, list[int]] = field(default_factory=dict)
     t: float = field(default_factory=now)
 
@@ -645,8 +684,8 @@ class TrialEvent(Event):
     candidate: str = ""
     knobs: dict[str, list[Any]] = changes()
     goal: str = ""
-    verdict: dict[str, Any] | _Absent = ABSENT
-    arms: dict[str, dict[str, Any]] | _Absent = ABSENT
+    verdict: Verdict | None | _Absent = payload(Verdict, empty_none=True)
+    arms: TrialArms | _Absent = payload(TrialArms)
     decision: str | _Absent = ABSENT
     reason: str | _Absent = ABSENT
     undo: bool | _Absent = ABSENT
@@ -656,11 +695,11 @@ class TrialEvent(Event):
         changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in self.knobs.items())
         if self.phase == "admitted":
             return f"[trial] admitted: {changed or 'the same knobs'} ({self.reason or ''})"
-        if self.phase == "measuring" and self.verdict:
+        if self.phase == "measuring" and isinstance(self.verdict, Verdict):
             v = self.verdict
             return (
-                f"[trial] measuring: {v.get('outcome')} on {self.goal} "
-                f"(requests {v.get('n_incumbent')} / {v.get('n_candidate')}: {v.get('reason')})"
+                f"[trial] measuring: {v.outcome} on {self.goal} "
+                f"(requests {v.n_incumbent} / {v.n_candidate}: {v.reason})"
             )
         if self.phase == "decided":
             return f"[trial] decided: {self.decision} ({self.reason})"
@@ -685,7 +724,7 @@ class LiveTuneEvent(Event):
     result: str | _Absent = ABSENT
     decision: str | None | _Absent = ABSENT
     reason: str | _Absent = ABSENT
-    verdict: dict[str, Any] | None | _Absent = ABSENT
+    verdict: Verdict | None | _Absent = payload(Verdict)
     meets: bool | _Absent = ABSENT
     trials: list[dict[str, Any]] | _Absent = ABSENT
     launch: dict[str, Any] | _Absent = ABSENT

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from quantdeck.core.errors import ConfigError, QuantdeckError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, TrialEvent
 from quantdeck.core.launch.diff import change_text
+from quantdeck.core.payloads import TrialArms, Verdict
 from quantdeck.gui.labels import error_label, plain_label
 from quantdeck.gui.style import GREEN, HINT_SHEET, ORANGE, RED
 from quantdeck.gui.table_model import Column
@@ -126,6 +127,7 @@ class FleetTrials:
 
     def __call__(self, cfg: LaunchConfig) -> TrialOutcome:
         from quantdeck.core.bench import TrialOutcome
+        from quantdeck.core.bench.live_tune import carried_out
 
         decided: list[TrialEvent] = []
 
@@ -165,13 +167,7 @@ class FleetTrials:
         d = decided[-1] if decided else None
         if result not in ("promoted", "rolled back"):
             return TrialOutcome("failed", f"the trial ended {result or 'without a decision'}")
-        return TrialOutcome(
-            str(result),
-            reason=(d.reason or "") if d else "",
-            decision=(d.decision or None) if d else None,
-            verdict=(d.verdict or None) if d else None,
-            figures=((d.arms or {}).get("candidate") or None) if d else None,
-        )
+        return carried_out(str(result), d)
 
 
 class LiveTuneJob:
@@ -205,15 +201,15 @@ class LiveTrialRow:
     result: str = ""  # promoted, rolled back, refused, failed ("" while it runs)
     decision: str | None = None
     reason: str = ""
-    verdict: dict[str, Any] = field(default_factory=dict)
-    arms: dict[str, dict[str, Any]] = field(default_factory=dict)  # the latest figures
+    verdict: Verdict | None = None
+    arms: TrialArms = field(default_factory=TrialArms)  # the latest figures
     meets: bool | None = None
     news: str = ""  # while it runs: the reason its latest event gave (the fit, the start-up)
 
     def figure(self, arm: str, goal: str) -> float | None:
         """Arm ``arm``'s figure of ``goal`` (its p99, not the verdict's effect quantile)."""
-        value = self.arms.get(arm, {}).get(GOAL_FIGURES[goal].key)
-        return float(value) if isinstance(value, int | float) else None
+        figures = self.arms.of(arm)
+        return figures.figure(GOAL_FIGURES[goal].key) if figures is not None else None
 
     @property
     def change(self) -> str:
@@ -231,19 +227,18 @@ class LiveTrialRow:
         from quantdeck.core.fleet.trial import TAIL_REQUESTS
 
         v = self.verdict
-        outcome = v.get("outcome")
-        if not outcome:
+        if v is None or not v.outcome:
             return ""
-        inc, cand = v.get("incumbent"), v.get("candidate")
-        n_i, n_c = v.get("n_incumbent"), v.get("n_candidate")
-        if not isinstance(inc, int | float) or not isinstance(cand, int | float):
-            if outcome == "undecided" and n_i is not None:
+        outcome, inc, cand = v.outcome, v.incumbent, v.candidate
+        n_i, n_c = v.n_incumbent, v.n_candidate
+        if inc is None or cand is None:
+            if outcome == "undecided":
                 return f"undecided: {n_i} / {n_c} requests"
-            return str(outcome)
-        goal = str(v.get("goal"))
+            return outcome
+        goal = v.goal
         unit = GOAL_FIGURES[goal].unit if goal in GOAL_FIGURES else ""
         quantile = ""
-        if goal.endswith("_p99") and isinstance(n_i, int) and isinstance(n_c, int):
+        if goal.endswith("_p99"):
             quantile = "p99 " if min(n_i, n_c) >= TAIL_REQUESTS else "p90 "
         return f"{outcome}: {quantile}{_figure(inc)} → {_figure(cand)} {unit}".rstrip()
 
@@ -252,7 +247,8 @@ class LiveTrialRow:
         """The row in a sentence: the trial, what became of it, the full reason."""
         if self.result:
             return f"Trial {self.step} ({self.change}), {self.result}: {self.reason}"
-        why = self.verdict.get("reason") if self.phase == "measuring" else self.news
+        v = self.verdict if self.phase == "measuring" else None
+        why = v.reason if v is not None else self.news
         return f"Trial {self.step} ({self.change}), under way ({self.phase})" + (
             f": {why}" if why else ""
         )

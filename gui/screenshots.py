@@ -361,7 +361,8 @@ def _shoot_trial(app: QApplication, win: Any, out: Path) -> None:
         loader = _background_load(view.spec.router.url, str(ensure_demo_model()), 150, 9)
 
         def measured() -> bool:
-            return trial.arms.get("candidate", {}).get("requests", 0) >= 10 or trial.done.is_set()
+            cand = trial.arms.candidate
+            return (cand is not None and (cand.requests or 0) >= 10) or trial.done.is_set()
 
         _wait(app, measured, 120)
         _wait(app, lambda: False, 3.0)  # a few points on the curves

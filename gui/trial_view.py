@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 from quantdeck.core.events import Event, InstanceEvent, MetricsEvent, StateEvent, TrialEvent
 from quantdeck.core.fleet.trial import CANDIDATE
 from quantdeck.core.launch.diff import after_text, change_text
+from quantdeck.core.payloads import TrialArms, Verdict
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.style import (
     GREEN,
@@ -301,8 +302,7 @@ class TrialView(QWidget):
 
         # what happened before the view was built: the trial's own state
         self._show_title()
-        verdict = trial.verdict.to_json() if trial.verdict is not None else {}
-        self._show_figures(verdict, trial.arms)
+        self._show_figures(trial.verdict, trial.arms)
         if trial.result is not None:
             self.result = trial.result
             self.frozen = True
@@ -336,8 +336,8 @@ class TrialView(QWidget):
 
     def _on_trial_changed(self, ev: TrialEvent) -> None:
         self.phase = ev.phase
-        verdict = ev.verdict if isinstance(ev.verdict, dict) else None
-        arms = ev.arms if isinstance(ev.arms, dict) else None
+        verdict = ev.verdict if isinstance(ev.verdict, Verdict) else None
+        arms = ev.arms if isinstance(ev.arms, TrialArms) else None
         self._show_figures(verdict, arms)
         reason = ev.reason if isinstance(ev.reason, str) else ""
         if ev.phase == "decided":
@@ -371,16 +371,17 @@ class TrialView(QWidget):
             f"· decide {t.opts.decide}"
         )
 
-    def _show_figures(self, verdict: dict[str, Any] | None, arms: dict[str, Any] | None) -> None:
-        if verdict:
+    def _show_figures(self, verdict: Verdict | None, arms: TrialArms | None) -> None:
+        if verdict is not None:
             self.verdict_label.setText(verdict_text(verdict))
-            color = OUTCOME_COLORS.get(str(verdict.get("outcome")))
+            color = OUTCOME_COLORS.get(verdict.outcome)
             self.verdict_label.setStyleSheet(f"color: {color}" if color else "")
-            self.reason_label.setText(str(verdict.get("reason") or ""))
-        if arms:
+            self.reason_label.setText(verdict.reason)
+        if arms is not None and (arms.incumbent or arms.candidate):
             for row in self.arm_rows:
-                row.incumbent = (arms.get("incumbent") or {}).get(row.figure.key)
-                row.candidate = (arms.get("candidate") or {}).get(row.figure.key)
+                inc, cand = arms.incumbent, arms.candidate
+                row.incumbent = inc.figure(row.figure.key) if inc is not None else None
+                row.candidate = cand.figure(row.figure.key) if cand is not None else None
             for i in range(len(self.arm_rows)):
                 self.arms_model.row_changed(i)
             self.split_label.setText(split_text(arms))
@@ -448,31 +449,30 @@ def result_text(ev: TrialEvent) -> str:
     return f"{head}: {reason}" if reason else head
 
 
-def verdict_text(v: dict[str, Any]) -> str:
+def verdict_text(v: Verdict) -> str:
     """The running verdict in one line: the outcome, its confidence and test, the requests."""
-    parts = [str(v.get("outcome") or "undecided")]
-    confidence, p, threshold = v.get("confidence"), v.get("p_value"), v.get("threshold")
-    if isinstance(confidence, int | float) and isinstance(p, int | float):
-        need = f" (needs < {threshold:.3g})" if isinstance(threshold, int | float) else ""
-        parts.append(f"confidence {100 * confidence:.1f} %, p = {p:.3g}{need}")
-    effect = v.get("effect")
-    if isinstance(effect, int | float):
-        goodput = v.get("goal") == "goodput"
-        parts.append(f"effect {effect:+g} points" if goodput else f"effect ×{effect:g}")
-    if v.get("test"):
-        parts.append(str(v["test"]))
-    n_i, n_c = v.get("n_incumbent"), v.get("n_candidate")
-    if n_i is not None and n_c is not None:
-        parts.append(f"requests {n_i} / {n_c}")
+    parts = [v.outcome or "undecided"]
+    if v.confidence is not None and v.p_value is not None:
+        parts.append(
+            f"confidence {100 * v.confidence:.1f} %, p = {v.p_value:.3g} (needs < "
+            f"{v.threshold:.3g})"
+        )
+    if v.effect is not None:
+        goodput = v.goal == "goodput"
+        parts.append(f"effect {v.effect:+g} points" if goodput else f"effect ×{v.effect:g}")
+    if v.test:
+        parts.append(v.test)
+    parts.append(f"requests {v.n_incumbent} / {v.n_candidate}")
     return "verdict: " + " · ".join(parts)
 
 
-def split_text(arms: dict[str, Any]) -> str:
+def split_text(arms: TrialArms) -> str:
     """Each arm's share of the requests finished since the measuring began."""
     counts: dict[str, float] = {}
     for arm in ARMS:
-        n = (arms.get(arm) or {}).get("requests")
-        if not isinstance(n, int | float):
+        figures = arms.of(arm)
+        n = figures.requests if figures is not None else None
+        if n is None:
             return ""
         counts[arm] = float(n)
     total = sum(counts.values())
@@ -484,12 +484,9 @@ def split_text(arms: dict[str, Any]) -> str:
     return f"traffic split: {shares}" + probe_text(arms)
 
 
-def probe_text(arms: dict[str, Any]) -> str:
+def probe_text(arms: TrialArms) -> str:
     """The paired probe's part, once it runs: its pairs decide."""
-    probe = arms.get("probe")
-    if not isinstance(probe, dict):
+    probe = arms.probe
+    if probe is None:
         return ""
-    return (
-        f"; paired probe: {probe.get('pairs')} pairs decide ({probe.get('why')}), "
-        f"{probe.get('failed')} failed"
-    )
+    return f"; paired probe: {probe.pairs} pairs decide ({probe.why}), {probe.failed} failed"

@@ -38,9 +38,10 @@ from typing import Any
 
 from quantdeck.core.bench.tune import KNOBS, apply_point
 from quantdeck.core.errors import ConfigError, QuantdeckError
-from quantdeck.core.events import ABSENT, Event, LiveTuneEvent, Publisher
+from quantdeck.core.events import ABSENT, Event, LiveTuneEvent, Publisher, TrialEvent
 from quantdeck.core.launch import LaunchConfig, to_dict
 from quantdeck.core.launch.diff import knob_diff
+from quantdeck.core.payloads import ArmFigures, TrialArms, Verdict
 
 RESULTS = ("promoted", "rolled back", "refused", "failed")
 # the limits ``until`` may name (as ``--slo`` writes them) and the arm figure each is read on
@@ -53,18 +54,34 @@ class TrialOutcome:
     """What became of one candidate: ``result`` promoted or rolled back (a trial ran and its
     decision was carried out), refused (nothing started: skipped), or failed (no decision came:
     the fleet went away; the chain stops); the trial's ``decision``, ``reason`` (or why refused
-    or failed), ``verdict`` (its ``to_json``) and ``figures``: the candidate arm's figures the
+    or failed), ``verdict`` and ``figures``: the candidate arm's figures the
     decision was made on (the ``decided`` event's ``arms["candidate"]``: what ``until`` reads)."""
 
     result: str
     reason: str = ""
     decision: str | None = None
-    verdict: dict[str, Any] | None = None
-    figures: dict[str, Any] | None = None
+    verdict: Verdict | None = None
+    figures: ArmFigures | None = None
 
     def __post_init__(self) -> None:
         if self.result not in RESULTS:
             raise ValueError(f"trial result {self.result!r}: one of {', '.join(RESULTS)}")
+
+
+def carried_out(result: str, decided: TrialEvent | None) -> TrialOutcome:
+    """What became of a trial whose decision was carried out (``result`` promoted or rolled
+    back), from its ``decided`` event (None: none came): the decision, its reason, the verdict
+    and the candidate's figures it was made on."""
+    if decided is None:
+        return TrialOutcome(result)
+    arms = decided.arms if isinstance(decided.arms, TrialArms) else None
+    return TrialOutcome(
+        result,
+        reason=decided.reason if isinstance(decided.reason, str) else "",
+        decision=decided.decision if isinstance(decided.decision, str) else None,
+        verdict=decided.verdict if isinstance(decided.verdict, Verdict) else None,
+        figures=arms.candidate if arms is not None else None,
+    )
 
 
 def check_until(until: dict[str, float]) -> dict[str, float]:
@@ -85,13 +102,13 @@ def until_text(until: dict[str, float]) -> str:
     return ",".join(f"{name}<={limit:g}ms" for name, limit in until.items())
 
 
-def goal_met(until: dict[str, float], figures: dict[str, Any] | None) -> tuple[bool, str]:
+def goal_met(until: dict[str, float], figures: ArmFigures | None) -> tuple[bool, str]:
     """Whether ``figures`` (an arm's, as a trial reports them) meet every limit of ``until``,
     and each limit's reading (``ttft_p99 150 ms <= 200 ms``); a figure the arm lacks misses."""
     met, parts = True, []
     for name, limit in until.items():
-        value = (figures or {}).get(UNTIL_FIGURES[name])
-        if not isinstance(value, int | float) or isinstance(value, bool):
+        value = figures.figure(UNTIL_FIGURES[name]) if figures is not None else None
+        if value is None:
             met = False
             parts.append(f"{name}: no figure")
         elif value <= limit:
@@ -214,7 +231,7 @@ class LiveStep:
             "result": o.result,
             "decision": o.decision,
             "reason": o.reason,
-            "outcome": (o.verdict or {}).get("outcome"),
+            "outcome": o.verdict.outcome if o.verdict is not None else None,
             "seconds": round(self.seconds, 1),
         }
         if self.meets is not None:

@@ -32,7 +32,6 @@ from quantdeck.core.fleet.trial import (
     ProbePair,
     ProbeRecord,
     TrialOptions,
-    Verdict,
     breach,
     judge,
     judge_paired,
@@ -44,6 +43,7 @@ from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.launch.diff import knob_diff
 from quantdeck.core.monitor.metrics import MetricsScraper, RawMetrics, parse_metrics
 from quantdeck.core.paths import CORPUS
+from quantdeck.core.payloads import TrialArms, Verdict
 from quantdeck.core.runtime import EngineEnv, ServerProcess
 from quantdeck.core.runtime.server import free_port, warm_up
 
@@ -118,7 +118,7 @@ class LiveTrial:
         self.retiring = False  # ... and no longer the incumbent (a promotion under way)
         self.phase = "admitted"
         self.verdict: Verdict | None = None
-        self.arms: dict[str, dict[str, Any]] = {}
+        self.arms = TrialArms()  # both arms' figures, once measured
         self.result: str | None = None  # "promoted" or "rolled back", once carried out
         # why it ended without a comparison because an arm failed (the candidate did not
         # start, warm up, get routed, or crashed or hung; the incumbent failed): fleet try's
@@ -217,7 +217,7 @@ class LiveTrial:
                 "decided",
                 decision=decision,
                 reason=reason,
-                verdict=self.verdict.to_json() if self.verdict else {},
+                verdict=self.verdict,
                 arms=self.arms,
             )
             self._marker(f"trial {decision}: {reason}")
@@ -403,15 +403,14 @@ class LiveTrial:
                 looks += 1  # the last planned look is kept for the time limit
                 next_at = next_look(n, opts) if looks < LOOKS - 1 else math.inf
             self.verdict = settled or _verdict(pairs, span_i, span_c, opts, False)
-            self.arms = {
-                "incumbent": span_i.figures(opts.slo),
-                "candidate": span_c.figures(opts.slo),
-            }
-            if pairs is not None:
-                self.arms["probe"] = {**probe_figures(pairs), "why": self.probe_why}
+            self.arms = TrialArms(
+                span_i.figures(opts.slo),
+                span_c.figures(opts.slo),
+                probe_figures(pairs, self.probe_why) if pairs is not None else None,
+            )
             if time.monotonic() - reported >= REPORT_S:
                 reported = time.monotonic()
-                self._event("measuring", verdict=self.verdict.to_json(), arms=self.arms)
+                self._event("measuring", verdict=self.verdict, arms=self.arms)
             undecided = settled is not None and settled.outcome == "undecided"
             if final and undecided and (opts.decide == "auto" or self._arm_down is not None):
                 return self._at_limit(False, span_i.requests, span_c.requests, settled)

@@ -36,6 +36,7 @@ from quantdeck.core.monitor.metrics import (
     histogram_fraction_at_most,
     histogram_quantile,
 )
+from quantdeck.core.payloads import ArmFigures, ProbeFigures, Verdict
 
 CANDIDATE = "+try"  # a trial candidate's events: instance NAME+try ('+' is in no instance's name)
 
@@ -194,7 +195,7 @@ class ArmSpan:
                 shares.append(s)
         return min(shares) if shares else None
 
-    def figures(self, slo: dict[str, float]) -> dict[str, Any]:
+    def figures(self, slo: dict[str, float]) -> ArmFigures:
         """What the trial events carry for the arm (ms, tokens/s, counts, %)."""
         itl = self.buckets("itl")
         itl_n = _count(itl)
@@ -203,22 +204,22 @@ class ArmSpan:
         itl_sum = (end_h.total if end_h else 0.0) - (start_h.total if start_h else 0.0)
         share = self.slo_share(slo) if slo else None
         kv = self.end.gauges.get("kv_usage")
-        return {
-            "requests": self.requests,
-            "seconds": round(self.seconds, 1),
-            "ttft_p50_ms": _ms(0.5, self.buckets("ttft")),
-            "ttft_p99_ms": _ms(0.99, self.buckets("ttft")),
-            "itl_p50_ms": _ms(0.5, itl),
-            "itl_p99_ms": _ms(0.99, itl),
-            "e2e_p50_ms": _ms(0.5, self.buckets("e2e")),
-            "e2e_p99_ms": _ms(0.99, self.buckets("e2e")),
-            "tokens_per_s": round(self.counter("generation_tokens") / self.seconds, 2),
-            "decode_tokens_per_s": round(itl_n / itl_sum, 2) if itl_n and itl_sum > 0 else None,
-            "goodput_pct": None if share is None else round(100 * share, 2),
-            "errors": self.errors,
-            "preemptions": int(self.counter("preemptions")),
-            "kv_usage_pct": None if kv is None else round(100 * kv, 2),
-        }
+        return ArmFigures(
+            requests=self.requests,
+            seconds=round(self.seconds, 1),
+            ttft_p50_ms=_ms(0.5, self.buckets("ttft")),
+            ttft_p99_ms=_ms(0.99, self.buckets("ttft")),
+            itl_p50_ms=_ms(0.5, itl),
+            itl_p99_ms=_ms(0.99, itl),
+            e2e_p50_ms=_ms(0.5, self.buckets("e2e")),
+            e2e_p99_ms=_ms(0.99, self.buckets("e2e")),
+            tokens_per_s=round(self.counter("generation_tokens") / self.seconds, 2),
+            decode_tokens_per_s=round(itl_n / itl_sum, 2) if itl_n and itl_sum > 0 else None,
+            goodput_pct=None if share is None else round(100 * share, 2),
+            errors=self.errors,
+            preemptions=int(self.counter("preemptions")),
+            kv_usage_pct=None if kv is None else round(100 * kv, 2),
+        )
 
 
 # -- the tests -----------------------------------------------------------------------------------
@@ -277,32 +278,6 @@ def two_proportions(good_a: float, n_a: float, good_b: float, n_b: float) -> flo
     return _normal_sf((good_a / n_a - good_b / n_b) / math.sqrt(var))
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The running answer on the goal: ``better``, ``worse``, ``no difference`` or
-    ``undecided`` (measuring goes on), with the test's figures."""
-
-    outcome: str
-    goal: str
-    test: str
-    p_value: float | None  # the one-sided p of the direction the effect points to
-    threshold: float  # alpha / looks: the p a verdict needs
-    effect: float | None  # the candidate's goal figure over the incumbent's (ratio), or the
-    # goodput difference in points
-    incumbent: float | None  # the goal figure per arm
-    candidate: float | None
-    n_incumbent: int
-    n_candidate: int
-    reason: str
-
-    @property
-    def confidence(self) -> float | None:
-        return None if self.p_value is None else round(1 - self.p_value, 4)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "confidence": self.confidence}
-
-
 _LATENCY = {"ttft_p99": "ttft", "itl_p99": "itl", "e2e_p99": "e2e"}
 
 
@@ -341,8 +316,8 @@ def judge(
         p_worse = mann_whitney_binned(bi, bc)
         v = dataclasses.replace(v, test="Mann-Whitney U (binned)")
         if goal == "throughput":
-            fig_i = incumbent.figures({})["decode_tokens_per_s"]
-            fig_c = candidate.figures({})["decode_tokens_per_s"]
+            fig_i = incumbent.figures({}).decode_tokens_per_s
+            fig_c = candidate.figures({}).decode_tokens_per_s
             ratio = fig_c / fig_i if fig_i and fig_c else None
             better_effect = ratio is not None and ratio >= 1 + opts.margin
             worse_effect = ratio is not None and ratio <= 1 - opts.margin
@@ -554,23 +529,21 @@ def judge_paired(pairs: list[ProbePair], opts: TrialOptions, *, final: bool = Fa
     return _settle(v, opts, (p_better, better_effect), (p_worse, worse_effect))
 
 
-def probe_figures(pairs: list[ProbePair]) -> dict[str, Any]:
-    """What the trial events carry of the probe: pairs, failures, each arm's medians (ms)."""
+def probe_figures(pairs: list[ProbePair], why: str = "") -> ProbeFigures:
+    """What the trial events carry of the probe: pairs, failures, each arm's medians (ms),
+    and ``why`` it runs."""
     good = [p for p in pairs if p.ok]
 
     def med(arm: str, key: str) -> float | None:
         values = [getattr(getattr(p, arm), key) for p in good]
         return round(1000 * _quantile(values, 0.5), 2) if values else None
 
-    return {
-        "pairs": len(good),
-        "failed": len(pairs) - len(good),
-        **{
-            f"{arm}_{key[:-2]}_p50_ms": med(arm, key)
-            for arm in ("incumbent", "candidate")
-            for key in ("ttft_s", "itl_s", "e2e_s")
-        },
+    medians = {
+        f"{arm}_{key[:-2]}_p50_ms": med(arm, key)
+        for arm in ("incumbent", "candidate")
+        for key in ("ttft_s", "itl_s", "e2e_s")
     }
+    return ProbeFigures(len(good), len(pairs) - len(good), **medians, why=why)
 
 
 def next_look(n: int, opts: TrialOptions) -> int:

@@ -43,6 +43,8 @@ from quantdeck.core.events import ABSENT, Event, FactEvent, KvEvent, Publisher, 
 from quantdeck.core.http import auth_headers, tls_verify
 from quantdeck.core.monitor.kv_buckets import AGE_EDGES_S, REUSE_EDGES
 from quantdeck.core.monitor.metrics import COUNTERS, parse_metrics
+from quantdeck.core.payloads import KvGroupStats
+from quantdeck.core.payloads import SharedPrefix as SharedPrefixStats
 
 log = logging.getLogger("quantdeck.kv_events")
 
@@ -776,8 +778,7 @@ class KvEventSubscriber:
             evicted = sum(g.evicted for g in idx.groups.values())
             lifetime = sum(g.lifetime_sum for g in idx.groups.values())
             groups = [
-                {**_group_json(gi, g), "cells": idx.cells(gi, now)}
-                for gi, g in sorted(idx.groups.items())
+                _group_stats(gi, g, idx.cells(gi, now)) for gi, g in sorted(idx.groups.items())
             ]
             top = idx.top_prefixes()
             new_tokens = {p.id: p.tokens for p in top if p.id not in self._sent_prefixes}
@@ -804,9 +805,7 @@ class KvEventSubscriber:
                 batches_replayed=self.stats.replayed,
                 batches_lost=self.stats.lost,
                 groups=groups,
-                top_prefixes=[
-                    {"id": p.id, "group": p.group, "blocks": p.blocks, "hits": p.hits} for p in top
-                ],
+                top_prefixes=[SharedPrefixStats(p.id, p.group, p.blocks, p.hits) for p in top],
                 prefix_tokens=new_tokens,
                 t=now,
             )
@@ -816,22 +815,23 @@ def _round(v: float | None, nd: int) -> float | None:
     return None if v is None else round(v, nd)
 
 
-def _group_json(gi: int, g: GroupStats) -> dict[str, Any]:
-    return {
-        "group": gi,
-        "kind": g.spec_kind,
-        "sliding_window": g.sliding_window,
-        "block_size": g.block_size,
-        "medium": g.medium,
-        "resident": g.resident,
-        "stored": g.stored,
-        "removed": g.removed,
-        "reused": g.reused,
-        "duplicates": g.duplicates,
-        "removed_unknown": g.removed_unknown,
-        "evicted": g.evicted,
-        "prefix_hit_rate": _round(g.hit_rate, 4),
-    }
+def _group_stats(gi: int, g: GroupStats, cells: list[list[int]]) -> KvGroupStats:
+    return KvGroupStats(
+        group=gi,
+        kind=g.spec_kind,
+        sliding_window=g.sliding_window,
+        block_size=g.block_size,
+        medium=g.medium,
+        resident=g.resident,
+        stored=g.stored,
+        removed=g.removed,
+        reused=g.reused,
+        duplicates=g.duplicates,
+        removed_unknown=g.removed_unknown,
+        evicted=g.evicted,
+        prefix_hit_rate=_round(g.hit_rate, 4),
+        cells=cells,
+    )
 
 
 def ingest(index: BlockIndex, frames: Iterable[tuple[int, bytes]]) -> int:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import Event, LiveTuneEvent, TrialEvent
 from quantdeck.core.launch.diff import knobs_text
+from quantdeck.core.payloads import TrialArms, Verdict
 from quantdeck.gui.bench.columns import diff_text
 from quantdeck.gui.bench.results import BenchResults
 from quantdeck.gui.live_tune import (
@@ -100,8 +101,8 @@ class LiveChain:
         row.result = ev.result or "failed"
         row.decision = ev.decision or None
         row.reason = ev.reason or ""
-        if ev.verdict:
-            row.verdict = dict(ev.verdict)
+        if isinstance(ev.verdict, Verdict):
+            row.verdict = ev.verdict
         row.meets = ev.meets if isinstance(ev.meets, bool) else None
         self._row_changed(i)
         goal = "" if row.meets is None else "; meets the goal" if row.meets else "; misses the goal"
@@ -114,10 +115,10 @@ class LiveChain:
         i = len(self.rows) - 1
         row = self.rows[i]
         row.phase, row.news = ev.phase, ev.reason or ""
-        if ev.verdict:
-            row.verdict = dict(ev.verdict)
-        if ev.arms:
-            row.arms = {arm: dict(f) for arm, f in ev.arms.items()}
+        if isinstance(ev.verdict, Verdict):
+            row.verdict = ev.verdict
+        if isinstance(ev.arms, TrialArms):
+            row.arms = ev.arms
         self._row_changed(i)
         head = f"trial {row.step} ({row.change})"
         match ev:
@@ -125,10 +126,10 @@ class LiveChain:
                 self._say(f"{head}: admitted; starting the candidate…")
             case TrialEvent(phase="started"):
                 self._say(f"{head}: the candidate is ready; warming up, routing…")
-            case TrialEvent(phase="measuring", verdict=dict() as v):
+            case TrialEvent(phase="measuring", verdict=Verdict() as v):
                 self._say(
-                    f"{head}: measuring · {v.get('outcome')} · requests "
-                    f"{v.get('n_incumbent')} / {v.get('n_candidate')} · {v.get('reason')}"
+                    f"{head}: measuring · {v.outcome} · requests "
+                    f"{v.n_incumbent} / {v.n_candidate} · {v.reason}"
                 )
             case TrialEvent(phase="decided", decision=decision, reason=why):
                 self._say(f"{head}: decided: {decision} ({why}); carrying it out…")

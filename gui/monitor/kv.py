@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 
 from quantdeck.core.events import ABSENT, Event, KvEvent, MetricsEvent
 from quantdeck.core.monitor.kv_buckets import AGE_EDGES_S, REUSE_EDGES  # no pyzmq here
+from quantdeck.core.payloads import KvGroupStats
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.style import (
     KV_AGE_COLORMAP,
@@ -98,12 +99,12 @@ def _reuse_label(i: int) -> str:
     return f"{lo}×" if lo == hi else f"{lo}–{hi}×"
 
 
-def map_codes(groups: list[dict[str, Any]], capacity: int | None, by: str = "age") -> np.ndarray:
+def map_codes(groups: list[KvGroupStats], capacity: int | None, by: str = "age") -> np.ndarray:
     """One cell code per block: the groups' resident blocks (their ``cells`` runs, group by
     group) coloured by age or reuse bucket, then the free blocks up to ``capacity`` (None: as
     many cells as resident blocks)."""
     col = 0 if by == "age" else 1
-    runs = [c for g in groups for c in g.get("cells") or ()]
+    runs = [c for g in groups for c in g.cells or ()]
     if runs:
         arr = np.asarray(runs, np.int64).reshape(-1, 3)
         resident = np.repeat((arr[:, col] + FIRST).astype(np.uint8), arr[:, 2])
@@ -528,15 +529,15 @@ class KvView(QWidget):
         groups = self.last.groups if self.last is not None else []
         self.groups_model.set_rows(
             GroupRow(
-                group=g.get("group", 0),
-                kind=g.get("kind") or "full attention",
-                block_size=g.get("block_size"),
-                resident=g.get("resident", 0),
+                group=g.group,
+                kind=g.kind or "full attention",
+                block_size=g.block_size,
+                resident=g.resident,
                 capacity=self.capacity,
-                stored=g.get("stored", 0),
-                reused=g.get("reused", 0),
-                evicted=g.get("evicted", 0),
-                hit_rate=g.get("prefix_hit_rate"),
+                stored=g.stored,
+                reused=g.reused,
+                evicted=g.evicted,
+                hit_rate=g.prefix_hit_rate,
             )
             for g in groups
         )
@@ -565,8 +566,7 @@ class KvView(QWidget):
     def _update_prefixes(self) -> None:
         top = self.last.top_prefixes if self.last is not None else []
         self.prefix_model.set_rows(
-            PrefixRow(p["id"], p.get("group", 0), p["blocks"], p["hits"], self.prefix_text(p["id"]))
-            for p in top
+            PrefixRow(p.id, p.group, p.blocks, p.hits, self.prefix_text(p.id)) for p in top
         )
 
     def _update_figures(self) -> None:

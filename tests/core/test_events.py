@@ -35,6 +35,14 @@ from quantdeck.core.events import (
     TrialEvent,
     from_json,
 )
+from quantdeck.core.payloads import (
+    ArmFigures,
+    KvGroupStats,
+    ProbeFigures,
+    SharedPrefix,
+    TrialArms,
+    Verdict,
+)
 from quantdeck.core.snapshots import NA, GpuSnapshot, MetricsSnapshot, TelemetrySnapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,3 +305,60 @@ def _all_subclasses(cls: type) -> list[type]:
     for sub in cls.__subclasses__():
         out += [sub, *_all_subclasses(sub)]
     return out
+
+
+def test_a_trials_and_a_kv_events_payloads_are_the_cores_dataclasses_both_ways() -> None:
+    """The payloads are typed from the emitter to the widget (issue 44), flattened only in
+    ``to_json`` and read back by ``from_json`` in the keys they were always written in; a
+    decision without a verdict writes ``{}`` (as before) and reads None."""
+    verdict = Verdict(
+        "better",
+        "ttft_p99",
+        "Mann-Whitney U (binned)",
+        0.001,
+        0.0125,
+        0.4,
+        300.0,
+        120.0,
+        40,
+        38,
+        "ttft_p99: better",
+    )
+    arms = TrialArms(
+        ArmFigures(requests=40, ttft_p99_ms=300.0),
+        ArmFigures(requests=38),
+        ProbeFigures(12, 1, why="asked for (--probe)"),
+    )
+    ev = InstanceEvent(
+        "a", TrialEvent("measuring", "http://c", {}, "ttft_p99", verdict=verdict, arms=arms, t=1.0)
+    )
+    js = json.loads(json.dumps(ev.to_json()))
+    assert js["verdict"]["confidence"] == 0.999 and js["verdict"]["n_candidate"] == 38
+    assert list(js["arms"]) == ["incumbent", "candidate", "probe"]
+    assert js["arms"]["probe"]["why"] == "asked for (--probe)"
+    back = from_json(js)
+    assert back == ev and isinstance(back, InstanceEvent)
+    inner = back.event
+    assert isinstance(inner, TrialEvent) and isinstance(inner.verdict, Verdict)
+    assert isinstance(inner.arms, TrialArms) and inner.arms.incumbent is not None
+    assert inner.arms.incumbent.figure("ttft_p99_ms") == 300.0
+    assert back.to_json() == js  # byte for byte
+    none = TrialEvent("decided", decision="rollback", verdict=None, arms=TrialArms(), t=2.0)
+    assert none.to_json()["verdict"] == {} and none.to_json()["arms"] == {}
+    assert from_json(none.to_json()) == none
+    kv = KvEvent(
+        3,
+        0,
+        3,
+        0.5,
+        groups=[KvGroupStats(0, "full_attention", resident=3, cells=[[0, 0, 3]])],
+        top_prefixes=[SharedPrefix("p1", 0, 2, 5)],
+        t=3.0,
+    )
+    kjs = json.loads(json.dumps(kv.to_json()))
+    assert kjs["groups"][0]["cells"] == [[0, 0, 3]] and kjs["top_prefixes"][0]["hits"] == 5
+    kback = from_json(kjs)
+    assert kback == kv and isinstance(kback, KvEvent) and kback.groups[0].resident == 3
+    # a payload of the wrong shape is refused in one line, as any bad event is
+    with pytest.raises(ValueError, match="unknown keys"):
+        from_json({**js, "verdict": {"outcome": "better", "surprise": 1}})

@@ -25,6 +25,7 @@ from quantdeck.core.events import Event, FactEvent, KvEvent, StateEvent
 from quantdeck.core.launch.device import H200
 from quantdeck.core.monitor import Recorder
 from quantdeck.core.monitor import kv_events as qkv
+from quantdeck.core.payloads import KvGroupStats
 from quantdeck.gui.monitor import kv as kv_view
 from quantdeck.gui.monitor.kv import AGE_LUT, FIRST, FREE, REUSE_LUT, KvView
 
@@ -367,7 +368,7 @@ def test_controller_feeds_kv_events_and_stops_with_the_server(qtbot) -> None:
 def test_map_redraw_is_fast_at_100k_blocks(view: KvView) -> None:
     """The issue's goal, ≤ 5 ms per redraw at 100,000 blocks (benchmarks/kv_map.py prints
     it); here with room for a loaded test machine."""
-    groups = [{"group": 0, "resident": 60_000, "cells": synthetic_cells(60_000)}]
+    groups = [KvGroupStats(0, resident=60_000, cells=synthetic_cells(60_000))]
     ev = KvEvent(
         blocks_stored_total=60_000,
         blocks_removed_total=0,

@@ -15,6 +15,7 @@ request.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -36,6 +37,7 @@ from quantdeck.core.fleet.live import LiveTrial
 from quantdeck.core.fleet.rows import fleet_news
 from quantdeck.core.fleet.trial import ArmSpan, TrialOptions, judge
 from quantdeck.core.monitor.metrics import Histogram, RawMetrics
+from quantdeck.core.payloads import ArmFigures, ProbeFigures, TrialArms
 from quantdeck.gui.fleet import FleetView, TryLiveDialog
 from quantdeck.gui.trial_view import TrialView
 
@@ -116,9 +118,9 @@ def measured(trial: LiveTrial, n: int) -> dict[str, Any]:
     inc = _span(rng.lognormal(math.log(0.3), 0.4, n), 600.0)
     cand = _span(rng.lognormal(math.log(0.1), 0.4, n), 900.0)
     verdict = judge(inc, cand, trial.opts)
-    arms = {"incumbent": inc.figures({}), "candidate": cand.figures({})}
+    arms = TrialArms(inc.figures({}), cand.figures({}))
     trial.verdict, trial.arms = verdict, arms
-    return {"verdict": verdict.to_json(), "arms": arms}
+    return {"verdict": verdict, "arms": arms}
 
 
 def arms_cell(v: TrialView, figure: str, column: str) -> str:
@@ -160,9 +162,10 @@ def test_the_view_follows_a_trial_from_admitted_to_promoted(qtbot: Any, fleet: F
     assert v.reason_label.text().startswith("ttft_p99: candidate ")
     assert v.split_label.text() == "traffic split: incumbent 50 % (200) · candidate 50 % (200)"
     assert arms_cell(v, "requests finished", "incumbent") == "200"
-    inc, cand = trial.arms["incumbent"], trial.arms["candidate"]
-    assert arms_cell(v, TTFT, "incumbent") == f"{inc['ttft_p99_ms']:.1f}"
-    assert arms_cell(v, TTFT, "candidate") == f"{cand['ttft_p99_ms']:.1f}"
+    inc, cand = trial.arms.incumbent, trial.arms.candidate
+    assert inc is not None and cand is not None
+    assert arms_cell(v, TTFT, "incumbent") == f"{inc.ttft_p99_ms:.1f}"
+    assert arms_cell(v, TTFT, "candidate") == f"{cand.ttft_p99_ms:.1f}"
     assert arms_cell(v, TTFT, "change").startswith("-")  # faster: green
     row = v.arms_model.find(lambda r: r.figure.title == TTFT)
     color = v.arms_model.data(v.arms_model.index(row, 3), Qt.ItemDataRole.ForegroundRole)
@@ -355,9 +358,9 @@ def test_try_live_shows_the_diff_and_a_refusal_in_one_red_line(
 def test_the_split_line_says_when_the_paired_probe_decides() -> None:
     from quantdeck.gui.trial_view import split_text
 
-    arms: dict[str, Any] = {"incumbent": {"requests": 3}, "candidate": {"requests": 1}}
+    arms = TrialArms(ArmFigures(requests=3), ArmFigures(requests=1))
     assert split_text(arms) == "traffic split: incumbent 75 % (3) · candidate 25 % (1)"
-    arms["probe"] = {"pairs": 24, "failed": 1, "why": "asked for (--probe)"}
+    arms = dataclasses.replace(arms, probe=ProbeFigures(24, 1, why="asked for (--probe)"))
     assert split_text(arms).endswith(
         "; paired probe: 24 pairs decide (asked for (--probe)), 1 failed"
     )

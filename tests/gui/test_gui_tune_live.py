@@ -16,6 +16,7 @@ promotes 8, shown in the table, with no failed client request.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from quantdeck.core.fleet import Fleet, load_fleet
 from quantdeck.core.fleet.live import LiveTrial
 from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import LaunchConfig
+from quantdeck.core.payloads import TrialArms, Verdict
 from quantdeck.gui.bench import TUNE_LIVE, TUNE_OFFLINE, BenchTab
 from quantdeck.gui.live_tune import NO_FLEET, LiveTuneSettings
 from quantdeck.gui.style import FORM_ERROR
@@ -171,7 +173,7 @@ class DrivenFleet:
         trial._event("started", reason=f"ready in 20 s on {trial.url}")
         running = {"outcome": "undecided", "goal": "ttft_p99", "n_incumbent": 12}
         running |= {"n_candidate": 11, "reason": "12 and 11 requests measured"}
-        trial._event("measuring", verdict=running, arms={})
+        trial._event("measuring", verdict=Verdict.from_json(running), arms=TrialArms())
         while not self.gate.wait(0.05) and trial._operator() is None:
             pass
         operator = trial._operator()
@@ -182,8 +184,15 @@ class DrivenFleet:
             reason = f"ttft_p99: candidate {ttft:g} vs incumbent 300 (×{ttft / 300:.3g})"
         outcome = "better" if decision == "promote" else "worse"
         verdict = {"outcome": outcome, "goal": "ttft_p99", "incumbent": 300.0, "candidate": ttft}
+        verdict |= {"n_incumbent": 120, "n_candidate": 110}
         arms = {"incumbent": {"ttft_p99_ms": 300.0}, "candidate": {"ttft_p99_ms": ttft}}
-        trial._event("decided", decision=decision, reason=reason, verdict=verdict, arms=arms)
+        trial._event(
+            "decided",
+            decision=decision,
+            reason=reason,
+            verdict=Verdict.from_json(verdict),
+            arms=TrialArms.from_json(arms),
+        )
         if decision == "promote":
             self.inst.cfg = trial.cfg.copy()
             trial.result = "promoted"
@@ -231,14 +240,17 @@ def test_the_table_fills_from_the_chains_events_and_the_final_launch_is_said(
     assert _cells(tab, "result") == ["promoted", "rolled back"]
     assert _cells(tab, "decision") == ["promote", "rollback"]
     assert _cells(tab, "verdict (goal figure)") == [
-        "better: 300 → 100 ms",
-        "worse: 300 → 450 ms",
+        "better: p99 300 → 100 ms",
+        "worse: p99 300 → 450 ms",
     ]
     assert _cells(tab, "reason")[0] == "ttft_p99: candidate 100 vs incumbent 300 (×0.333)"
     row = tab.results_model.row(0)
-    row.verdict |= {"incumbent": 2250.4, "candidate": 18.73, "n_incumbent": 20, "n_candidate": 25}
+    assert row.verdict is not None
+    row.verdict = dataclasses.replace(
+        row.verdict, incumbent=2250.4, candidate=18.73, n_incumbent=20, n_candidate=25
+    )
     assert row.verdict_text == "better: p90 2250 → 18.7 ms"  # the judge's quantile under 100
-    row.verdict |= {"n_incumbent": 100, "n_candidate": 120}
+    row.verdict = dataclasses.replace(row.verdict, n_incumbent=100, n_candidate=120)
     assert row.verdict_text == "better: p99 2250 → 18.7 ms"
     # the detail line: the latest trial in full, or the one selected
     assert tab.trial_detail.text() == (

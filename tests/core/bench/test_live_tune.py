@@ -15,6 +15,7 @@ from quantdeck.core.bench.live_tune import goal_met, until_text, walks
 from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.events import Event, LiveTuneEvent, from_json
 from quantdeck.core.launch import LaunchConfig
+from quantdeck.core.payloads import ArmFigures, Verdict
 
 SEQS = "max_num_seqs"
 TOKENS = "max_num_batched_tokens"
@@ -136,13 +137,13 @@ class FakeFleet:
         result = self.outcomes.get(changed, "rolled back")
         if result == "promoted":
             self.cfg = cfg.copy()
-            return TrialOutcome("promoted", "ttft_p99: better", "promote", {"outcome": "better"})
+            return TrialOutcome("promoted", "ttft_p99: better", "promote", Verdict("better"))
         if result == "refused":
             return TrialOutcome("refused", "'a (candidate)' does not fit: 9 GiB > 8 GiB")
         if result == "failed":
             self.gone = True
             return TrialOutcome("failed", "the fleet went away before the decision")
-        return TrialOutcome("rolled back", "worse: ttft_p99", "rollback", {"outcome": "worse"})
+        return TrialOutcome("rolled back", "worse: ttft_p99", "rollback", Verdict("worse"))
 
 
 def test_a_chain_promotes_a_winner_and_the_next_candidate_changes_it() -> None:
@@ -260,7 +261,7 @@ class GoalFleet(FakeFleet):
     def trial(self, cfg: LaunchConfig) -> TrialOutcome:
         out = super().trial(cfg)
         seqs = cfg.scheduler.max_num_seqs or 0
-        figures = {"ttft_p99_ms": self.ttft.get(seqs), "itl_p99_ms": 40.0, "requests": 30}
+        figures = ArmFigures(ttft_p99_ms=self.ttft.get(seqs), itl_p99_ms=40.0, requests=30)
         return dataclasses.replace(out, figures=figures)
 
 
@@ -297,11 +298,11 @@ def test_a_goal_no_promoted_launch_meets_is_said_so_and_rolled_back_figures_neve
 
 
 def test_goal_readings_and_limits_the_trials_do_not_report() -> None:
-    assert goal_met({"ttft_p99": 200.0}, {"ttft_p99_ms": 200.0}) == (
+    assert goal_met({"ttft_p99": 200.0}, ArmFigures(ttft_p99_ms=200.0)) == (
         True,
         "ttft_p99 200 ms <= 200 ms",
     )
-    assert goal_met({"e2e_p50": 900.0, "itl_p99": 50.0}, {"e2e_p50_ms": 1000.0}) == (
+    assert goal_met({"e2e_p50": 900.0, "itl_p99": 50.0}, ArmFigures(e2e_p50_ms=1000.0)) == (
         False,
         "e2e_p50 1000 ms > 900 ms, itl_p99: no figure",
     )

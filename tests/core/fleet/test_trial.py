@@ -282,7 +282,7 @@ def test_arm_span_counts_what_happened_between_the_scrapes() -> None:
 
 
 def test_arm_span_figures() -> None:
-    fig = ArmSpan(START, END).figures({"ttft_p99": 300.0})
+    fig = ArmSpan(START, END).figures({"ttft_p99": 300.0}).to_json()
     assert fig == {
         "requests": 24,
         "seconds": 40.0,
@@ -306,8 +306,8 @@ def test_arm_span_without_data() -> None:
     assert span.requests == 0 and span.errors == 0 and span.seconds > 0
     assert span.slo_share({"ttft_p99": 100.0}) is None
     fig = span.figures({})
-    assert fig["ttft_p99_ms"] is None and fig["decode_tokens_per_s"] is None
-    assert fig["goodput_pct"] is None and fig["kv_usage_pct"] is None
+    assert fig.ttft_p99_ms is None and fig.decode_tokens_per_s is None
+    assert fig.goodput_pct is None and fig.kv_usage_pct is None
     # a counter that went back (the server restarted) counts nothing, not a negative
     assert ArmSpan(END, START).counter("generation_tokens") == 0
     assert ArmSpan(END, START).errors == 0

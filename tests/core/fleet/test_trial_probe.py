@@ -117,7 +117,7 @@ def test_failed_pairs_are_left_out_and_too_few_are_undecided() -> None:
     failed = [ProbePair(ProbeRecord(error="HTTP 500"), ProbeRecord(0.05, 0.005, 0.2))] * 5
     v = judge_paired(ok + failed, opts, final=True)
     assert v.outcome == "undecided" and v.reason == "29 probe pairs measured; 30 are needed"
-    assert probe_figures(ok + failed)["pairs"] == 29 and probe_figures(ok + failed)["failed"] == 5
+    assert probe_figures(ok + failed).pairs == 29 and probe_figures(ok + failed).failed == 5
 
 
 def test_goodput_on_pairs_is_mcnemars() -> None:

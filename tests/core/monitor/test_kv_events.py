@@ -398,7 +398,7 @@ def test_cells_bucket_resident_blocks_by_age_and_reuse() -> None:
         ev = sub.snapshot(now=200.0)
     finally:
         sub.stop()
-    assert ev.groups[0]["cells"] == cells
+    assert ev.groups[0].cells == cells
     assert from_json(ev.to_json()) == ev
 
 
