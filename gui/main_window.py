@@ -148,7 +148,8 @@ class MainWindow(QMainWindow):
         self.fleet.instance_event.connect(
             lambda ev: self.logs.add_event(ev, self.fleet.chosen or "")
         )
-        self.fleet.instances_changed.connect(lambda stores: self.monitor.set_instances(stores))
+        # the instance chosen is a Monitor source of its own, across promotions (it follows)
+        self.monitor_tab.follow_fleet(self.fleet)
         # a fleet's fallback switches are markers on the Monitor's timeline (a bound method:
         # queued onto the UI thread, as the Fleet tab's own slot is)
         self.fleet._fleet_event.connect(self._on_fleet_event)
@@ -186,7 +187,7 @@ class MainWindow(QMainWindow):
             lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
         )
         self.monitor_tab.alerts_changed.connect(self._on_alerts_changed)
-        self.recordings = Recordings(self, self.launch.message.setText, self._show_fleet_recording)
+        self.recordings = Recordings(self, self.launch.message.setText)
         self.monitor_tab.open_requested.connect(self.recordings.ask)
         self.controller.error.connect(self._on_server_error)
         self.controller.idle.connect(self._on_controller_idle)
@@ -512,11 +513,6 @@ class MainWindow(QMainWindow):
     def replays(self) -> list[Any]:
         """The replay windows open."""
         return self.recordings.windows
-
-    def _show_fleet_recording(self, path: str, rec: Any) -> None:
-        self.fleet.show_recording(path, rec)
-        self.tabs.setCurrentWidget(self.fleet)
-        self.status_label.setText(f"fleet replay: {Path(path).name} ({rec.duration_s:.0f} s)")
 
     def closeEvent(self, ev: Any) -> None:
         from quantdeck.core.launch import to_yaml

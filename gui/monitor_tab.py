@@ -1,16 +1,21 @@
 """The Monitor tab: its pages (Plots, Alerts, KV cache, Trace), each built on first use, after
 the window's first paint (pyqtgraph takes most of the start-up time), fed by the server
-controller (cut out of the main window, issue 44)."""
+controller (cut out of the main window, issue 44), and told by the Fleet tab which instance it
+follows: one source per fleet instance, across its promotions and undos, with its live trials'
+markers and its fleet's instances overlaid (issue 44)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
 
 from quantdeck.core.events import Event, MetricsEvent, StateEvent
 from quantdeck.gui.server_control import QtServerController
+
+if TYPE_CHECKING:
+    from quantdeck.gui.fleet import FleetView
 
 
 class MonitorTab(QWidget):
@@ -29,6 +34,7 @@ class MonitorTab(QWidget):
         self._kv: Any = None  # the KV view (gui/monitor/kv.py), a page beside the plots
         self._profile: Any = None  # the Trace page (gui/monitor/profile.py)
         self.alerts_view: Any = None  # the Alerts page (gui/monitor/alerts.py), with the plots
+        self._fleet: FleetView | None = None  # the Fleet tab, once followed
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.pages = QTabWidget()
@@ -76,6 +82,36 @@ class MonitorTab(QWidget):
             self._profile = ProfilePanel(self.controller)
             self.pages.addTab(self._profile, "Trace")
         return self._profile
+
+    def follow_fleet(self, fleet: FleetView) -> None:
+        """Follow the Fleet tab (it subscribes itself: the window does not relay): the instance
+        chosen there is a source of its own, keyed by its fleet file and name (a promotion
+        or an undo moves it to another URL, not to another source), marked where its live
+        trials start, are promoted, rolled back or undone; its fleet's instances overlaid on
+        it. A replay in the Fleet tab leaves the plots alone."""
+        self._fleet = fleet
+        chosen = fleet.chosen_instance
+        chosen.followed.connect(self._on_instance_followed)
+        chosen.trial_step.connect(self._on_trial_step)
+        fleet.instances_changed.connect(self._on_fleet_instances_changed)
+
+    def _on_instance_followed(self, url: str, fleet_file: str, name: str) -> None:
+        panel = self.panel
+        panel.expect_instance(url, fleet_file, name)  # the attach to come is the instance
+        if self._fleet is not None:
+            panel.set_instances(self._fleet.series, fleet=fleet_file)
+
+    def _on_trial_step(self, fleet_file: str, name: str, ev: Event) -> None:
+        if self._panel is not None:  # (no plots yet: no source of it either)
+            self._panel.add_instance_event(fleet_file, name, ev)
+
+    def _on_fleet_instances_changed(self, stores: Any) -> None:
+        """The Fleet tab shows another fleet, or starts its own again: new stores for the
+        sources of that fleet's instances."""
+        fleet = self._fleet
+        if self._panel is None or fleet is None or fleet.spec is None or fleet.replayed:
+            return
+        self._panel.set_instances(stores, fleet=str(fleet.spec.path))
 
     def on_server_event(self, ev: Event) -> None:
         """A server event: the plots built now follow the controller from the next event (this

@@ -1,31 +1,62 @@
 """Recordings opened from the Monitor (Open recording…): each replayed read-only in a window of
-its own, the live Monitor, its samples, markers and alerts untouched; a fleet's recording goes
-to the Fleet tab (cut out of the main window, issue 44)."""
+its own, the live Monitor, its samples, markers, overlay and alerts untouched (cut out of the
+main window, issue 44). A fleet's recording too: its instances, each a source, overlaid in its
+window, with a Fleet page of its rows as they ended and its news."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QSplitter, QWidget
 
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import InstanceEvent
+
+if TYPE_CHECKING:
+    from quantdeck.core.fleet.rows import FleetRow, FleetRows
+    from quantdeck.core.monitor import Recording
+
+
+class FleetPage(QSplitter):
+    """A fleet recording's rows as they ended (``model``) over its news with their times
+    (``news``), as the Fleet tab's replay shows them."""
+
+    def __init__(self, rec: Recording, rows: FleetRows) -> None:
+        from quantdeck.gui.fleet import FLEET_COLUMNS
+        from quantdeck.gui.fleet.news import FleetNews
+        from quantdeck.gui.table_model import ObjectTableModel, row_table
+
+        super().__init__(Qt.Orientation.Vertical)
+        self.news = FleetNews()
+        for ev in rec.events:
+            if isinstance(ev, InstanceEvent) and ev.instance in rows:
+                rows.apply(ev)
+                self.news.add(ev, recorded=True)
+        self.model: ObjectTableModel[FleetRow] = ObjectTableModel(FLEET_COLUMNS, self)
+        self.model.set_rows(rows.rows)
+        self.addWidget(row_table(self.model, "KV %"))
+        self.addWidget(self.news)
+
+
+def fleet_page(rec: Recording) -> FleetPage | None:
+    """The Fleet page of a fleet's recording (None: it names no fleet)."""
+    from quantdeck.core.fleet.rows import recorded_rows
+
+    try:
+        return FleetPage(rec, recorded_rows(rec))
+    except QuantdeckError:
+        return None
 
 
 class Recordings(QObject):
-    """The replay windows open. ``said(line)`` tells a recording that could not be read;
-    ``fleet(path, rec)`` takes a fleet's recording."""
+    """The replay windows open. ``said(line)`` tells a recording that could not be read."""
 
-    def __init__(
-        self,
-        window: QWidget,
-        said: Callable[[str], None],
-        fleet: Callable[[str, Any], None],
-    ) -> None:
+    def __init__(self, window: QWidget, said: Callable[[str], None]) -> None:
         super().__init__(window)
-        self.window, self._said, self._fleet = window, said, fleet
+        self.window, self._said = window, said
         self.windows: list[Any] = []
 
     def ask(self) -> None:
@@ -38,8 +69,8 @@ class Recordings(QObject):
             self.open(path)
 
     def open(self, path: str) -> int:
-        """Replay the recording at ``path``. Returns its number of events (0: it could not be
-        read, and ``said`` tells why)."""
+        """Replay the recording at ``path`` in a window of its own. Returns its number of
+        events (0: it could not be read, and ``said`` tells why)."""
         from quantdeck.core.monitor import read_recording
         from quantdeck.gui.monitor import ReplayWindow
 
@@ -48,11 +79,15 @@ class Recordings(QObject):
         except QuantdeckError as e:
             self._said(str(e))
             return 0
-        if rec.header.info.get("source") == "fleet":  # a fleet's: the Fleet tab replays it
-            self._fleet(path, rec)
-            return len(rec.events)
-        title = rec.header.info.get("title") or rec.header.info.get("model") or Path(path).name
+        info = rec.header.info
+        fleet = info.get("source") == "fleet"
+        title = info.get("title") or info.get("model")
+        if not title and fleet and info.get("file"):
+            title = f"fleet {Path(str(info['file'])).name}"
         window = ReplayWindow(rec, Path(str(title)).name if title else Path(path).name, self.window)
+        page = fleet_page(rec) if fleet else None
+        if page is not None:
+            window.pages.insertTab(1, page, "Fleet")
         window.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
         window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         window.destroyed.connect(lambda *_: self._forget(window))

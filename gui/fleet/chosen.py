@@ -1,5 +1,7 @@
 """The instance Monitor, Logs and Playground follow (the Fleet tab's Open in Monitor): its log
-at once, its events as they come, its URL while it serves, wherever a promotion moves it."""
+at once, its events as they come, its URL while it serves, wherever a promotion moves it; and
+who it is (its fleet file and name), so that the Monitor keeps one source for it across URLs,
+with its live trials' steps."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
-from quantdeck.core.events import Event, FactEvent, LogEvent
+from quantdeck.core.events import Event, FactEvent, LogEvent, TrialEvent
 
 if TYPE_CHECKING:
     from quantdeck.core.fleet import Fleet
@@ -20,12 +22,16 @@ LOG_REPLAY = 500  # the chosen instance's last log lines, shown in Logs when it 
 class ChosenInstance(QObject):
     """The instance of ``rows()`` (of ``fleet()``, None when none runs) that the other tabs
     follow: ``attach(url, key, show)`` points Monitor and Playground at it, again when its URL
-    changes; ``instance_event`` carries its own events (its log, its states) to Logs; ``say``
-    tells why it is not attached yet."""
+    changes, right after ``followed(url, fleet file, name)`` says who serves there;
+    ``instance_event`` carries its own events (its log, its states) to Logs; ``trial_step``
+    every instance's live trial steps (for its Monitor source's markers); ``say`` tells why it
+    is not attached yet."""
 
     # url, API key ("" for none), whether to show the Monitor
     attach = Signal(str, str, bool)
+    followed = Signal(str, str, str)  # url, the fleet file, the instance's name
     instance_event = Signal(object)
+    trial_step = Signal(str, str, object)  # the fleet file, an instance, its TrialEvent
 
     def __init__(
         self,
@@ -58,6 +64,7 @@ class ChosenInstance(QObject):
             self.instance_event.emit(LogEvent(line))
         if row.serving:
             self._url = row.url
+            self._followed(row.url)
             self.attach.emit(row.url, row.api_key or "", show)
         else:
             self._say(
@@ -74,9 +81,26 @@ class ChosenInstance(QObject):
         row = rows.row(self.name)
         if row.serving and self._url is not None and row.url != self._url:
             self._url = row.url
+            self._followed(row.url)
             self.attach.emit(row.url, row.api_key or "", False)
 
+    def _fleet_file(self) -> str | None:
+        fleet = self._fleet()
+        return str(fleet.spec.path) if fleet is not None else None
+
+    def _followed(self, url: str) -> None:
+        """Who serves at ``url``: the chosen instance of the running fleet (a replay's rows
+        are no fleet: nothing said, its URL is a plain one)."""
+        path = self._fleet_file()
+        if path is not None and self.name is not None:
+            self.followed.emit(url, path, self.name)
+
     def on_event(self, name: str, ev: Event) -> None:
-        """Instance ``name``'s event: on to Logs where it is the one followed."""
+        """Instance ``name``'s event: on to Logs where it is the one followed; a live trial's
+        step, of any instance, to ``trial_step``."""
+        if isinstance(ev, TrialEvent):
+            path = self._fleet_file()
+            if path is not None:
+                self.trial_step.emit(path, name, ev)
         if name == self.name:
             self.instance_event.emit(ev)

@@ -6,7 +6,8 @@ The fleet's blocking lifecycle (check, start, route, keep, stop) runs in a worke
 (:meth:`WorkerSet.follow`); its events come from its own threads through a Qt signal, which
 Qt queues onto the GUI thread; each instance's metrics come as its ``metrics`` events (the
 fleet scrapes them once a second) and are kept in one store per instance, which the Monitor
-overlays. A recording of ``quantdeck fleet up --record`` replays here as if live. The core
+overlays on the instance it follows. A recording of ``quantdeck fleet up --record`` replays
+here as if live, its rows and news (the live Monitor's plots untouched). The core
 objects (:mod:`quantdeck.core.fleet`, httpx, psutil) are imported on first use: the window
 shows before they load.
 
@@ -72,7 +73,8 @@ class FleetView(QWidget):
     # when the chosen instance's URL changes: a promotion moves it to the candidate's port)
     instance_chosen = Signal(str, str, bool)
     instance_event = Signal(object)  # the chosen instance's own events (its log, its states)
-    instances_changed = Signal(object)  # {name: TimeSeriesStore}: the instances to overlay
+    # {name: TimeSeriesStore}: a fleet's instances to overlay (a fleet's, never a replay's)
+    instances_changed = Signal(object)
     _fleet_event = Signal(object)  # the fleet's events, from its threads
     phase_changed = Signal(str)  # no fleet, stopped, starting, serving, stopping, replay
     changed = Signal()  # the phase, rows, selection or a trial may have changed
@@ -219,8 +221,8 @@ class FleetView(QWidget):
 
     def replay(self, path: str) -> None:
         """Read a recording of ``fleet up --record`` (in a worker) and show it: the rows as
-        they ended, the fleet's news with their times, each instance's metrics in the
-        Monitor's overlay."""
+        they ended, the fleet's news with their times (the live Monitor's plots untouched:
+        Open recording… in the Monitor replays it with its plots, in a window of its own)."""
         self.files.replay(path)
 
     def show_recording(self, path: str, rec: Recording) -> None:
@@ -256,14 +258,15 @@ class FleetView(QWidget):
 
     def _show(self, rows: FleetRows, replayed: str | None = None) -> None:
         """These rows in the table, with an empty metrics store per instance (overlaid by
-        the Monitor)."""
+        the Monitor on the instance it follows; a replay's are the Fleet tab's alone)."""
         from quantdeck.core.monitor import TimeSeriesStore
 
         self.rows, self.replayed = rows, replayed
         self.model.set_rows(rows.rows)
         self.series = {r.name: TimeSeriesStore(STORE_POINTS) for r in rows.rows[1:]}
         self.events.clear()
-        self.instances_changed.emit(self.series)
+        if replayed is None:
+            self.instances_changed.emit(self.series)
 
     def start_fleet(self) -> None:
         """Check the fleet, start its instances and then the router (in a worker), as

@@ -1,7 +1,8 @@
 """A fleet's instances overlaid on the Plots page: each instance's own store (fed by the Fleet
-tab, or a fleet recording replayed), one curve per instance on a row of
+tab, or a fleet recording replayed in its window), one curve per instance on a row of
 :data:`~quantdeck.gui.monitor.charts.INSTANCE_PLOTS` after the page's plots, while "Fleet
-instances" is ticked."""
+instances" is ticked. The overlay is the shown source's (a fleet instance's: its fleet's
+instances); another source shown, it goes with it."""
 
 from __future__ import annotations
 

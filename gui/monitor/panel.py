@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.events import Event, MarkerEvent, MetricsEvent, StateEvent
+from quantdeck.core.events import Event, MarkerEvent, MetricsEvent, StateEvent, TrialEvent
 from quantdeck.core.monitor import TimeSeriesStore
 from quantdeck.core.monitor.timeline import Span, SpanComparison, Timeline
 from quantdeck.gui.flow import FlowLayout, group
@@ -45,9 +45,15 @@ from quantdeck.gui.monitor.charts import PLOTS, WINDOWS, gpu_plots, with_gaps
 from quantdeck.gui.monitor.instances import InstanceOverlay
 from quantdeck.gui.monitor.plot_grid import PlotGrid
 from quantdeck.gui.monitor.plot_items import Curve, blend
-from quantdeck.gui.monitor.sources import SERVER_SOURCE, MonitorSource, source_cue
+from quantdeck.gui.monitor.sources import (
+    SERVER_SOURCE,
+    MonitorSource,
+    instance_key,
+    instance_label,
+    source_cue,
+)
 from quantdeck.gui.monitor.spans import CompareSpans
-from quantdeck.gui.monitor.timeline import MarkerLines
+from quantdeck.gui.monitor.timeline import MarkerLines, trial_marker
 from quantdeck.gui.style import CUE_SHEET, P99_SHADE, PLOT_BACKGROUND, PROBLEM_SHEET, SERIES_COLORS
 
 
@@ -77,8 +83,12 @@ class MonitorPanel(QWidget):
         )
         self.sources: dict[str, MonitorSource] = {first.key: first}
         self._live = self._shown = first  # the source fed, and the one shown
-        # a fleet's instances, each its own store (fed by the Fleet tab), overlaid on a row of
-        # plots while "Fleet instances" is ticked
+        # the fleet instances the next attach to their URL is (url -> fleet file, name)
+        self._expected: dict[str, tuple[str, str]] = {}
+        # each fleet's instances (fleet file -> name -> store), its instance sources' overlay
+        self._fleets: dict[str, dict[str, TimeSeriesStore]] = {}
+        # the shown source's fleet instances, each its own store (fed by the Fleet tab, or
+        # replayed), overlaid on a row of plots while "Fleet instances" is ticked
         self.overlay = InstanceOverlay()
         self._drawn_version: Any = -1
         self._gpus_drawn = -1
@@ -208,16 +218,44 @@ class MonitorPanel(QWidget):
             self.compare.make_regions()
 
     # -- a fleet's instances -----------------------------------------------------------------
-    def set_instances(self, stores: dict[str, TimeSeriesStore]) -> None:
+    def set_instances(self, stores: dict[str, TimeSeriesStore], fleet: str | None = None) -> None:
         """Overlay these instances (name -> its metrics store; empty: none), one curve each
-        on per-instance plots after the others, while "Fleet instances" is ticked."""
-        self.overlay.set_stores(stores)
+        on per-instance plots after the others, while "Fleet instances" is ticked: on the
+        sources of ``fleet``'s instances (its file; those to come too), or on the live source
+        (None). An overlay belongs to its source: another source shown, it goes."""
+        if fleet is None:
+            self._live.instances = dict(stores)
+        else:
+            self._fleets[fleet] = dict(stores)
+            for src in self.sources.values():
+                if src.fleet == fleet:
+                    src.instances = self._fleets[fleet]
+        self.overlay.set_stores(self._shown.instances)
         self.redraw()
 
     @property
     def instances(self) -> dict[str, TimeSeriesStore]:
-        """The fleet's instances overlaid (name -> its metrics store)."""
-        return self.overlay.stores
+        """The fleet's instances overlaid on the shown source (name -> its metrics store)."""
+        return self._shown.instances
+
+    def expect_instance(self, url: str, fleet: str, name: str) -> None:
+        """The next attach to ``url`` is instance ``name`` of the fleet in file ``fleet`` (the
+        Fleet tab chose it, or a promotion moved it there): the Monitor follows the
+        instance's own source, whatever URL it served at before."""
+        self._expected[url.rstrip("/")] = (fleet, name)
+
+    def follow_instance(self, fleet: str, name: str) -> MonitorSource:
+        """Feed (and show) instance ``name`` of ``fleet``'s source, with its fleet's overlay."""
+        src = self.follow_source(instance_key(fleet, name), instance_label(fleet, name), fleet)
+        self.overlay.set_stores(self._shown.instances)
+        return src
+
+    def add_instance_event(self, fleet: str, name: str, ev: Event) -> MarkerEvent | None:
+        """A fleet instance's event: a live trial's start, promotion, rollback or undo marks
+        the instance's source (where it has one), whichever source is followed."""
+        src = self.sources.get(instance_key(fleet, name))
+        marker = trial_marker(ev) if isinstance(ev, TrialEvent) else None
+        return src.timeline.add(marker) if src is not None and marker is not None else None
 
     def redraw(self) -> None:
         """Draw again now (shown) or when next shown, whether or not the data changed."""
@@ -249,7 +287,11 @@ class MonitorPanel(QWidget):
             case MarkerEvent():
                 self.add_event(ev)
             case StateEvent(state="attached", url=url):
-                self.follow_source(f"url {url}", f"attached {url}")
+                found = self._expected.pop(url.rstrip("/"), None) if isinstance(url, str) else None
+                if found is not None:  # a fleet's instance: its own source, across URLs
+                    self.follow_instance(*found)
+                else:
+                    self.follow_source(f"url {url}", f"attached {url}")
                 self.set_source_state("attached", ev.t)
             case StateEvent(state=state):
                 self.set_source_state(state, ev.t)
@@ -265,14 +307,17 @@ class MonitorPanel(QWidget):
         """The markers the plots show (the shown source's)."""
         return self._shown.timeline
 
-    def follow_source(self, key: str, label: str) -> MonitorSource:
-        """Feed (and show) the source ``key`` from now on, made on first use; the others keep
-        their samples and markers, and stay in the source list."""
+    def follow_source(self, key: str, label: str, fleet: str | None = None) -> MonitorSource:
+        """Feed (and show) the source ``key`` from now on, made on first use (``fleet``: a
+        fleet instance's, its fleet file); the others keep their samples and markers, and stay
+        in the source list."""
         src = self.sources.get(key)
         if src is not self._live:  # the alerts were of the source followed until now
             self.alerting.end(f"{self._live.label} no longer followed", time.time())
         if src is None:
-            src = MonitorSource(key, label, TimeSeriesStore(self._live.store.capacity))
+            store = TimeSeriesStore(self._live.store.capacity)
+            src = MonitorSource(key, label, store, fleet=fleet)
+            src.instances = self._fleets.get(fleet, {}) if fleet is not None else {}
             self.sources[key] = src
             self.source_box.addItem(label, key)
         self._live = src
@@ -286,8 +331,19 @@ class MonitorPanel(QWidget):
             return
         self.compare_button.setChecked(False)  # spans belong to a source's samples
         self._shown = src
+        self.overlay.set_stores(src.instances)  # an overlay goes with its source
         self.grid.manual_y.clear()
         self.redraw()
+
+    def drop_source(self, key: str) -> None:
+        """Forget source ``key`` unless it is fed or shown (a fleet's replay has no server of
+        its own to show)."""
+        src = self.sources.get(key)
+        if src is None or src is self._live or src is self._shown:
+            return
+        del self.sources[key]
+        self.source_box.removeItem(self.source_box.findData(key))
+        self.source_box.setVisible(len(self.sources) > 1)
 
     def set_source_state(self, state: str, t: float | None = None) -> None:
         """The live source moved to ``state`` (the server's: starting, ready, stopped...) at

@@ -1,5 +1,7 @@
 """A recording in a window of its own (``quantdeck replay FILE``, and Open recording… in the
-panel), or saved as a PNG.
+panel), or saved as a PNG. A fleet's recording (``quantdeck fleet up --record``) shows each
+instance as a source of its own, its markers and live trials on it, the fleet's instances
+overlaid.
 
 With ``--png OUT`` it renders off screen (no display needed), saves the plots and exits; the
 GPU validation's screenshots in docs/ are made this way from the H200 recordings.
@@ -15,17 +17,38 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
 
-from quantdeck.core.events import FactEvent, KvEvent, LogEvent, MetricsEvent, StateEvent
+from quantdeck.core.events import (
+    FactEvent,
+    InstanceEvent,
+    KvEvent,
+    LogEvent,
+    MetricsEvent,
+    StateEvent,
+    TrialEvent,
+)
 from quantdeck.core.monitor import Recording, read_recording, timeline_of
+from quantdeck.core.monitor.timeline import histories
 from quantdeck.gui.labels import counted, plain_label
 from quantdeck.gui.logs import LogsPanel
 from quantdeck.gui.monitor.charts import WINDOWS
 from quantdeck.gui.monitor.kv import KvView
 from quantdeck.gui.monitor.panel import MonitorPanel
+from quantdeck.gui.monitor.sources import SERVER_SOURCE, instance_key
+
+
+def is_fleet_recording(rec: Recording) -> bool:
+    """A recording of ``quantdeck fleet up --record``: its header says so."""
+    return rec.header.info.get("source") == "fleet"
+
+
+def samples(rec: Recording) -> list[MetricsEvent]:
+    """The recording's metrics: a server's own, or a fleet's instances'."""
+    inner = [e.event if isinstance(e, InstanceEvent) else e for e in rec.events]
+    return [e for e in inner if isinstance(e, MetricsEvent)]
 
 
 def _window_for(rec: Recording) -> str:
-    ts = [e.t for e in rec.of(MetricsEvent)]
+    ts = [e.t for e in samples(rec)]
     span = (max(ts) - min(ts)) if ts else 0.0
     for name, seconds in WINDOWS.items():
         if span <= seconds:
@@ -52,7 +75,7 @@ class ReplayWindow(QWidget):
     def __init__(self, rec: Recording, title: str, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Window)
         self.recording = rec
-        metrics = rec.of(MetricsEvent)
+        metrics = samples(rec)
         ts = [e.t for e in metrics]
         note = rec.header.info.get("note")
         # the samples' span and clock, and the events' where they reach further (a server's
@@ -77,10 +100,13 @@ class ReplayWindow(QWidget):
         self.pages.setDocumentMode(True)
         self.panel = MonitorPanel(live=False)
         self.pages.addTab(self.panel, "Plots")
-        for ev in metrics:
-            self.panel.add_event(ev)
-        for marker in timeline_of([rec]).markers:  # its markers, or its launch from its header
-            self.panel.timeline.add(marker)
+        if is_fleet_recording(rec):
+            self._replay_fleet(rec)
+        else:
+            for ev in metrics:
+                self.panel.add_event(ev)
+            for marker in timeline_of([rec]).markers:  # its markers, or its launch (header)
+                self.panel.timeline.add(marker)
         self.panel.window_box.setCurrentText(_window_for(rec))
         self.kv: Any = None
         if rec.of(KvEvent):
@@ -95,12 +121,44 @@ class ReplayWindow(QWidget):
             self.pages.addTab(self.kv, "KV cache")
         self.events = LogsPanel()
         for log_ev in rec.events:
-            if isinstance(log_ev, StateEvent | FactEvent | LogEvent):
-                self.events.add_event(log_ev)
+            inner = log_ev.event if isinstance(log_ev, InstanceEvent) else log_ev
+            if isinstance(inner, StateEvent | FactEvent | LogEvent):
+                self.events.add_event(log_ev)  # a fleet's: named by its instance
         self.pages.addTab(self.events, "Events")
         lay = QVBoxLayout(self)
         lay.addWidget(self.heading)
         lay.addWidget(self.pages, 1)
+
+    def _replay_fleet(self, rec: Recording) -> None:
+        """Each instance of a fleet's recording a source of its own (the first one shown):
+        its metrics, its markers (launches, the fleet's switches, its live trials' steps as
+        the live Monitor marks them) and the fleet's instances overlaid on each."""
+        from quantdeck.core.fleet.spec import ROUTER
+        from quantdeck.core.fleet.trial import CANDIDATE
+
+        panel = self.panel
+        fleet = str(rec.header.info.get("file") or "")
+        stores = {}
+        for name, history in histories([rec]).items():
+            if name is None or name == ROUTER or CANDIDATE in name:
+                continue  # the fleet's own events; the router; a trial's candidate
+            src = panel.follow_instance(fleet, name)
+            for part in history:
+                for ev in part.of(MetricsEvent):
+                    panel.add_event(ev)
+            timeline = timeline_of(history)
+            for marker in timeline.markers:
+                if marker.what != "trial":  # its decision: the promotion or rollback marks it
+                    src.timeline.add(marker)
+            for part in history:
+                for step in part.of(TrialEvent):
+                    panel.add_instance_event(fleet, name, step)
+            stores[name] = src.store
+        panel.set_instances(stores, fleet=fleet)
+        if stores:  # the first instance shown; no server of its own to show
+            first = instance_key(fleet, next(iter(stores)))
+            panel.source_box.setCurrentIndex(panel.source_box.findData(first))
+            panel.drop_source(SERVER_SOURCE)
 
     def refresh(self) -> None:
         self.panel.refresh(force=True)

@@ -346,19 +346,21 @@ def test_a_recording_that_is_not_a_fleets_is_one_line(
     assert texts(view, "state") == ["stopped"] * 3  # the file's rows stay
 
 
-def test_the_window_sends_a_fleet_recording_to_the_fleet_tab(
+def test_the_window_replays_a_fleet_recording_in_a_window_of_its_own(
     qtbot, fleet_file: Path, tmp_path: Path
 ) -> None:
+    """Before issue 44 it went to the Fleet tab, which overlaid its instances on the live
+    Monitor's plots; tests/gui/test_gui_monitor_instances.py has the window's details."""
     from fleet_recording import write_fleet_recording
 
     win = MainWindow()
     qtbot.addWidget(win)
     path = write_fleet_recording(tmp_path / "fleet.jsonl", load_fleet(fleet_file))
     assert win.open_recording(str(path)) > 60
-    assert win.tabs.currentWidget() is win.fleet
-    assert win.fleet.model.text(1, "state") == "crashed: exit code -9 (restart 1 in 1 s)"
-    assert set(win.monitor.instances) == {"a", "b"}  # the overlay follows the Fleet tab
-    assert len(win.monitor.instances["a"]) == 30
+    (replay,) = win.replays
+    assert set(replay.panel.instances) == {"a", "b"}  # the overlay is the replay's
+    assert len(replay.panel.instances["a"]) == 30
+    assert win.monitor.instances == {} and win.fleet.phase == "no fleet"
     win.close()
 
 
