@@ -118,6 +118,12 @@ class LogsPanel(QWidget):
         cur.insertText(text + "\n", self._fmt.get(kind, self._fmt["INFO"]))
         bar.setValue(bar.maximum() if follow else value)
 
+    def follow(self, controller: Any) -> None:
+        """The Launch tab's server (or the attached one): its events and its errors (a
+        :class:`~quantdeck.gui.server_control.QtServerController`; the tab subscribes itself)."""
+        controller.event.connect(self.add_event)
+        controller.error.connect(lambda msg: self.add_event(StateEvent("error", reason=msg)))
+
     def add_event(self, ev: Event, source: str = "") -> None:
         """An event of the server followed; ``source``: the fleet instance it is of ("": the
         Launch tab's server), named in the headers."""

@@ -152,7 +152,7 @@ class MainWindow(QMainWindow):
         self.monitor_tab.follow_fleet(self.fleet)
         # a fleet's fallback switches are markers on the Monitor's timeline (a bound method:
         # queued onto the UI thread, as the Fleet tab's own slot is)
-        self.fleet._fleet_event.connect(self._on_fleet_event)
+        self.fleet.fleet_event.connect(self._on_fleet_event)
         self.fleet.phase_changed.connect(self._on_fleet_phase)
         # the Launch tab's fleet of one (Start behind the router)
         self.router = RouterOfOne(self.launch, self.fleet, self)
@@ -180,8 +180,12 @@ class MainWindow(QMainWindow):
             lambda url, key: self.controller.attach(url, key or None)
         )
         self.launch.profile_model_requested.connect(self._on_profile_model)
-        self.controller.event.connect(self._on_server_event)
+        # each view subscribes itself to the controller (the window relays nothing): the
+        # Logs, the Monitor (in MonitorTab), the Launch tab; the status bar tells the
+        # deployment once the views have the state
+        self.logs.follow(self.controller)
         self.launch.follow(self.controller)
+        self.controller.state_changed.connect(lambda _ev: self._show_serving())
         self.controller.metrics.connect(self.status.show_readings)
         self.monitor_tab.alert.connect(
             lambda msg: self.logs.add_event(StateEvent("alert", reason=msg))
@@ -189,8 +193,6 @@ class MainWindow(QMainWindow):
         self.monitor_tab.alerts_changed.connect(self._on_alerts_changed)
         self.recordings = Recordings(self, self.launch.message.setText)
         self.monitor_tab.open_requested.connect(self.recordings.ask)
-        self.controller.error.connect(self._on_server_error)
-        self.controller.idle.connect(self._on_controller_idle)
         self.resize(1400, 900)
         settings = gui_settings()
         geo = settings.value("geometry")
@@ -415,12 +417,6 @@ class MainWindow(QMainWindow):
         self.add_model(Path(path), select=True)
 
     # -- server ------------------------------------------------------------------------------
-    def _on_server_event(self, ev: Event) -> None:
-        self.logs.add_event(ev)
-        self.monitor_tab.on_server_event(ev)
-        if isinstance(ev, StateEvent):
-            self._show_serving()
-
     def _on_alerts_changed(self) -> None:
         """The badges: the alerts not yet acknowledged, on the Monitor tab and the status bar
         (whatever tab is shown)."""
@@ -457,15 +453,6 @@ class MainWindow(QMainWindow):
         of one, and the Fleet tab's fleet beside while it runs."""
         d = self.router.deployment() or of_server(self.controller.state, self.controller.url or "")
         return beside(d, self.fleet.phase, self.fleet.health)
-
-    def _on_controller_idle(self) -> None:
-        """Its actions done: the Launch tab shows its state (a start that failed before the
-        server said anything leaves it stopped, Start enabled again)."""
-        self.launch.set_server_state(self.controller.state)
-
-    def _on_server_error(self, msg: str) -> None:
-        self.launch.message.setText(msg)
-        self.logs.add_event(StateEvent("error", reason=msg))
 
     def _on_fleet_event(self, ev: Event) -> None:
         if isinstance(ev, InstanceEvent) and isinstance(ev.event, FallbackEvent | RouteEvent):

@@ -40,6 +40,7 @@ class MonitorTab(QWidget):
         self.pages = QTabWidget()
         self.pages.setDocumentMode(True)
         lay.addWidget(self.pages)
+        controller.event.connect(self.on_server_event)  # the tab subscribes itself
         controller.metrics.connect(self._on_metrics)
         controller.kv.connect(lambda ev: self.kv.add_event(ev))
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from quantdeck.core.events import Event, FactEvent, StateEvent
+from quantdeck.core.events import Event, FactEvent, KvEvent, MetricsEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig
 
 if TYPE_CHECKING:
@@ -35,11 +35,13 @@ SERVER_NICE = 10
 class QtServerController(QObject):
     """Start / stop / restart / attach, with every core event as the ``event`` signal."""
 
-    # any core Event: state, fact, progress, log, advice, plan (a signal that shadows
-    # QObject.event(), which PySide6's stubs type as that method only)
-    event = Signal(object)  # type: ignore[assignment]
-    metrics = Signal(object)  # MetricsEvent (telemetry included)
-    kv = Signal(object)  # KvEvent, once a second while a server started with kv events is ready
+    # any core Event: state, fact, progress, log, advice, plan, marker (a signal that shadows
+    # QObject.event(), which PySide6's stubs type as that method only); each view subscribes
+    # itself to the kinds it shows (``follow(controller)``): no window relays them
+    event = Signal(Event)  # type: ignore[assignment]
+    state_changed = Signal(StateEvent)  # after ``event`` had it (``state``: the last one's)
+    metrics = Signal(MetricsEvent)  # a sample (telemetry included)
+    kv = Signal(KvEvent)  # once a second while a server started with kv events is ready
     error = Signal(str)  # one-line user-facing errors
     idle = Signal()  # the last action asked has ended
 
@@ -96,6 +98,8 @@ class QtServerController(QObject):
                     self._stop_sampler()
         self._feed_kv(ev)
         self.event.emit(ev)
+        if isinstance(ev, StateEvent):
+            self.state_changed.emit(ev)
 
     def _feed_kv(self, ev: Event) -> None:
         """The KV-event subscriber follows the server (as ``serve`` runs it): bound and started

@@ -72,10 +72,10 @@ class FleetView(QWidget):
     # url, API key ("" for none), whether to show the Monitor: attach Monitor/Playground (again
     # when the chosen instance's URL changes: a promotion moves it to the candidate's port)
     instance_chosen = Signal(str, str, bool)
-    instance_event = Signal(object)  # the chosen instance's own events (its log, its states)
+    instance_event = Signal(Event)  # the chosen instance's own events (its log, its states)
     # {name: TimeSeriesStore}: a fleet's instances to overlay (a fleet's, never a replay's)
     instances_changed = Signal(object)
-    _fleet_event = Signal(object)  # the fleet's events, from its threads
+    fleet_event = Signal(Event)  # the fleet's events, from its threads, on the UI thread
     phase_changed = Signal(str)  # no fleet, stopped, starting, serving, stopping, replay
     changed = Signal()  # the phase, rows, selection or a trial may have changed
     serve_refused = Signal(str, str)  # path, why: a file given to serve_file did not start
@@ -162,7 +162,7 @@ class FleetView(QWidget):
         lay.addLayout(per)
         lay.addWidget(self.message)
         lay.addWidget(self.events, 1)
-        self._fleet_event.connect(self._on_fleet_event)
+        self.fleet_event.connect(self._on_fleet_event)
         self.chosen_instance.attach.connect(self.instance_chosen)
         self.chosen_instance.instance_event.connect(self.instance_event)
         self.files.fleet_read.connect(self._on_loaded)
@@ -254,7 +254,7 @@ class FleetView(QWidget):
             self._unwatch()
         self.fleet, self.spec = fleet, fleet.spec
         self._show(FleetRows(fleet.spec, self.infos))
-        self._unwatch = fleet.subscribe(self._fleet_event.emit)
+        self._unwatch = fleet.subscribe(self.fleet_event.emit)
 
     def _show(self, rows: FleetRows, replayed: str | None = None) -> None:
         """These rows in the table, with an empty metrics store per instance (overlaid by

@@ -342,8 +342,12 @@ class LaunchTab(QWidget):
     # -- server state ------------------------------------------------------------------------
     def follow(self, controller: Any) -> None:
         """Take a :class:`~quantdeck.gui.server_control.QtServerController`'s states, progress,
-        plan and facts (the tab subscribes itself: the window does not relay)."""
+        plan and facts, its errors (the message line) and the end of its actions (a start that
+        failed before the server said anything leaves it stopped, Start enabled again): the
+        tab subscribes itself, the window does not relay."""
         controller.event.connect(self._on_server_event)
+        controller.error.connect(self.message.setText)
+        controller.idle.connect(lambda: self.set_server_state(controller.state))
 
     def _on_server_event(self, ev: Event) -> None:
         match ev:
