@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QPlainTextEdit, QVBoxLayout, QWidget
 
 from quantdeck.core.errors import QuantdeckError
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 class ABPage(QWidget):
     """The A/B page; ``launch_config()`` gives the Launch tab's config, the arms' base."""
+
+    checked = Signal()  # the arms were checked again (arm_warning says why they cannot run)
 
     def __init__(
         self, launch_config: Callable[[], LaunchConfig], parent: QWidget | None = None
@@ -88,7 +91,9 @@ class ABPage(QWidget):
             base = self._launch_config()
         except QuantdeckError as e:
             self.arm_diffs.setText("")
-            self.arm_warning.setText(f"the Launch tab's config: {e}")
+            self.arm_warning.setText(f"Run refuses: the Launch tab's config: {e}")
+            self.arm_warning.show()
+            self.checked.emit()
             return
         notes, arms = [], []
         for line in self.arms.toPlainText().splitlines():
@@ -113,3 +118,4 @@ class ABPage(QWidget):
         self.arm_diffs.setText("vs the Launch tab:\n" + "\n".join(notes) if notes else "")
         self.arm_warning.setText(warning)
         self.arm_warning.setVisible(bool(warning))
+        self.checked.emit()

@@ -16,6 +16,8 @@ from quantdeck.gui.bench.load_form import LoadForm
 if TYPE_CHECKING:
     from quantdeck.core.bench import Bench
 
+NO_SERVER = "no server: start or attach one first"
+
 
 class RunPage(QWidget):
     """The Run page; ``label`` names the next run's file (the A/B and tuning runs' too)."""
@@ -41,7 +43,7 @@ class RunPage(QWidget):
 
         url, model, key = target
         if not url or not model:
-            raise QuantdeckError("no server: start or attach one first")
+            raise QuantdeckError(NO_SERVER)
         return Bench(
             url,
             model,

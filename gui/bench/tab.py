@@ -15,7 +15,6 @@ into the Launch tab on request. The form scrolls; the results keep at least half
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +60,7 @@ from quantdeck.gui.bench.history_page import HistoryPage
 from quantdeck.gui.bench.live_chain import LiveChain
 from quantdeck.gui.bench.load_form import LoadForm
 from quantdeck.gui.bench.results import BenchResults
+from quantdeck.gui.bench.run_gate import SERVER_RUNS, RunGate
 from quantdeck.gui.bench.run_page import RunPage
 from quantdeck.gui.bench.tune_page import TunePage
 from quantdeck.gui.labels import plain_label
@@ -135,6 +135,8 @@ class BenchTab(QWidget):
             self.results, self.tune_page.live, fleet or (lambda: None), self.status.setText
         )
         self._name_parts()
+        # Run off where the chosen page cannot run, saying why
+        self.gate = RunGate(self, target, server_running, fleet or (lambda: None), self)
 
         left = QWidget()
         ll = QVBoxLayout(left)
@@ -144,6 +146,7 @@ class BenchTab(QWidget):
         bb.addWidget(self.run_button)
         bb.addWidget(self.cancel_button)
         ll.addLayout(bb)
+        ll.addWidget(self.gate.note)
         ll.addWidget(self.progress)
         ll.addWidget(self.status)
         # the form scrolls rather than squeezing the results
@@ -232,10 +235,7 @@ class BenchTab(QWidget):
         if mode == "History":
             raise QuantdeckError("choose Run, A/B or Tune to measure")
         if self._server_running():
-            raise QuantdeckError(
-                "stop the running server first: A/B and tuning start their "
-                "own servers, one at a time"
-            )
+            raise QuantdeckError(SERVER_RUNS)
         base = self._launch_config()
         if mode == "A/B":
             return "ab", self.ab_page.make_job(base, self.load_box, on_event)
@@ -419,29 +419,8 @@ class BenchTab(QWidget):
 
     def _save_tuned(self, result: dict[str, Any]) -> None:
         """Save the best point as a profile and say so (its name, in plain view)."""
-        from quantdeck.core.bench import apply_point
-        from quantdeck.core.launch import profiles
-
-        best = result.get("best")
-        if not best or self._tune_base is None:
-            self.tune_summary.setText("No point has a goodput: no profile saved.")
-            return
-        name = self.save_profile.text().strip() or time.strftime("tuned-%Y%m%d-%H%M%S")
-        where = ""
-        try:
-            profiles.save_profile(name, apply_point(self._tune_base, best["values"]))
-            self.saved_profile = name
-            where = f" Saved as profile '{name}'."
-        except QuantdeckError as e:
-            where = f" Not saved as a profile: {e}"
-        index = next(
-            (i for i, p in enumerate(result["points"], 1) if p["values"] == best["values"]), "?"
-        )
-        meets = "meets" if best.get("meets") else "misses"
-        self.tune_summary.setText(
-            f"Best: point {index} ({values_text(best['values'])}), goodput "
-            f"{best['goodput']:.2f} req/s, {meets} the p99 targets.{where}"
-        )
+        text, self.saved_profile = self.tune_page.save_best(result, self._tune_base)
+        self.tune_summary.setText(text)
         self.apply_button.setEnabled(self.saved_profile is not None)
 
     def _on_apply_clicked(self) -> None:
@@ -458,9 +437,9 @@ class BenchTab(QWidget):
             self.progress.setRange(0, 1)
             self.progress.setValue(1)
         self.worker = None
-        self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         self.job = None
+        self.gate.refresh()  # Run on again where the page can run
 
     def showEvent(self, event: QShowEvent) -> None:
         """The Launch tab's config may have changed meanwhile: the arms' diffs follow it."""

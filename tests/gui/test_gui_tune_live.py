@@ -113,7 +113,8 @@ def test_a_run_the_page_cannot_start_is_refused_in_one_red_line(qtbot: Any, flee
     tab = _tab(qtbot, lambda: shown["fleet"])
     assert tab.live.instance.count() == 0 and not tab.live.instance.isEnabled()
     assert "No fleet serves in the Fleet tab" in tab.live.note.text()
-    assert _refused(qtbot, tab) == NO_FLEET
+    # Run is off, saying why (the page says it too)
+    assert not tab.run_button.isEnabled() and tab.run_button.toolTip() == NO_FLEET
     shown["fleet"] = fleet
     tab.hide()
     tab.show()  # back on the page: the Fleet tab's fleet is listed
