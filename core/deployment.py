@@ -10,9 +10,12 @@ derived "what serves" on its own, and a crashed fleet of one read "serving" in t
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from quantdeck.core.fleet.health import DEGRADED, DOWN_WORD, SERVING, FleetHealth
-from quantdeck.core.fleet.rows import FleetRow
+
+if TYPE_CHECKING:
+    from quantdeck.core.fleet.rows import FleetRow
 
 # the phases of a fleet that runs (its process's), and the words of one that serves
 RUNNING_PHASES = ("starting", "serving", "stopping")

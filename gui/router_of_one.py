@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, Signal
 
 from quantdeck.core.deployment import RUNNING_PHASES, Deployment, behind_the_router
 from quantdeck.core.errors import QuantdeckError
+from quantdeck.core.events import Event, FactEvent, InstanceEvent, PlanEvent, TrialEvent
 
 if TYPE_CHECKING:
     from quantdeck.core.launch import LaunchConfig
@@ -34,6 +35,10 @@ class RouterOfOne(QObject):
         self.pending = False  # written, not yet read by the Fleet tab
         self._shown: tuple[Any, ...] = ()  # what the Launch tab was last told
         self._running: LaunchConfig | None = None  # its instance's launch, as last seen
+        # the plan and the engine's figures of its instance and of a trial's candidate (which
+        # become the instance's at a promotion): the engine-vs-plan block a plain start shows
+        self._engine: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        fleet.fleet_event.connect(self._on_fleet_event)
         fleet.changed.connect(self._on_fleet_changed)
         fleet.serve_refused.connect(self._on_refused)
         launch.router_start_requested.connect(self.start)
@@ -127,6 +132,34 @@ class RouterOfOne(QObject):
             else f"Promoted {after_text(changes)} (Undo: the Fleet tab)"
         )
 
+    def _on_fleet_event(self, ev: Event) -> None:
+        """Its instance's (and a candidate's) plan and the engine's figures; a promotion makes
+        the candidate's the instance's."""
+        if not self.running or not isinstance(ev, InstanceEvent):
+            return
+        from quantdeck.core.fleet.trial import CANDIDATE  # (the fleet runs: it is loaded)
+
+        name, inner = ev.instance, ev.event
+        if name not in (INSTANCE, INSTANCE + CANDIDATE):
+            return
+        match inner:
+            case PlanEvent(plan=planned):
+                self._engine[name] = (dict(planned), {})
+            case FactEvent(name=fact, value=value) if name in self._engine:
+                self._engine[name][1][fact] = value
+            case TrialEvent(phase="promoted") if INSTANCE + CANDIDATE in self._engine:
+                # (an undo woken from sleep brings no plan: the instance's stays)
+                self._engine[INSTANCE] = self._engine.pop(INSTANCE + CANDIDATE)
+            case _:
+                return
+        self._show_engine()
+
+    def _show_engine(self) -> None:
+        d = self.deployment()
+        planned, facts = self._engine.get(INSTANCE, ({}, {}))
+        state = "stopped" if d is None else "ready" if d.word == "serving" else d.word
+        self.launch.show_instance_engine(planned, facts, state)
+
     def _on_refused(self, path: str, why: str) -> None:
         if path != self.file:
             return
@@ -156,6 +189,9 @@ class RouterOfOne(QObject):
         was = self._shown[0] if self._shown else None
         self._shown = shown
         self.launch.set_router_state(*shown)
+        if shown[0] is None:
+            self._engine.clear()
+        self._show_engine()
         if shown[0] == "serving" and was not in ("serving", "degraded", "down"):
             fleet.choose(INSTANCE, show=False)  # Monitor, Logs, Playground follow it
         if was is not None and shown[0] is None and fleet.message.text():

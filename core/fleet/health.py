@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from quantdeck.core.fleet.rows import TRIAL_CANDIDATE, FleetRow
-from quantdeck.core.fleet.spec import ROUTER
+from quantdeck.core.fleet.roles import ROUTER, TRIAL_CANDIDATE
+
+if TYPE_CHECKING:
+    from quantdeck.core.fleet.rows import FleetRow
 
 SERVING, DEGRADED, DOWN_WORD = "serving", "degraded", "down"
 # the instance states that serve (degraded: slow, kept routed)

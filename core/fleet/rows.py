@@ -28,7 +28,8 @@ from quantdeck.core.events import (
     StateEvent,
     TrialEvent,
 )
-from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.fleet.roles import ROUTER, TRIAL_CANDIDATE
+from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec
 from quantdeck.core.fleet.trial import CANDIDATE
 from quantdeck.core.launch import LaunchConfig
 from quantdeck.core.launch.diff import after_text, change_text, knob_diff, knobs_text
@@ -40,7 +41,6 @@ DOWN = ("stopped", "crashed")
 # a start under way, told every STARTING_EVERY_S: {"stage", "elapsed_s", "limit_s"} (no state
 # goes without an event longer than the hang window)
 STARTING_FACT = "starting"  # an instance in these states has no metrics
-TRIAL_CANDIDATE = "candidate"  # the role of a live trial's candidate row
 _NOT_KNOBS = ("model", "host", "port")  # shown in other columns, or the fleet's to give
 
 

@@ -70,7 +70,6 @@ _CPUS = re.compile(r"\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*")  # VLLM_CPU_OMP_
 MAX_CPUS = 4096  # CPU numbers are under this (Linux's largest NR_CPUS is 8192; x86-64's 4096)
 CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's CPU engine: the cores its threads use
 # router key: (flag of vllm-router, lower bound); None as a value leaves the router's default
-ROUTER = "router"  # the router's name among the instances (events, rows)
 _ROUTER_INTS = {
     "retries": ("--retry-max-retries", 0),
     "request_timeout_s": ("--request-timeout-secs", 1),

@@ -40,10 +40,11 @@ from quantdeck.core.fleet.liveness import (
     look_at,
     read_pressure,
 )
+from quantdeck.core.fleet.roles import ROUTER
 from quantdeck.core.fleet.router import FallbackJudge, RouterClient
 from quantdeck.core.fleet.router_keeper import RouterKeeping
 from quantdeck.core.fleet.rows import FleetRows, InstanceSampler
-from quantdeck.core.fleet.spec import ROUTER, FleetSpec, InstanceSpec
+from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec
 from quantdeck.core.fleet.tending import RESTART_DELAYS, RESTART_LIMIT, InstanceTending, _Tended
 from quantdeck.core.fleet.trials import RETIRED, FleetTrials, Retired
 from quantdeck.core.launch import to_dict

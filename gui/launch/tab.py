@@ -366,7 +366,15 @@ class LaunchTab(QWidget):
                     )
             case _:
                 return
-        self.planner.show_engine(self._planned, self._facts, self.server_actions.state)
+        if self.server_actions.router is None:  # behind the router: its instance's, below
+            self.planner.show_engine(self._planned, self._facts, self.server_actions.state)
+
+    def show_instance_engine(
+        self, planned: dict[str, Any], facts: dict[str, Any], state: str
+    ) -> None:
+        """Behind the router: the instance's plan against its engine's figures, the block a
+        plain start shows (``state``: the instance's; stopped clears it)."""
+        self.planner.show_engine(planned, facts, state)
 
     def _blocking(self) -> list[str]:
         out = [f.message for f in self.findings if f.level == "error"]

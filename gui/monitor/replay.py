@@ -133,7 +133,7 @@ class ReplayWindow(QWidget):
         """Each instance of a fleet's recording a source of its own (the first one shown):
         its metrics, its markers (launches, the fleet's switches, its live trials' steps as
         the live Monitor marks them) and the fleet's instances overlaid on each."""
-        from quantdeck.core.fleet.spec import ROUTER
+        from quantdeck.core.fleet.roles import ROUTER
         from quantdeck.core.fleet.trial import CANDIDATE
 
         panel = self.panel

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from quantdeck.core.fleet.health import fleet_health
-from quantdeck.core.fleet.rows import TRIAL_CANDIDATE, FleetRow
+from quantdeck.core.fleet.roles import TRIAL_CANDIDATE
+from quantdeck.core.fleet.rows import FleetRow
 
 
 def _rows(router: str = "ready", **states: str) -> list[FleetRow]:
