@@ -139,6 +139,14 @@ def cmd_command(ns: argparse.Namespace) -> int:
         cfg = knobs.for_engine(cfg, engine_capabilities(ns))
     if ns.yaml:  # never holds the key: vLLM reads it from VLLM_API_KEY
         sys.stdout.write(knobs.to_yaml(cfg, for_vllm=True))
+    elif ns.as_run:  # the launch plan: what `serve` (and the panel's Start) runs, as Copy has it
+        from quantdeck.core.launch import detect_device
+        from quantdeck.core.launch.command import launch_plan
+        from quantdeck.core.runtime import EngineEnv
+
+        env = EngineEnv(engine_from(ns))
+        plan = launch_plan(cfg, env.capabilities(), detect_device(), python=env.python)
+        print(plan.shell_line())  # a secret as NAME=***; what the start chooses as <...>
     else:
         print(knobs.command_line(cfg))  # the key shows as VLLM_API_KEY=***
     return 0
@@ -176,7 +184,15 @@ def register(add: AddCommand) -> None:
 
     sp = add("command", cmd_command, "print the `vllm serve` command (or its --config YAML)")
     add_model_and_knobs(sp)
-    sp.add_argument("--yaml", action="store_true", help="print the YAML instead")
+    how = sp.add_mutually_exclusive_group()
+    how.add_argument("--yaml", action="store_true", help="print the YAML instead")
+    how.add_argument(
+        "--as-run",
+        action="store_true",
+        help="print the command `serve` runs for this launch (its launch plan: Quantdeck's "
+        "launcher, every flag the server gets, the environment it adds), as the panel's Copy "
+        "does; the values the start chooses (ports, the run folder) as placeholders",
+    )
     add_engine(sp, "the command is for (its flags checked against that vLLM's own parser)")
 
     sp = add("profile", cmd_profile, "save, show, list or delete launch profiles")

@@ -290,6 +290,7 @@ def _shoot(app: QApplication, out: Path, size: tuple[int, int] = (1400, 900)) ->
     _shoot_offline(app, win, out)
     try:
         _shoot_fleet(app, win, out, target.parent)
+        _shoot_router(app, win, out)
     finally:
         win.close()
         shutil.rmtree(target.parent, ignore_errors=True)  # our temp folder: the W8A8 model
@@ -415,6 +416,83 @@ def _shoot_fleet(app: QApplication, win: Any, out: Path, folder: Path) -> None:
     left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     if left:
         raise ServerError(f"Stop fleet left processes {left}")
+
+
+def _shoot_router(app: QApplication, win: Any, out: Path) -> None:
+    """The Launch tab's fleet of one (Start behind the router) under load: serving
+    (router-serving.png), a live trial of the form's max-num-seqs 8 promoted (router-promoted
+    .png: the Trial view; router-monitor.png: the instance's one Monitor source and its
+    markers), undone (router-undone.png), then its instance killed: down in every view, Restart
+    offered (router-crashed.png); Restart serves again, Stop leaves nothing."""
+    import os
+    import signal
+
+    launch, view = win.launch, win.fleet
+    ed = launch.form.editors
+    win.tabs.setCurrentWidget(launch)
+    ed["max_num_seqs"].widget.setValue(1)
+    ed["kv_events"].widget.setChecked(False)
+    launch.behind_router.setChecked(True)
+    if not _wait(app, launch.start_button.isEnabled, 60):
+        raise ServerError(f"behind the router: Start stayed off ({launch.start_button.toolTip()})")
+    launch.start_button.click()
+    loader = None
+    try:
+        _wait(app, lambda: win.router_phase() == "serving" or not win.router.running, 900)
+        if win.router_phase() != "serving":
+            raise ServerError(f"behind the router: not serving ({launch.stage.text()})")
+        url = view.spec.router.url
+        loader = _background_load(url, str(ensure_demo_model()), 240, 6)
+        _wait(app, lambda: len(win.monitor.store) >= 10, 60)
+        win.grab().save(str(out / "router-serving.png"))
+        ed["max_num_seqs"].widget.setValue(8)
+        if not _wait(app, launch.try_live_button.isEnabled, 30):
+            raise ServerError(f"Try live… stayed off: {launch.try_live_button.toolTip()}")
+        launch.try_live_button.click()
+        dialog = view.trial_dialog
+        dialog.min_requests.setValue(20)
+        dialog.max_duration.setValue(240)
+        dialog.ok_button.click()
+        if not _wait(app, lambda: view.trial_view is not None, 120):
+            raise ServerError(f"Try live: no trial ({dialog.error.text()})")
+        tv = view.trial_view
+        _wait(app, lambda: tv.result is not None, 600)
+        if tv.result != "promoted":
+            raise ServerError(f"the trial was not promoted: {tv.result_label.text()}")
+        _wait(app, lambda: False, 3.0)
+        win.grab().save(str(out / "router-promoted.png"))
+        win.tabs.setCurrentWidget(win.monitor_tab)
+        _wait(app, lambda: False, 3.0)
+        win.monitor.refresh(force=True)
+        win.grab().save(str(out / "router-monitor.png"))
+        win.tabs.setCurrentWidget(view)
+        view.select("serve")
+        if not _wait(app, view.undo_button.isEnabled, 60):
+            raise ServerError("Undo promotion stayed off")
+        view.undo_button.click()
+        _wait(app, lambda: view.trial_view is not tv, 60)
+        undo = view.trial_view
+        _wait(app, lambda: undo.result is not None, 600)
+        _wait(app, lambda: False, 3.0)
+        win.grab().save(str(out / "router-undone.png"))
+        loader.kill()
+        loader.wait(timeout=30)
+        loader = None
+        pid = view.fleet.servers["serve"].pid
+        os.kill(pid, signal.SIGKILL)
+        _wait(app, lambda: "down behind the router" in win.state_label.text(), 30)
+        win.tabs.setCurrentWidget(launch)
+        _wait(app, lambda: False, 1.0)
+        win.grab().save(str(out / "router-crashed.png"))
+        launch.restart_button.click()
+        _wait(app, lambda: view.phase_label.text() == "fleet: serving", 600)
+    finally:
+        if loader is not None:
+            loader.kill()
+            loader.wait(timeout=30)
+        win.controller.stop()
+        view.stop_fleet()
+        _wait(app, lambda: view.job is None, 180)
 
 
 if __name__ == "__main__":

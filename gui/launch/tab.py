@@ -106,7 +106,13 @@ class LaunchTab(QWidget):
         self.stop_button, self.restart_button = a.stop_button, a.restart_button
         self.try_live_button = a.try_live_button
         self.stage, self.progress, self.router_error = a.stage, a.progress, a.router_error
-        self.copy_button = QPushButton("Copy `vllm serve` command")
+        self.copy_button = QPushButton("Copy launch command")
+        self.copy_button.setToolTip(
+            "The command Start runs for this form, word for word: Quantdeck's launcher around "
+            "vLLM's `vllm serve` options, the environment it adds (a secret as ***), the values "
+            "the start chooses (ports, the run folder) as placeholders. The same line: "
+            "`quantdeck command MODEL [knobs] --as-run`"
+        )
         pb = self.profile_bar = ProfilesBar(self.config, lambda: self._settings_for)
         self.profiles, self.remember_key = pb.profiles, pb.remember_key
         self.save_profile, self.load_profile = pb.save_profile, pb.load_profile

@@ -73,6 +73,29 @@ INSTANCE_PLOTS = {
 }
 
 
+def unknown_series(
+    plots: dict[str, list[tuple[str, str, int, bool]]], names: set[str]
+) -> list[str]:
+    """The series ``plots`` names that are none of ``names`` (the store's columns, declared
+    once with their readers in core/monitor/timeseries.py's ``BASE_SERIES``)."""
+    return sorted({series for curves in plots.values() for series, *_ in curves} - names)
+
+
+def _check_series() -> None:
+    """Every series a plot names is a column the store keeps: a misspelt one would draw an
+    empty curve in silence (issue 44), so the Monitor refuses to load instead."""
+    from quantdeck.core.monitor.timeseries import BASE_SERIES
+
+    names = {s.name for s in BASE_SERIES}
+    overlays = {t: [(series, t, 0, False)] for t, series in INSTANCE_PLOTS.items()}
+    unknown = unknown_series(PLOTS, names) + unknown_series(overlays, names)
+    if unknown:
+        raise RuntimeError(f"the Monitor's plots name series the store lacks: {unknown}")
+
+
+_check_series()
+
+
 # Samples further apart than this (and than 3 times their usual spacing) are a gap: the curve
 # breaks there instead of drawing a line across time with no data (a stop, a stalled scrape).
 GAP_S = 5.0

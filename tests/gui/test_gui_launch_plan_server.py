@@ -58,7 +58,9 @@ def _api_server(pid: int) -> psutil.Process:
     return api
 
 
-def test_the_copied_command_is_the_running_servers(qtbot, demo_server_parked, demo_model) -> None:
+def test_the_copied_command_is_the_running_servers(
+    qtbot, demo_server_parked, demo_model, capsys, monkeypatch
+) -> None:
     win = MainWindow(device=cpu_device(), probe=False)
     qtbot.addWidget(win)
     win.add_model(demo_model, select=True)
@@ -67,7 +69,8 @@ def test_the_copied_command_is_the_running_servers(qtbot, demo_server_parked, de
     launch.set_engine(EngineEnv().capabilities())  # the default engine, as the probe gives it
     try:
         form = launch.form.editors
-        form["port"].widget.setValue(free_port())
+        port = free_port()
+        form["port"].widget.setValue(port)
         form["kv_events"].widget.setChecked(True)
         form["profiler"].widget.setChecked(True)
         form["api_key"].widget.setText(KEY)
@@ -116,3 +119,12 @@ def test_the_copied_command_is_the_running_servers(qtbot, demo_server_parked, de
         elif value != TMP_AT_START:
             assert environ[name] == value, name
     assert f"VLLM_API_KEY={MASK}" in env
+    # the CLI's `quantdeck command --as-run` prints the same line for the same launch (the key
+    # from VLLM_API_KEY, never on argv)
+    from quantdeck.cli.main import main
+
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    capsys.readouterr()
+    argv = ["command", str(demo_model), "--port", str(port), "--kv-events", "--profiler"]
+    assert main([*argv, "--enforce-eager", "--as-run"]) == 0
+    assert capsys.readouterr().out.strip() == copied

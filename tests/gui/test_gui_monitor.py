@@ -349,3 +349,16 @@ def test_a_legend_taller_than_its_plot_allows_goes_into_columns(qtbot) -> None:
         rect = legend.mapRectToParent(legend.boundingRect())
         assert rect.bottom() <= plot.vb.height() and rect.right() <= plot.vb.width()
         assert m.grid.legend_columns.get("Latency (ms)", 1) == wanted
+
+
+def test_every_plotted_series_is_a_column_the_store_keeps() -> None:
+    """The plots and the store are joined by series name: a misspelt one drew an empty curve
+    in silence (issue 44). The Monitor now checks the names when it loads; a misspelt one is
+    named."""
+    from quantdeck.core.monitor.timeseries import BASE_SERIES
+    from quantdeck.gui.monitor.charts import PLOTS, unknown_series
+
+    names = {s.name for s in BASE_SERIES}
+    assert unknown_series(PLOTS, names) == []
+    misspelt = {**PLOTS, "Latency (ms)": [("ttft_p99ms", "TTFT p99", 0, True)]}
+    assert unknown_series(misspelt, names) == ["ttft_p99ms"]
