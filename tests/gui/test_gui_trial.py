@@ -402,7 +402,7 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         qtbot.waitUntil(
             lambda: (
                 win.router_phase() == "serving"
-                or (not win._router_pending and win.router_phase() is None)
+                or (not win.router.pending and win.router_phase() is None)
             ),
             timeout=600_000,
         )
@@ -446,7 +446,10 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
             assert len(tv.curves[(TTFT, arm)].getData()[1]) > 0, arm
         assert v.rows is not None and "serve+try" not in v.rows
         assert "max-num-seqs=8" in v.model.text(1, "knobs")
-        assert "starts its launch again" in tv.result_label.text()  # no sleep mode on CPU
+        # in the operator's words, no file named (a fleet of one keeps its launch itself)
+        assert tv.result_label.text().startswith("Promoted max-num-seqs 8: ")
+        assert "undo starts it again" in tv.result_label.text()  # no sleep mode on CPU
+        assert ".yaml" not in tv.result_label.text()
         # the Monitor follows the instance to the candidate's port; the form is its launch now
         promoted = v.rows.row("serve").url
         qtbot.waitUntil(lambda: win.controller.url == promoted, timeout=30_000)
@@ -455,6 +458,8 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
             timeout=10_000,
         )
         assert not launch.try_live_button.isEnabled()
+        assert launch.message.text() == "Promoted max-num-seqs 8 (Undo: the Fleet tab)"
+        assert launch.config().scheduler.max_num_seqs == 8  # the form follows what serves
         # Undo promotion: the launch from before back (started beside: no sleep here)
         v.select("serve")
         qtbot.waitUntil(v.undo_button.isEnabled, timeout=10_000)
@@ -465,12 +470,36 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         qtbot.waitUntil(lambda: undo.result is not None, timeout=400_000)
         assert undo.result == "promoted", (undo.result_label.text(), undo.reason_label.text())
         assert "max-num-seqs=8" not in v.model.text(1, "knobs")
-        assert v.fleet is not None and "serve" in v.fleet.retired  # the undo can be undone too
+        assert undo.title.text() == "Undo on serve: back to max-num-seqs 1"  # not a trial
+        assert undo.result_label.text().startswith("Undone: back to max-num-seqs 1")
+        # an undo is not undone in turn: Undo is off once used
+        assert v.fleet is not None and "serve" not in v.fleet.retired
+        assert not v.undo_button.isEnabled()
         load.__exit__()
         assert load.failed == [] and load.sent > 0, load.failed[:3]
         running = v.running_launch("serve")
         assert running is not None and running.scheduler.max_num_seqs == 1
-        qtbot.waitUntil(launch.try_live_button.isEnabled, timeout=10_000)  # 8 differs again
+        # the form follows: back to 1, so Try live… does not offer the change just undone
+        qtbot.waitUntil(lambda: launch.config().scheduler.max_num_seqs == 1, timeout=10_000)
+        assert launch.message.text() == "Undone: back to max-num-seqs 1"
+        assert not launch.try_live_button.isEnabled()
+        # one Monitor source for the instance across both moves, with both markers, its
+        # history from before the promotion kept
+        mon = win.monitor
+        instance_sources = [k for k in mon.sources if k.startswith("instance serve of ")]
+        assert len(instance_sources) == 1 and not any(k.startswith("url ") for k in mon.sources)
+        src = mon.sources[instance_sources[0]]
+        assert src.label == "serve (behind the router)"
+        whats = [m.what for m in src.timeline.markers]
+        assert "promoted" in whats and "undone" in whats, whats
+        promoted_at = next(m.t for m in src.timeline.markers if m.what == "promoted")
+        first_t = src.store.first_t
+        assert first_t is not None and first_t < promoted_at  # samples from before it
+        # Logs behind the router: a header per instance start and trial step, no router probe
+        logs = win.logs.text()
+        assert "GET /get_load" not in logs and "GET /health" not in logs  # probes
+        assert "━━ serve: promoted max-num-seqs 8" in logs
+        assert "━━ serve: undone: back to max-num-seqs 1" in logs
 
         # kill -9 of the instance: every view says down within 2 s; Restart serves again
         assert v.fleet is not None
