@@ -126,7 +126,8 @@ class MainWindow(QMainWindow):
         self._monitor_box, self.monitor_pages = self.monitor_tab, self.monitor_tab.pages
         self.logs = LogsPanel()
         self.playground = PlaygroundPanel(
-            lambda: (self.controller.url, self.controller.model_name, self.controller.api_key)
+            lambda: (self.controller.url, self.controller.model_name, self.controller.api_key),
+            waiting=self._waiting_for,
         )
         self.tabs.addTab(self.launch, "Launch")
         self.tabs.addTab(self._monitor_box, "Monitor")
@@ -457,6 +458,15 @@ class MainWindow(QMainWindow):
     def _on_fleet_event(self, ev: Event) -> None:
         if isinstance(ev, InstanceEvent) and isinstance(ev.event, FallbackEvent | RouteEvent):
             self.monitor.add_event(ev)
+
+    def _waiting_for(self) -> str:
+        """Why nothing serves yet, where something is on its way (the Playground says it)."""
+        d = self.deployment()
+        if d.word not in ("starting", "stopping"):
+            return ""
+        what = "the fleet of one" if d.behind_router else "the server"
+        step = f" ({d.instance})" if d.behind_router and d.instance else ""
+        return f"{what} is {d.word}{step}: send once it serves"
 
     def _show_serving(self) -> None:
         """The status bar says what serves (the deployment model's line)."""

@@ -57,10 +57,13 @@ class PlaygroundPanel(QWidget):
         self,
         target: Callable[[], tuple[str | None, str | None, str | None]],
         parent: QWidget | None = None,
+        *,
+        waiting: Callable[[], str] = lambda: "",
     ) -> None:
-        """``target()`` returns (url, model, api_key) of the current server, or Nones."""
+        """``target()`` returns (url, model, api_key) of the current server, or Nones;
+        ``waiting()``, why there is none to send to yet ("": none is coming: start one)."""
         super().__init__(parent)
-        self._target = target
+        self._target, self._waiting = target, waiting
         self.history: list[dict[str, str]] = []
         self.worker: Any = None  # the reply being streamed
         self._workers: WorkerSet | None = None
@@ -184,7 +187,7 @@ class PlaygroundPanel(QWidget):
         if not text:
             return
         if not url or not model:
-            self.stats.setText("no server: start or attach one first")
+            self.stats.setText(self._waiting() or "no server: start or attach one first")
             return
         chat = self.mode.currentText() == "chat"
         if chat:

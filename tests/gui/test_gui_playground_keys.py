@@ -30,6 +30,20 @@ def test_enter_sends_and_shift_enter_is_a_new_line(qtbot) -> None:
     win.close()
 
 
+def test_while_the_fleet_of_one_starts_the_playground_says_so(qtbot) -> None:
+    """Before, starting behind the router, a send went to the previous server's address and
+    failed; now it says what is on its way (the deployment's word)."""
+    win = MainWindow(device=cpu_device(), probe=False)
+    qtbot.addWidget(win)
+    pg = win.playground
+    win.router.pending = True  # its fleet file written, the Fleet tab reading it
+    pg.input.setPlainText("Hello")
+    qtbot.keyClick(pg.input, Qt.Key_Return)
+    assert pg.stats.text() == "the fleet of one is starting: send once it serves"
+    assert pg.input.toPlainText() == "Hello"  # kept for later
+    win.close()
+
+
 def test_copy_as_curl_holds_the_system_prompt_and_never_the_key(qtbot) -> None:
     import json
     import shlex
