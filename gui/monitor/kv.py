@@ -22,6 +22,7 @@ events (the capacity, vLLM's own hit rate and block lifetimes). It shows:
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,6 +327,7 @@ class KvView(QWidget):
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground(PLOT_BACKGROUND)
         self.curves: dict[str, pg.PlotDataItem] = {}
+        keys: list[str] = []
         for title, series in (
             (
                 "Prefix hits (%)",
@@ -349,12 +351,29 @@ class KvView(QWidget):
             plot = self.plots.addPlot(title=title)
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.setLabel("bottom", "s")
-            plot.addLegend(offset=(5, 5))
+            # no negative counts, rates or ages; a percentage on 0-100 (an idle plot read
+            # -30..30 % on pyqtgraph's own empty range)
+            if title.endswith("(%)"):
+                plot.setYRange(0, 100, padding=0)
+                plot.enableAutoRange(axis="y", enable=False)
+            plot.setLimits(yMin=0)
             for name, label, color in series:
                 self.curves[name] = plot.plot(
                     pen=pg.mkPen(SERIES_COLORS[color], width=1), name=label
                 )
+            keys.append(
+                f"<b>{html.escape(title)}</b>: "
+                + " ".join(
+                    f"<span style='color:{SERIES_COLORS[color]}'>━</span>&nbsp;{html.escape(label)}"
+                    for _, label, color in series
+                )
+            )
             self.plots.nextRow()
+        # the curves' keys above the plots, wrapped (a legend inside a plot hid its data and
+        # lost an entry at 1400x900)
+        self.plot_keys = QLabel(" &nbsp;·&nbsp; ".join(keys))
+        self.plot_keys.setTextFormat(Qt.TextFormat.RichText)
+        self.plot_keys.setWordWrap(True)
 
         left = QWidget()
         ll = QVBoxLayout(left)
@@ -365,6 +384,7 @@ class KvView(QWidget):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.plot_keys)
         rl.addWidget(self.plots, 3)
         rl.addWidget(self.lifetime_label)
         rl.addWidget(QLabel("<b>Shared prefixes</b> (most reused first)"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pyqtgraph as pg
 import pytest
 from conftest import metrics_event
 from conftest import vllm_kv_events as vkv
@@ -519,3 +520,24 @@ def test_the_lifetimes_line_asks_for_the_flag_only_while_it_is_off(view: KvView)
     view.refresh()
     text = view.lifetime_label.text()
     assert "none sampled yet (--kv-cache-metrics is on" in text and "reports them" not in text
+
+
+def test_the_plots_keys_sit_above_them_and_an_idle_percentage_reads_0_to_100(
+    view: KvView,
+) -> None:
+    """At 1400x900 a legend inside a plot hid its data and lost an entry, and an idle plot
+    read -30..30 %: each curve's key is in one wrapped line above the plots now, and no plot
+    goes below zero."""
+    keys = view.plot_keys.text()
+    for item in view.plots.ci.items:
+        plot = item if isinstance(item, pg.PlotItem) else None
+        if plot is None:
+            continue
+        assert plot.legend is None
+        title = plot.titleLabel.text
+        assert title in keys
+        if title.endswith("(%)"):
+            assert plot.vb.viewRange()[1] == [0.0, 100.0]
+        assert plot.vb.state["limits"]["yLimits"][0] == 0
+    for label in ("vLLM, since start", "block map", "stored", "resident age, mean"):
+        assert label in keys
