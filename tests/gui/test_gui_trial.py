@@ -536,3 +536,22 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
         qtbot.waitUntil(lambda: v.job is None, timeout=180_000)
         win.close()
         mp.undo()
+
+
+def test_the_arms_change_column_shows_in_a_1400_by_900_window(qtbot: Any, fleet: Fleet) -> None:
+    """At 1400x900 the Trial view below the Fleet tab's table is about 1,060 x 560 px: its
+    arms table showed figure, incumbent and candidate, the change cut off, and the curves got
+    about 100 px. The change column now shows whole and the curves get the larger share."""
+    trial = live_trial(fleet)
+    trial._event("measuring", **measured(trial, 200))
+    v = TrialView(trial, fleet)
+    qtbot.addWidget(v)
+    v.resize(1060, 560)
+    v.show()
+    qtbot.waitExposed(v)
+    table = v.arms_table
+    change = v.arms_model.column("change")
+    right = table.columnViewportPosition(change) + table.columnWidth(change)
+    assert 0 <= table.columnViewportPosition(change) and right <= table.viewport().width()
+    plot = next(iter(v.plots.values()))
+    assert plot.height() >= 150, plot.height()
