@@ -23,48 +23,52 @@ from quantdeck.cli._common import (
     served_model,
 )
 from quantdeck.core.bench import add_load_options, load_from_options, slo_from_options
+from quantdeck.core.bench.results import (
+    ABResult,
+    BenchResult,
+    LiveTuneResult,
+    RunResult,
+)
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.launch import detect_device, profiles
 from quantdeck.core.launch.diff import change_text, knobs_text
 
 
-def _print_ab_table(result: dict[str, Any]) -> None:
+def _print_ab_table(result: ABResult) -> None:
     print(
         f"{'arm':<20}{'ready s':>9}{'out tok/s':>11}{'req/s':>8}{'TTFT p50':>10}"
         f"{'TTFT p99':>10}{'TPOT p50':>10}{'roofline':>10}  kernel"
     )
-    for a in result["arms"]:
-        r = a.get("result") or {}
-        roof = a.get("roofline") or {}
+    for a in result.arms:
+        r = a.result or BenchResult()
         f = lambda v, fmt=".1f": "-" if v is None else format(v, fmt)
-        frac = roof.get("fraction_of_roofline")
+        frac = a.roofline.fraction_of_roofline if a.roofline else None
         print(
-            f"{a['label']:<20}{f(a.get('ready_s')):>9}{f(r.get('output_throughput')):>11}"
-            f"{f(r.get('request_throughput'), '.2f'):>8}{f(r.get('median_ttft_ms')):>10}"
-            f"{f(r.get('p99_ttft_ms')):>10}{f(r.get('median_tpot_ms'), '.2f'):>10}"
+            f"{a.label:<20}{f(a.ready_s):>9}{f(r.output_throughput):>11}"
+            f"{f(r.request_throughput, '.2f'):>8}{f(r.median_ttft_ms):>10}"
+            f"{f(r.p99_ttft_ms):>10}{f(r.median_tpot_ms, '.2f'):>10}"
             f"{(f(frac * 100, '.0f') + '%') if frac else '-':>10}  "
-            f"{(a.get('facts') or {}).get('quantization_kernel', '')}"
-            + (f"  ERROR {a['error']}" if a.get("error") else "")
+            f"{(a.facts or {}).get('quantization_kernel', '')}"
+            + (f"  ERROR {a.error}" if a.error else "")
         )
 
 
-def _print_rounds(result: dict[str, Any]) -> None:
+def _print_rounds(result: ABResult) -> None:
     """Over the rounds: each arm's median and spread (min-max)."""
-    summary = result.get("summary")
-    if not summary:
+    if not result.summary:
         return
-    print(f"over {result['rounds']} rounds (ABBA order): median [min-max]")
-    for label, figures in summary.items():
-        parts = [f"{label:<20}{figures['rounds']} rounds"]
+    print(f"over {result.rounds} rounds (ABBA order): median [min-max]")
+    for label, figures in result.summary.items():
+        parts = [f"{label:<20}{figures.rounds} rounds"]
         for key, name, fmt in (
             ("output_throughput", "out tok/s", ".1f"),
             ("median_ttft_ms", "TTFT p50 ms", ".1f"),
             ("p99_ttft_ms", "TTFT p99 ms", ".1f"),
             ("median_tpot_ms", "TPOT p50 ms", ".2f"),
         ):
-            v = figures.get(key)
+            v = getattr(figures, key)
             if v:
-                parts.append(f"{name} {v['median']:{fmt}} [{v['min']:{fmt}}-{v['max']:{fmt}}]")
+                parts.append(f"{name} {v.median:{fmt}} [{v.min:{fmt}}-{v.max:{fmt}}]")
         print("  ".join(parts))
 
 
@@ -95,9 +99,9 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     )
     stops = StopSignals(bench.cancel)
     result = bench.run()
-    result["env"] = environment(result.get("server_version"))
+    result.env = environment(result.server_version)
     if ns.label:
-        result["label"] = ns.label
+        result.label = ns.label
     if not ns.no_save:
         path = save_run(result, ns.label)
         print(f"saved {path}", file=sys.stderr)
@@ -105,7 +109,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         write_result(Path(ns.json), result)
     if not ns.quiet:
         print("\n".join(summary_lines(result)))
-    return stops.exit_code(0 if result["completed"] and not result.get("ended_early") else 1)
+    return stops.exit_code(0 if result.completed and not result.ended_early else 1)
 
 
 def cmd_ab(ns: argparse.Namespace) -> int:
@@ -134,17 +138,17 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     )
     stops = StopSignals(run.cancel)
     result = run.run()
-    result["env"] = environment(
-        next((a["result"].get("server_version") for a in result["arms"] if a.get("result")), None)
+    result.env = environment(
+        next((a.result.server_version for a in result.arms if a.result is not None), None)
     )
-    result["label"] = ns.label or "ab-" + "-vs-".join(a.label for a in arms)
-    path = save_run(result, result["label"])
+    result.label = ns.label or "ab-" + "-vs-".join(a.label for a in arms)
+    path = save_run(result, result.label)
     if ns.json:
         write_result(Path(ns.json), result)
     print(f"saved {path}", file=sys.stderr)
     _print_ab_table(result)
     _print_rounds(result)
-    ok = all(a.get("result") and not a.get("error") for a in result["arms"])
+    ok = all(a.result is not None and not a.error for a in result.arms)
     return stops.exit_code(0 if ok else 1)
 
 
@@ -184,25 +188,25 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     )
     stops = StopSignals(tuner.cancel)
     result = tuner.run()
-    result["env"] = environment()
-    result["label"] = ns.label or f"tune-{ns.strategy}"
-    path = save_run(result, result["label"])
+    result.env = environment()
+    result.label = ns.label or f"tune-{ns.strategy}"
+    path = save_run(result, result.label)
     if ns.json:
         write_result(Path(ns.json), result)
     print(f"saved {path}", file=sys.stderr)
-    best = result.get("best")
+    best = result.best
     if not best:
         print("no point completed", file=sys.stderr)
         return stops.exit_code(1)
-    vals = " ".join(f"{k}={v}" for k, v in best["values"].items())
+    vals = " ".join(f"{k}={v}" for k, v in best.values.items())
     print(
-        f"best: {vals}: goodput {best['goodput']:.2f} req/s, p99 TTFT "
-        f"{best['p99_ttft_ms']:.0f} ms, p99 TPOT {best['p99_tpot_ms']:.1f} ms "
-        f"({'meets' if best['meets'] else 'misses'} the targets); {len(result['points'])} "
-        f"points in {result['seconds']:.0f} s"
+        f"best: {vals}: goodput {best.goodput or 0:.2f} req/s, p99 TTFT "
+        f"{best.p99_ttft_ms or 0:.0f} ms, p99 TPOT {best.p99_tpot_ms or 0:.1f} ms "
+        f"({'meets' if best.meets else 'misses'} the targets); {len(result.points)} "
+        f"points in {result.seconds or 0:.0f} s"
     )
     if ns.save_profile:
-        profiles.save_profile(ns.save_profile, apply_point(base, best["values"]))
+        profiles.save_profile(ns.save_profile, apply_point(base, best.values))
         print(f"saved profile {ns.save_profile}", file=sys.stderr)
     return stops.exit_code(0)
 
@@ -273,7 +277,7 @@ def _tune_live(ns: argparse.Namespace) -> int:
     result = tuner.run(launch, trial)
     if not ns.json_events:
         _print_live_summary(ns.instance, result)
-    return stops.exit_code(1 if result["failed"] else 0)
+    return stops.exit_code(1 if result.failed else 0)
 
 
 def parse_until(text: str) -> dict[str, float]:
@@ -288,33 +292,47 @@ def parse_until(text: str) -> dict[str, float]:
         raise ConfigError(str(e).replace("--slo", "--until", 1)) from None
 
 
-def _print_live_summary(instance: str, result: dict[str, Any]) -> None:
+def _print_live_summary(instance: str, result: LiveTuneResult) -> None:
     """Each trial's knob change, what became of it and why; whether the goal was met; the
     launch as it runs now."""
-    trials = result["trials"]
-    ran = [t for t in trials if t["result"] in ("promoted", "rolled back")]
-    won = sum(1 for t in trials if t["result"] == "promoted")
+    trials = result.trials
+    ran = [t for t in trials if t.ran]
+    won = sum(1 for t in trials if t.result == "promoted")
     print(
         f"\ntune --live {instance}: {len(ran)} trial{'' if len(ran) == 1 else 's'} in "
-        f"{result['seconds']:.0f} s, {won} promoted, {len(trials) - len(ran)} not run; "
-        f"ended: {result['ended']}"
+        f"{result.seconds or 0:.0f} s, {won} promoted, {len(trials) - len(ran)} not run; "
+        f"ended: {result.ended}"
     )
     for t in trials:
-        change = change_text(t["knobs"])
-        decision = f"{t['decision']}: " if t.get("decision") else ""
-        print(f"  {t['step']:>2}  {change:<32} {t['result']:<12} {decision}{t['reason']}")
-    if result.get("until"):
+        change = change_text(t.knobs)
+        decision = f"{t.decision}: " if t.decision else ""
+        print(f"  {t.step:>2}  {change:<32} {t.result:<12} {decision}{t.reason}")
+    if result.until:
         from quantdeck.core.bench.live_tune import until_text
 
-        goal = until_text(result["until"])
-        if result["goal_met"]:
-            print(f"goal {goal}: met by trial {result['met_by']}")
+        goal = until_text(result.until)
+        if result.goal_met:
+            print(f"goal {goal}: met by trial {result.met_by}")
         else:
             print(f"goal {goal}: not met (no promoted launch met every limit)")
-    changed = change_text(result["changed"])
-    launch = knobs_text(result["launch"], sep=" ")
+    changed = change_text(result.changed)
+    launch = knobs_text(result.launch, sep=" ")
     print(f"final launch of {instance}: {launch}")
     print(f"changed by the chain: {changed or 'nothing'}")
+
+
+def _listed_json(name: str, run: RunResult) -> dict[str, Any]:
+    """A saved run as ``runs --json`` lists it: its file, kind and label, and a bench run's
+    figures (None for another kind)."""
+    bench = run if isinstance(run, BenchResult) else BenchResult()
+    return {
+        "file": name,
+        "kind": run.kind,
+        "label": run.label,
+        "completed": bench.completed,
+        "output_throughput": bench.output_throughput,
+        "median_ttft_ms": bench.median_ttft_ms,
+    }
 
 
 def cmd_runs(ns: argparse.Namespace) -> int:
@@ -323,47 +341,37 @@ def cmd_runs(ns: argparse.Namespace) -> int:
     if ns.a and ns.b:
         rows = compare(load_run(ns.a), load_run(ns.b))
         if ns.json:
-            print_json(rows)
+            print_json([r.to_json() for r in rows])
         else:
             for r in rows:
                 fmt = lambda v: (
                     "-" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
                 )
-                mark = {True: "better", False: "worse", None: ""}[r["b_better"]]
-                ratio = "-" if r["ratio"] is None else f"x{r['ratio']:.3f}"
-                print(f"{r['metric']:<24}{fmt(r['a']):>12}{fmt(r['b']):>12}  {ratio:>8} {mark}")
+                mark = {True: "better", False: "worse", None: ""}[r.b_better]
+                ratio = "-" if r.ratio is None else f"x{r.ratio:.3f}"
+                print(f"{r.metric:<24}{fmt(r.a):>12}{fmt(r.b):>12}  {ratio:>8} {mark}")
         return 0
     if ns.a:
         raise ConfigError("give two runs to compare (or none to list them)")
-    rows = []
+    listed: list[tuple[str, RunResult]] = []
     for p in list_runs():
         try:
-            r = load_run(p)
+            listed.append((p.name, load_run(p)))
         except QuantdeckError:
             continue
-        rows.append(
-            {
-                "file": p.name,
-                "kind": r.get("kind", "bench"),
-                "label": r.get("label"),
-                "completed": r.get("completed"),
-                "output_throughput": r.get("output_throughput"),
-                "median_ttft_ms": r.get("median_ttft_ms"),
-            }
-        )
     if ns.json:
-        print_json(rows)
-    else:
-        for r in rows:
-            if r["kind"] != "bench":
-                print(f"{r['file']:<50} {r['kind']}")
-                continue
-            tput, ttft = r["output_throughput"], r["median_ttft_ms"]  # None: not recorded
-            print(
-                f"{r['file']:<50} {r['completed']:>5} req "
-                f"{'-' if tput is None else format(tput, '.1f'):>9} tok/s "
-                f"TTFT p50 {'-' if ttft is None else format(ttft, '.1f')} ms"
-            )
+        print_json([_listed_json(name, run) for name, run in listed])
+        return 0
+    for name, run in listed:
+        if not isinstance(run, BenchResult):
+            print(f"{name:<50} {run.kind}")
+            continue
+        tput, ttft = run.output_throughput, run.median_ttft_ms  # None: not recorded
+        print(
+            f"{name:<50} {run.completed:>5} req "
+            f"{'-' if tput is None else format(tput, '.1f'):>9} tok/s "
+            f"TTFT p50 {'-' if ttft is None else format(ttft, '.1f')} ms"
+        )
     return 0
 
 

@@ -102,15 +102,20 @@ def load_json(
     error: type[QuantdeckError] = ConfigError,
     nonfinite_as_none: bool = False,
     syntax_error: type[QuantdeckError] | None = None,
+    infinity: bool = False,
 ) -> Any:
     """Parse JSON strictly: ``NaN``, ``Infinity`` and overflowing numbers (``1e999``) are
     refused, or read as ``null`` with ``nonfinite_as_none`` (files Python's json module wrote,
     which may hold them); nesting deeper than :data:`MAX_DEPTH` is refused. Every JSON text
     Quantdeck reads goes through here: a file, a line, an option's value. ``syntax_error``:
     the error for text that is no JSON at all (default ``error``), for a caller that takes
-    such text as plain text."""
+    such text as plain text. ``infinity`` (with ``nonfinite_as_none``): ``Infinity`` and
+    ``-Infinity``, as Python's json module writes an infinite value (a load's rate of requests),
+    read as that value, only ``NaN`` as ``null``."""
 
-    def nonfinite(word: str) -> None:
+    def nonfinite(word: str) -> float | None:
+        if nonfinite_as_none and infinity and word in ("Infinity", "-Infinity"):
+            return float(word)
         if nonfinite_as_none:
             return None
         raise error(f"{where}: {word} is not a finite number")

@@ -41,6 +41,7 @@ from quantdeck.gui.table_model import Column
 
 if TYPE_CHECKING:
     from quantdeck.core.bench import LiveTuner, TrialOutcome
+    from quantdeck.core.bench.results import LiveTuneResult
     from quantdeck.core.fleet import Fleet
     from quantdeck.core.fleet.trial import TrialOptions
     from quantdeck.core.launch import LaunchConfig
@@ -181,7 +182,7 @@ class LiveTuneJob:
     def instance(self) -> str:
         return self.trials.name
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> LiveTuneResult:
         return self.tuner.run(self.trials.launch, self.trials)
 
     def cancel(self) -> None:

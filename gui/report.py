@@ -17,11 +17,20 @@ import html
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from quantdeck.core.bench.results import (
+    ABResult,
+    BenchResult,
+    Roofline,
+    RunResult,
+    SloMs,
+    TuneResult,
+)
 from quantdeck.core.events import MarkerEvent
 from quantdeck.core.monitor.timeline import SpanComparison, diff_text, plain_number
 from quantdeck.core.paths import atomic_dir
@@ -39,30 +48,29 @@ from quantdeck.gui.style import (
 )
 
 
-def flatten(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ReportItem:
+    """One measured config of the report: its label, its run, its roofline and its server's
+    kernel (an A/B arm's; a bench run has neither)."""
+
+    label: str
+    result: BenchResult
+    roofline: Roofline | None = None
+    kernel: str = ""
+
+
+def flatten(runs: list[RunResult]) -> list[ReportItem]:
     """One entry per measured config: a bench run, or each arm of an A/B run."""
     out = []
     for r in runs:
-        if r.get("kind") == "ab":
-            for a in r["arms"]:
-                if a.get("result"):
-                    out.append(
-                        {
-                            "label": a["label"],
-                            "result": a["result"],
-                            "roofline": a.get("roofline") or {},
-                            "facts": a.get("facts"),
-                        }
-                    )
-        elif r.get("kind") != "tune":
-            out.append(
-                {
-                    "label": r.get("label") or r.get("model_id"),
-                    "result": r,
-                    "roofline": {},
-                    "facts": {},
-                }
-            )
+        if isinstance(r, ABResult):
+            out += [
+                ReportItem(a.label, a.result, a.roofline, a.kernel)
+                for a in r.arms
+                if a.result is not None
+            ]
+        elif isinstance(r, BenchResult):
+            out.append(ReportItem(str(r.label or r.model_id), r))
     return out
 
 
@@ -109,11 +117,11 @@ def _plot(title: str, xlabel: str, ylabel: str) -> Any:
     return w
 
 
-def throughput_chart(items: list[dict[str, Any]], path: Path) -> None:
+def throughput_chart(items: list[ReportItem], path: Path) -> None:
     import pyqtgraph as pg
 
     w = _plot("Output throughput", "", "tokens/s")
-    ys = [number(it["result"].get("output_throughput")) or 0.0 for it in items]
+    ys = [number(it.result.output_throughput) or 0.0 for it in items]
     w.addItem(
         pg.BarGraphItem(
             x=np.arange(len(ys)),
@@ -123,21 +131,17 @@ def throughput_chart(items: list[dict[str, Any]], path: Path) -> None:
         )
     )
     ax = w.getAxis("bottom")
-    ax.setTicks([[(i, it["label"]) for i, it in enumerate(items)]])
+    ax.setTicks([[(i, it.label) for i, it in enumerate(items)]])
     _save(w, path)
 
 
-def cdf_chart(items: list[dict[str, Any]], field: str, title: str, path: Path) -> None:
+def cdf_chart(items: list[ReportItem], field: str, title: str, path: Path) -> None:
     import pyqtgraph as pg
 
     w = _plot(title, "ms", "fraction of requests")
     w.addLegend(offset=(-10, 10))
     for i, it in enumerate(items):
-        vals = sorted(
-            v * 1000
-            for r in it["result"].get("requests", [])
-            if isinstance(r, dict) and r.get("success") and (v := number(r.get(field))) is not None
-        )
+        vals = sorted(v * 1000 for v in it.result.request_times(field))
         if not vals:
             continue
         ys = np.arange(1, len(vals) + 1) / len(vals)
@@ -146,47 +150,49 @@ def cdf_chart(items: list[dict[str, Any]], field: str, title: str, path: Path) -
             ys,
             pen=pg.mkPen(SERIES_COLORS[i % len(SERIES_COLORS)], width=2),
             stepMode=None,
-            name=it["label"],
+            name=it.label,
         )
     _save(w, path)
 
 
-def roofline_chart(items: list[dict[str, Any]], path: Path) -> bool:
+def roofline_chart(items: list[ReportItem], path: Path) -> bool:
     import pyqtgraph as pg
 
-    rows = [(i, it) for i, it in enumerate(items) if number(it["roofline"].get("roofline_tok_s"))]
+    rows = [
+        (i, it, roof)
+        for i, it in enumerate(items)
+        if (roof := it.roofline) is not None and number(roof.roofline_tok_s)
+    ]
     if not rows:
         return False
     w = _plot("Decode per sequence vs batch-1 roofline", "", "tokens/s per sequence")
-    for k, (i, it) in enumerate(rows):
-        roof = it["roofline"]
+    for k, (i, _it, roof) in enumerate(rows):
         w.addItem(
             pg.BarGraphItem(
-                x=[k - 0.15], height=[roof["roofline_tok_s"]], width=0.3, brush=ROOFLINE_BAR
+                x=[k - 0.15], height=[roof.roofline_tok_s], width=0.3, brush=ROOFLINE_BAR
             )
         )
         w.addItem(
             pg.BarGraphItem(
                 x=[k + 0.15],
-                height=[number(roof.get("decode_tok_s_per_seq")) or 0.0],
+                height=[number(roof.decode_tok_s_per_seq) or 0.0],
                 width=0.3,
                 brush=SERIES_COLORS[i % len(SERIES_COLORS)],
             )
         )
-    w.getAxis("bottom").setTicks([[(k, it["label"]) for k, (i, it) in enumerate(rows)]])
+    w.getAxis("bottom").setTicks([[(k, it.label) for k, (_i, it, _r) in enumerate(rows)]])
     _save(w, path)
     return True
 
 
-def tune_chart(run: dict[str, Any], path: Path) -> None:
+def tune_chart(run: TuneResult, path: Path) -> None:
     import pyqtgraph as pg
 
     w = _plot("Goodput per tuning point (in order measured)", "point", "requests/s")
-    pts = run["points"]
-    ys = [number(p.get("goodput")) or 0.0 for p in pts]
+    pts = run.points
+    ys = [number(p.goodput) or 0.0 for p in pts]
     brushes = [
-        MEETS_POINT if p.get("meets") else (DROPPED_BAR if p.get("dropped") else MISSES_POINT)
-        for p in pts
+        MEETS_POINT if p.meets else (DROPPED_BAR if p.dropped else MISSES_POINT) for p in pts
     ]
     w.addItem(pg.BarGraphItem(x=np.arange(1, len(ys) + 1), height=ys, width=0.6, brushes=brushes))
     _save(w, path)
@@ -230,7 +236,7 @@ def percent(v: Any) -> str:
 
 
 def write_report(
-    runs: list[dict[str, Any]],
+    runs: list[RunResult],
     out: Path,
     *,
     comparison: SpanComparison | None = None,
@@ -282,7 +288,7 @@ def comparison_html(cmp: SpanComparison, markers: list[MarkerEvent]) -> list[str
 
 
 def _write_report(
-    runs: list[dict[str, Any]],
+    runs: list[RunResult],
     out: Path,
     comparison: SpanComparison | None = None,
     markers: list[MarkerEvent] | tuple[()] = (),
@@ -304,14 +310,13 @@ def _write_report(
             + "<th>kernel</th><th>roofline</th></tr>"
         )
         for it in items:
-            r = it["result"]
-            frac = it["roofline"].get("fraction_of_roofline")
+            frac = it.roofline.fraction_of_roofline if it.roofline else None
             parts.append(
                 "<tr><td>"
-                + html.escape(str(it["label"]))
+                + html.escape(str(it.label))
                 + "</td>"
-                + "".join(f"<td>{cell(r.get(k), s)}</td>" for k, _, s in _COLS)
-                + f"<td>{html.escape(str((it['facts'] or {}).get('quantization_kernel', '')))}"
+                + "".join(f"<td>{cell(it.result.figure(k), s)}</td>" for k, _, s in _COLS)
+                + f"<td>{html.escape(it.kernel)}"
                 + f"</td><td>{percent(frac)}</td></tr>"
             )
         parts.append("</table>")
@@ -326,32 +331,32 @@ def _write_report(
         ]
         if roofline_chart(items, out / "roofline.png"):
             parts.append("<img src='roofline.png'>")
-    for n, run in enumerate(r for r in runs if r.get("kind") == "tune"):
+    for n, run in enumerate(r for r in runs if isinstance(r, TuneResult)):
         name = f"tune_{n}.png"
         tune_chart(run, out / name)
-        best = run.get("best") or {}
-        slo = run.get("slo_ms") or {}
+        best = run.best.values if run.best else None
+        slo = run.slo_ms or SloMs()
         parts.append(
-            f"<h2>Tuning ({html.escape(str(run.get('strategy')))}, targets p99 TTFT "
-            f"{cell(slo.get('ttft'), 'g')} ms, p99 TPOT {cell(slo.get('tpot'), 'g')} ms)</h2>"
+            f"<h2>Tuning ({html.escape(str(run.strategy))}, targets p99 TTFT "
+            f"{cell(slo.ttft, 'g')} ms, p99 TPOT {cell(slo.tpot, 'g')} ms)</h2>"
         )
         parts.append(
             "<table><tr><th>point</th><th>values</th><th>goodput</th><th>meets</th>"
             "<th>TTFT p99</th><th>TPOT p99</th><th>note</th></tr>"
         )
-        for i, p in enumerate(run["points"], 1):
-            vals = ", ".join(f"{k}={v}" for k, v in p["values"].items())
-            mark = " (best)" if p["values"] == best.get("values") else ""
+        for i, p in enumerate(run.points, 1):
+            vals = ", ".join(f"{k}={v}" for k, v in p.values.items())
+            mark = " (best)" if p.values == best else ""
             parts.append(
                 f"<tr><td>{i}{mark}</td><td>{html.escape(vals)}</td>"
-                f"<td>{cell(p.get('goodput'), '.2f')}</td><td>{cell(p.get('meets'), '')}</td>"
-                f"<td>{cell(p.get('p99_ttft_ms'), '.0f')}</td>"
-                f"<td>{cell(p.get('p99_tpot_ms'), '.1f')}</td>"
-                f"<td>{html.escape(str(p.get('dropped') or p.get('error') or ''))}</td>"
+                f"<td>{cell(p.goodput, '.2f')}</td><td>{cell(p.meets, '')}</td>"
+                f"<td>{cell(p.p99_ttft_ms, '.0f')}</td>"
+                f"<td>{cell(p.p99_tpot_ms, '.1f')}</td>"
+                f"<td>{html.escape(str(p.dropped or p.error or ''))}</td>"
                 "</tr>"
             )
         parts.append(f"</table><img src='{name}'>")
-    env = next((r.get("env") for r in runs if r.get("env")), None)
+    env = next((r.env for r in runs if r.env), None)
     if env:
         parts.append(
             "<h2>Environment</h2><pre>"

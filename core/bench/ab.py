@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.bench.client import Bench, LoadSpec
+from quantdeck.core.bench.results import ABResult, ArmResult, BenchResult
 from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.events import (
     ArmEvent,
@@ -101,14 +102,14 @@ def roofline(server: ServerProcess) -> dict[str, Any]:
     return {"weights_bytes": weights, "bandwidth_bytes_per_s": bw, "roofline_tok_s": bw / weights}
 
 
-def attach_roofline(arm: dict[str, Any]) -> None:
+def attach_roofline(arm: ArmResult) -> None:
     """Measured decode rate per sequence (1000 / median TPOT) against the roofline."""
-    roof, res = arm.get("roofline") or {}, arm.get("result") or {}
-    tpot = res.get("median_tpot_ms")
-    if roof.get("roofline_tok_s") and tpot:
+    roof, res = arm.roofline, arm.result
+    tpot = res.median_tpot_ms if res is not None else None
+    if roof is not None and roof.roofline_tok_s and tpot:
         rate = 1000.0 / tpot
-        roof["decode_tok_s_per_seq"] = rate
-        roof["fraction_of_roofline"] = rate / roof["roofline_tok_s"]
+        roof.decode_tok_s_per_seq = rate
+        roof.fraction_of_roofline = rate / roof.roofline_tok_s
 
 
 ROUND = "#"  # an arm's label in its round: LABEL#N
@@ -130,23 +131,23 @@ def abba(arms: list[Arm], rounds: int) -> list[Arm]:
 SUMMARY_FIGURES = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms")
 
 
-def round_summary(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def round_summary(results: list[ArmResult]) -> dict[str, dict[str, Any]]:
     """Per arm over its rounds: each figure's median, min and max (the spread), and how many
     rounds gave a result."""
     import statistics
 
-    by: dict[str, list[dict[str, Any]]] = {}
+    by: dict[str, list[BenchResult]] = {}
     for r in results:
-        base = r["label"].rsplit(ROUND, 1)[0]
-        if r.get("result") and not r.get("error"):
-            by.setdefault(base, []).append(r["result"])
+        base = r.label.rsplit(ROUND, 1)[0]
+        if r.result is not None and not r.error:
+            by.setdefault(base, []).append(r.result)
         else:
             by.setdefault(base, [])
     out: dict[str, dict[str, Any]] = {}
     for base, runs in by.items():
         figures: dict[str, Any] = {"rounds": len(runs)}
         for key in SUMMARY_FIGURES:
-            values = [run[key] for run in runs if run.get(key) is not None]
+            values = [v for run in runs if (v := run.figure(key)) is not None]
             if values:
                 figures[key] = {
                     "median": statistics.median(values),
@@ -212,16 +213,15 @@ class ABRun:
         cfg.server.port = free_port(cfg.server.host)
         return cfg
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> ABResult:
         if len(self.arms) < 2:
             raise ConfigError("an A/B comparison needs at least two arms")
         self.preflight()
-        results = []
+        results: list[ArmResult] = []
         for i, arm in enumerate(self.arms):
             if self._cancel.is_set():
-                results.append(
-                    {"label": arm.label, "config": to_dict(arm.config), "skipped": "cancelled"}
-                )
+                skipped = {"label": arm.label, "config": to_dict(arm.config)}
+                results.append(ArmResult.from_json({**skipped, "skipped": "cancelled"}))
                 continue
             self._emit(ArmEvent(i, len(self.arms), arm.label, "starting"))
             results.append(self.run_arm(arm, i))
@@ -238,9 +238,9 @@ class ABRun:
         if self.rounds > 1:
             out["rounds"] = self.rounds
             out["summary"] = round_summary(results)
-        return out
+        return ABResult.from_json(out)  # in the order a run file was always written in
 
-    def run_arm(self, arm: Arm, index: int) -> dict[str, Any]:
+    def run_arm(self, arm: Arm, index: int) -> ArmResult:
         server = ServerProcess(self._cfg(arm), engine=self.engine)
         out: dict[str, Any] = {"label": arm.label, "config": to_dict(arm.config)}
         server.subscribe(
@@ -263,19 +263,19 @@ class ABRun:
                     break
             if self._cancel.is_set():
                 out["error"] = "cancelled"
-                return out
+                return self._arm_done(out, server, index, arm)
             if server.state != "ready":
                 out["error"] = (
                     f"server did not become ready ({server.state}): "
                     + " | ".join(list(server.log_tail)[-3:])
                 )[:500]
-                return out
+                return self._arm_done(out, server, index, arm)
             out["ready_s"] = round(time.time() - t0, 1)
             out["warmup"] = warm_up(server, self.warmups)
             self._emit(ArmEvent(index, len(self.arms), arm.label, "measuring"))
             if self._cancel.is_set():
                 out["error"] = "cancelled"
-                return out
+                return self._arm_done(out, server, index, arm)
             self._bench = Bench(
                 server.url,
                 server.served_name,
@@ -292,12 +292,20 @@ class ABRun:
             out["result"] = self._bench.run()
         except (ServerError, ConfigError) as e:
             out["error"] = str(e)
-        finally:
-            self._bench = None
-            out["facts"] = dict(server.facts)
-            out["plan"] = server.plan.to_json() if server.plan else None
-            out["roofline"] = roofline(server) if server.plan else {}
-            if server.running:
-                server.stop()
-            self._emit(ArmEvent(index, len(self.arms), arm.label, "done", error=out.get("error")))
-        return out
+        except BaseException:
+            self._arm_done(out, server, index, arm)
+            raise
+        return self._arm_done(out, server, index, arm)
+
+    def _arm_done(
+        self, out: dict[str, Any], server: ServerProcess, index: int, arm: Arm
+    ) -> ArmResult:
+        """The arm's end, however it came: its server's facts and plan, the server stopped."""
+        self._bench = None
+        out["facts"] = dict(server.facts)
+        out["plan"] = server.plan.to_json() if server.plan else None
+        out["roofline"] = roofline(server) if server.plan else {}
+        if server.running:
+            server.stop()
+        self._emit(ArmEvent(index, len(self.arms), arm.label, "done", error=out.get("error")))
+        return ArmResult.from_json(out)  # in the order a run file was always written in

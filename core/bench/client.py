@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 from quantdeck.core.bench.datasets import _Tokenizer, build_requests, tokenizer_vocab
 from quantdeck.core.bench.load import DEFAULT_PERCENTILES, LoadSpec, Request, RequestRecord
+from quantdeck.core.bench.results import BenchResult
 from quantdeck.core.bench.stats import compute_metrics
 
 log = logging.getLogger("quantdeck.bench")
@@ -155,7 +156,7 @@ class Bench:
         except (httpx.HTTPError, ValueError):
             return {}
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> BenchResult:
         with httpx.Client(
             base_url=self.url, headers=self.headers, timeout=30.0, verify=tls_verify(self.url)
         ) as client:
@@ -184,27 +185,33 @@ class Bench:
         finally:
             gc.unfreeze()
         metrics = compute_metrics(records, duration, self.slo, self.percentiles)
-        return {
-            "date": time.strftime("%Y%m%d-%H%M%S", time.localtime(started)),
-            "started_at": started,  # wall clock at the first send (requests' start_time is after)
-            "backend": "vllm",
-            "endpoint_type": "openai",
-            "base_url": self.url,
-            "model_id": self.model,
-            "server_version": version.get("version"),
-            "num_prompts": n,
-            "request_rate": "inf" if math.isinf(self.spec.request_rate) else self.spec.request_rate,
-            "burstiness": self.spec.burstiness,
-            "max_concurrency": self.spec.concurrency,
-            "input_len": self.spec.input_len,
-            "output_len": self.spec.output_len,
-            "slo_ms": self.slo or None,
-            "ended_early": self.ended,
-            "client_cpu_s": self.client_cpu_s,  # what the measured run cost the client's thread
-            **metrics,
-            "load": asdict(self.spec),
-            "requests": [asdict(r) for r in records],
-        }
+        # the keys in the order a run file was always written in (BenchResult keeps it)
+        return BenchResult.from_json(
+            {
+                "date": time.strftime("%Y%m%d-%H%M%S", time.localtime(started)),
+                # wall clock at the first send (requests' start_time is after)
+                "started_at": started,
+                "backend": "vllm",
+                "endpoint_type": "openai",
+                "base_url": self.url,
+                "model_id": self.model,
+                "server_version": version.get("version"),
+                "num_prompts": n,
+                "request_rate": "inf"
+                if math.isinf(self.spec.request_rate)
+                else self.spec.request_rate,
+                "burstiness": self.spec.burstiness,
+                "max_concurrency": self.spec.concurrency,
+                "input_len": self.spec.input_len,
+                "output_len": self.spec.output_len,
+                "slo_ms": self.slo or None,
+                "ended_early": self.ended,
+                "client_cpu_s": self.client_cpu_s,  # what the measured run cost the client's thread
+                **metrics,
+                "load": asdict(self.spec),
+                "requests": [asdict(r) for r in records],
+            }
+        )
 
     def _has_tokenizer(self, client: httpx.Client) -> bool:
         try:

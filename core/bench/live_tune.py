@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from quantdeck.core.bench.results import LiveTuneResult
 from quantdeck.core.bench.tune import KNOBS, apply_point
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.events import ABSENT, Event, LiveTuneEvent, Publisher, TrialEvent
@@ -300,7 +301,7 @@ class LiveTuner:
             out[knob] = getattr(getattr(cfg, group), attr)
         return out
 
-    def run(self, launch: LaunchFn, trial: TrialFn) -> dict[str, Any]:
+    def run(self, launch: LaunchFn, trial: TrialFn) -> LiveTuneResult:
         """The chain, until the space is exhausted, the budget, the goal, a cancel or a failed
         trial; the chain's result (``ended``: why; ``failed``: True when the fleet went away;
         ``goal_met``: None without ``until``, else whether trial ``met_by``'s launch met it)."""
@@ -344,25 +345,28 @@ class LiveTuner:
         trials = [s.to_json() for s in self.steps]
         final = to_dict(current)
         self._events.emit(LiveTuneEvent("finished", reason=ended, trials=trials, launch=final))
-        return {
-            "kind": "live_tune",
-            "space": self.space,
-            "budget": self.budget,
-            "budget_s": self.budget_s,
-            "until": self.until,
-            # None without a goal; else whether a promoted launch met it, and which trial's
-            "goal_met": None if self.until is None else met_by is not None,
-            "met_by": met_by,
-            "seconds": round(self._clock() - t0, 1),
-            "ended": ended,
-            "failed": failed,
-            "cancelled": self._cancel.is_set(),
-            "trials": trials,
-            "start": self.values(start, self.space),
-            "best": self.values(current, self.space),
-            "changed": changed,
-            "launch": final,
-        }
+        # the order of its keys as it was always written (LiveTuneResult keeps it)
+        return LiveTuneResult.from_json(
+            {
+                "kind": "live_tune",
+                "space": self.space,
+                "budget": self.budget,
+                "budget_s": self.budget_s,
+                "until": self.until,
+                # None without a goal; else whether a promoted launch met it, and which trial's
+                "goal_met": None if self.until is None else met_by is not None,
+                "met_by": met_by,
+                "seconds": round(self._clock() - t0, 1),
+                "ended": ended,
+                "failed": failed,
+                "cancelled": self._cancel.is_set(),
+                "trials": trials,
+                "start": self.values(start, self.space),
+                "best": self.values(current, self.space),
+                "changed": changed,
+                "launch": final,
+            }
+        )
 
     def _step(
         self,

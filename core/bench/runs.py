@@ -7,13 +7,16 @@ record), ``load``, ``config`` (the launch config when Quantdeck started the serv
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quantdeck.core.bench.results import BenchResult, RunResult, run_result
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.paths import data_root, write_json
 from quantdeck.core.schema import Fields, load_json, read_bounded
@@ -64,18 +67,19 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "run"
 
 
-def save_run(result: dict[str, Any], label: str | None = None, folder: Path | None = None) -> Path:
+def save_run(result: RunResult, label: str | None = None, folder: Path | None = None) -> Path:
     """Write the run atomically (fsynced, mode 0600: prompts and settings are the user's) under
     a new name, never over another run, even one saved at the same moment; returns its path."""
     folder = folder or runs_dir()
-    label = label or result.get("label") or Path(str(result.get("model_id", "run"))).name
-    result["label"] = label
+    model = result.model_id if isinstance(result, BenchResult) else None
+    label = label or result.label or Path(str(model or "run")).name
+    result.label = label
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(label)}"
     n = 0
     while True:
         path = folder / (f"{stem}-{n}.json" if n else f"{stem}.json")
         try:
-            write_json(path, result, private=True, replace=False)
+            write_json(path, result.to_json(), private=True, replace=False)
             return path
         except FileExistsError:
             n += 1
@@ -95,18 +99,20 @@ def check_result_target(path: Path) -> None:
             ) from None
 
 
-def write_result(path: Path, result: dict[str, Any]) -> None:
+def write_result(path: Path, result: RunResult) -> None:
     """Write ``result`` to ``path`` (atomically, 0600) after :func:`check_result_target`."""
     check_result_target(path)
-    write_json(path, result, private=True)
+    write_json(path, result.to_json(), private=True)
 
 
 MAX_RUN_BYTES = 512 * 2**20  # a long A/B run with every request's token times is ~100 MiB
 MAX_ITEMS = 100_000  # arms, tuning points
 
 
-def load_run(path: str | Path) -> dict[str, Any]:
-    """A saved run (``bench``, ``ab`` or ``tune``), by path or by its name in the history.
+def load_run(path: str | Path) -> RunResult:
+    """A saved run (``bench``, ``ab``, ``tune`` or ``live_tune``), by path or by its name in the
+    history, read back into its kind's result (:mod:`quantdeck.core.bench.results`); its
+    ``path`` is the file's, its ``label`` the file's name where it has none.
     Checked with the one schema (:mod:`quantdeck.core.schema`): what the lists, comparisons
     and reports read has its type, so a damaged or foreign file is one ConfigError line."""
     p = Path(path)
@@ -117,16 +123,18 @@ def load_run(path: str | Path) -> dict[str, Any]:
         else:
             raise ConfigError(f"{path}: no such run file")
     raw = read_bounded(p, MAX_RUN_BYTES, "run")
-    # json.dumps writes NaN for a figure it could not compute: read as no figure
-    data = load_json(raw, f"{p}: not a run file", nonfinite_as_none=True)
+    # json.dumps writes NaN for a figure it could not compute: read as no figure; Infinity
+    # for the load's rate of requests sent all at once: read as it was (the file reads back)
+    data = load_json(raw, f"{p}: not a run file", nonfinite_as_none=True, infinity=True)
     if not isinstance(data, dict) or (
-        "completed" not in data and data.get("kind") not in ("ab", "tune")
+        "completed" not in data and data.get("kind") not in ("ab", "tune", "live_tune")
     ):
         raise ConfigError(f"{p}: not a benchmark result")
     _check_run(Fields(data, str(p)))
-    data.setdefault("label", p.stem)
-    data["_path"] = str(p)
-    return data
+    run = run_result(data)
+    run.label = run.label or p.stem
+    run.path = str(p)
+    return run
 
 
 def _check_run(f: Fields) -> None:
@@ -145,6 +153,16 @@ def _check_run(f: Fields) -> None:
             if roofline:
                 roofline.number("fraction_of_roofline")
                 roofline.number("roofline_tok_s")
+    elif kind == "live_tune":
+        for i, trial in enumerate(f.items("trials", max_len=MAX_ITEMS, required=True) or []):
+            t = Fields(trial, f"{f.where}: trial {i + 1}")
+            t.text("result", required=True)
+            t.text("decision")
+            t.text("reason")
+            t.sub("knobs")
+        f.text("ended")
+        f.sub("launch")
+        return
     elif kind == "tune":
         for i, point in enumerate(f.items("points", max_len=MAX_ITEMS, required=True) or []):
             _check_point(Fields(point, f"{f.where}: point {i + 1}"))
@@ -184,11 +202,26 @@ def list_runs(folder: Path | None = None) -> list[Path]:
         return []
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """Row per key: a, b, b/a and whether b is better."""
+@dataclass(frozen=True)
+class CompareRow:
+    """One figure of two runs: its value in each, b / a and whether b is better (None: equal
+    or not comparable)."""
+
+    metric: str
+    a: float | None
+    b: float | None
+    ratio: float | None
+    b_better: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def compare(a: RunResult, b: RunResult) -> list[CompareRow]:
+    """Row per key: a, b, b/a and whether b is better (a run other than a bench has none)."""
     rows = []
     for key in COMPARE_KEYS:
-        va, vb = a.get(key), b.get(key)
+        va, vb = (r.figure(key) if isinstance(r, BenchResult) else None for r in (a, b))
         ratio = (
             vb / va
             if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va
@@ -198,5 +231,5 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         if ratio is not None and ratio != 1:
             lower = any(key.endswith(s) or key == s for s in LOWER_IS_BETTER)
             better = (ratio < 1) if lower else (ratio > 1)
-        rows.append({"metric": key, "a": va, "b": vb, "ratio": ratio, "b_better": better})
+        rows.append(CompareRow(key, va, vb, ratio, better))
     return rows

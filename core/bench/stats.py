@@ -4,11 +4,14 @@ summary."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from quantdeck.core.bench.load import DEFAULT_PERCENTILES, RequestRecord
+
+if TYPE_CHECKING:
+    from quantdeck.core.bench.results import BenchResult
 
 
 def _stats(values: list[float], name: str, percentiles: Sequence[float]) -> dict[str, float]:
@@ -70,13 +73,14 @@ def compute_metrics(
     return m
 
 
-def records_from(result: dict[str, Any]) -> list[RequestRecord]:
+def records_from(result: BenchResult) -> list[RequestRecord]:
     """The per-request records of a saved result."""
-    return [RequestRecord(**r) for r in result.get("requests", [])]
+    return [RequestRecord(**r) for r in result.requests]
 
 
-def summary_lines(result: dict[str, Any]) -> list[str]:
+def summary_lines(run: BenchResult) -> list[str]:
     """The human summary, laid out like ``vllm bench serve``'s."""
+    result = run.to_json()  # every figure, the percentiles asked for among them
     w = 40
     lines = [
         " Serving Benchmark Result ".center(50, "="),

@@ -26,6 +26,7 @@ from typing import Any
 
 from quantdeck.core.bench.ab import ABRun, Arm
 from quantdeck.core.bench.client import LoadSpec, RequestRecord
+from quantdeck.core.bench.results import BenchResult, PointFigures, TuneResult
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import (
     ArmEvent,
@@ -117,19 +118,19 @@ def apply_point(base: LaunchConfig, point: dict[str, Any]) -> LaunchConfig:
     return validate(cfg)
 
 
-def point_outcome(result: Mapping[str, Any]) -> str:
+def point_outcome(result: PointFigures | Mapping[str, Any]) -> str:
     """What became of a tuning point, in one line, from its figures (a ``point`` event's
     result when done, or an entry of the run's ``points``): why it has no goodput (an error,
     dropped early, cancelled), or its goodput and whether its p99 latencies meet the targets."""
-    if result.get("error"):
-        return f"error: {result['error']}"
-    if result.get("dropped"):
-        return str(result["dropped"])
-    goodput = result.get("goodput")
-    if goodput is None:
+    p = result if isinstance(result, PointFigures) else PointFigures.from_json(result)
+    if p.error:
+        return f"error: {p.error}"
+    if p.dropped:
+        return p.dropped
+    if p.goodput is None:
         return "no result (cancelled)"
-    meets = "meets the p99 targets" if result.get("meets") else "misses the p99 targets"
-    return f"goodput {goodput:.2f} req/s, {meets}"
+    meets = "meets the p99 targets" if p.meets else "misses the p99 targets"
+    return f"goodput {p.goodput:.2f} req/s, {meets}"
 
 
 def _tag_point(ev: Event, n: int) -> Event:
@@ -148,13 +149,13 @@ class Point:
     dropped: str | None = None
     error: str | None = None
     seconds: float = 0.0
-    result: dict[str, Any] | None = field(default=None, repr=False)
+    result: BenchResult | None = field(default=None, repr=False)
 
     def key(self) -> tuple[tuple[str, Any], ...]:
         return tuple(sorted(self.values.items()))
 
     def to_json(self) -> dict[str, Any]:
-        r = self.result or {}
+        r = self.result or BenchResult()
         return {
             "values": self.values,
             "goodput": self.goodput,
@@ -162,11 +163,11 @@ class Point:
             "dropped": self.dropped,
             "error": self.error,
             "seconds": round(self.seconds, 1),
-            "p99_ttft_ms": r.get("p99_ttft_ms"),
-            "p99_tpot_ms": r.get("p99_tpot_ms"),
-            "output_throughput": r.get("output_throughput"),
-            "completed": r.get("completed"),
-            "failed": r.get("failed"),
+            "p99_ttft_ms": r.p99_ttft_ms,
+            "p99_tpot_ms": r.p99_tpot_ms,
+            "output_throughput": r.output_throughput,
+            "completed": r.completed,
+            "failed": r.failed,
         }
 
 
@@ -224,7 +225,7 @@ class Tuner:
     def _hopeless(self, records: list[RequestRecord]) -> str | None:
         if self.best is None or not self.best.result:
             return None
-        best_good = self.best.result.get("good_completed", 0)
+        best_good = self.best.result.good_completed or 0
         bad = sum(
             1
             for r in records
@@ -265,20 +266,19 @@ class Tuner:
         arm = run.run_arm(Arm(f"point {n}", cfg), n)
         self._run = None
         point.seconds = time.time() - t0
-        point.error = arm.get("error")
-        res = arm.get("result")
-        if res:
+        point.error = arm.error
+        res = arm.result
+        if res is not None:
             point.result = res
-            point.dropped = (
-                res.get("ended_early")
-                if res.get("ended_early", "") and str(res["ended_early"]).startswith("dropped")
-                else None
-            )
-            if point.dropped is None and not res.get("ended_early"):
-                point.goodput = res["request_goodput"]
+            ended = res.ended_early
+            point.dropped = ended if ended and ended.startswith("dropped") else None
+            if point.dropped is None and not ended:
+                point.goodput = res.request_goodput
                 point.meets = (
-                    res["p99_ttft_ms"] <= self.slo["ttft"]
-                    and res["p99_tpot_ms"] <= self.slo["tpot"]
+                    res.p99_ttft_ms is not None
+                    and res.p99_tpot_ms is not None
+                    and res.p99_ttft_ms <= self.slo["ttft"]
+                    and res.p99_tpot_ms <= self.slo["tpot"]
                 )
                 if self.best is None or (point.goodput or 0) > (self.best.goodput or 0):
                     self.best = point
@@ -306,7 +306,7 @@ class Tuner:
         )
 
     # -- strategies --------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> TuneResult:
         t0 = time.time()
         # the start point is the base config with the knobs' start values: checking it checks
         # the base's model and settings too
@@ -315,19 +315,24 @@ class Tuner:
             self._grid()
         else:
             self._coordinate()
-        return {
-            "kind": "tune",
-            "strategy": self.strategy,
-            "slo_ms": self.slo,
-            "load": self.spec.__dict__,
-            "space": self.space,
-            "base": to_dict(self.base),
-            "seconds": round(time.time() - t0, 1),
-            "cancelled": self._cancel.is_set(),
-            "points": [p.to_json() for p in self.points.values()],
-            "best": self.best.to_json() if self.best else None,
-            "best_config": to_dict(apply_point(self.base, self.best.values)) if self.best else None,
-        }
+        # in the order a run file was always written in (TuneResult keeps it)
+        return TuneResult.from_json(
+            {
+                "kind": "tune",
+                "strategy": self.strategy,
+                "slo_ms": self.slo,
+                "load": self.spec.__dict__,
+                "space": self.space,
+                "base": to_dict(self.base),
+                "seconds": round(time.time() - t0, 1),
+                "cancelled": self._cancel.is_set(),
+                "points": [p.to_json() for p in self.points.values()],
+                "best": self.best.to_json() if self.best else None,
+                "best_config": to_dict(apply_point(self.base, self.best.values))
+                if self.best
+                else None,
+            }
+        )
 
     def start_values(self) -> dict[str, Any]:
         """Each knob's candidate nearest the base config's value (middle if unset)."""

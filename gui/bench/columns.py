@@ -12,6 +12,8 @@ from typing import Any
 from PySide6.QtWidgets import QLabel
 
 from quantdeck.core.bench import LoadSpec
+from quantdeck.core.bench.results import BenchResult, PointFigures
+from quantdeck.core.bench.runs import CompareRow
 from quantdeck.core.launch.diff import change_text, knobs_text
 from quantdeck.gui.labels import plain_label
 from quantdeck.gui.report import fmt as _fmt
@@ -57,7 +59,7 @@ AB_METRICS = (
 DEFAULT_ARMS = "eager = --enforce-eager\ngraphs = --no-enforce-eager"
 
 
-def diff_text(diff: Mapping[str, tuple[Any, Any]]) -> str:
+def diff_text(diff: Mapping[str, Sequence[Any]]) -> str:
     """``knob before → after`` per changed knob (``quantdeck.core.bench.knob_diff``'s)."""
     return change_text(diff)
 
@@ -69,13 +71,13 @@ class TunePoint:
 
     index: int
     values: Mapping[str, Any]
-    result: Mapping[str, Any]
+    result: PointFigures
     best: bool = False
 
     @property
     def goodput(self) -> float | None:
-        g = self.result.get("goodput")
-        return None if self.result.get("dropped") or self.result.get("error") else g
+        r = self.result
+        return None if r.dropped or r.error else r.goodput
 
 
 def best_point(points: Sequence[TunePoint]) -> int | None:
@@ -102,7 +104,7 @@ def _outcome_cell(p: TunePoint) -> str:
 
     if p.goodput is None:
         return point_outcome(p.result)
-    return "meets the p99 targets" if p.result.get("meets") else "misses the p99 targets"
+    return "meets the p99 targets" if p.result.meets else "misses the p99 targets"
 
 
 def tune_columns(knobs: Sequence[str]) -> tuple[Column[TunePoint], ...]:
@@ -120,35 +122,42 @@ def tune_columns(knobs: Sequence[str]) -> tuple[Column[TunePoint], ...]:
         Column("point", _point_name),
         *(_knob(k) for k in knobs),
         Column("goodput\nreq/s", lambda p: _fmt(p.goodput, ".2f"), align_right=True),
-        Column("TTFT p99\nms", lambda p: _fmt(p.result.get("p99_ttft_ms"), ".1f")),
-        Column("TPOT p99\nms", lambda p: _fmt(p.result.get("p99_tpot_ms"), ".2f")),
-        Column("completed", lambda p: _fmt(p.result.get("completed"), "d")),
+        Column("TTFT p99\nms", lambda p: _fmt(p.result.p99_ttft_ms, ".1f")),
+        Column("TPOT p99\nms", lambda p: _fmt(p.result.p99_tpot_ms, ".2f")),
+        Column("completed", lambda p: _fmt(p.result.completed, "d")),
         # a dropped point's unsent requests count as failed: its outcome says why instead
-        Column(
-            "failed",
-            lambda p: "-" if p.result.get("dropped") else _fmt(p.result.get("failed"), "d"),
-        ),
+        Column("failed", lambda p: "-" if p.result.dropped else _fmt(p.result.failed, "d")),
         Column("outcome", _outcome_cell, tooltip=lambda p: point_outcome(p.result)),
     )
 
 
-def series_column(name: str, result: dict[str, Any]) -> Column[Metric]:
-    """A column of the results table: one run, arm or tuning point (``result``'s figures)."""
-    return Column(name, lambda m: _fmt(result.get(m.key), m.fmt))
+def series_column(
+    name: str, result: BenchResult | None, own: Mapping[str, Any] | None = None
+) -> Column[Metric]:
+    """A column of the results table: one run or arm (``result``'s figures; None: none), with
+    the rows that are the column's ``own`` (an arm's ``vs_launch`` and ``error``)."""
+    extra = dict(own or {})
+
+    def value(m: Metric) -> str:
+        if m.key in extra:
+            return _fmt(extra[m.key], m.fmt)
+        return _fmt(result.figure(m.key) if result is not None else None, m.fmt)
+
+    return Column(name, value)
 
 
-def _ratio_text(row: dict[str, Any]) -> str:
-    if row["ratio"] is None:
+def _ratio_text(row: CompareRow) -> str:
+    if row.ratio is None:
         return "-"
-    return f"{row['ratio']:.3f}" + {True: " better", False: " worse", None: ""}[row["b_better"]]
+    return f"{row.ratio:.3f}" + {True: " better", False: " worse", None: ""}[row.b_better]
 
 
-def compare_columns(label_a: str, label_b: str) -> tuple[Column[dict[str, Any]], ...]:
+def compare_columns(label_a: str, label_b: str) -> tuple[Column[CompareRow], ...]:
     """The columns of a comparison of two runs (rows: quantdeck.core.bench.compare's)."""
     return (
-        Column("metric", lambda r: r["metric"]),
-        Column(label_a, lambda r: _fmt(r["a"], ".2f")),
-        Column(label_b, lambda r: _fmt(r["b"], ".2f")),
+        Column("metric", lambda r: r.metric),
+        Column(label_a, lambda r: _fmt(r.a, ".2f")),
+        Column(label_b, lambda r: _fmt(r.b, ".2f")),
         Column("B / A", _ratio_text),
     )
 

@@ -4,7 +4,6 @@ them compared, an HTML report of those selected."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -16,6 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.bench.results import RunResult
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.gui.bench.columns import RUN_COLUMNS, compare_columns
 from quantdeck.gui.table_model import ObjectTableModel
@@ -52,7 +52,7 @@ class HistoryPage(QWidget):
 
         self.runs_model.set_rows(list_runs())
 
-    def _selected_runs(self) -> list[dict[str, Any]]:
+    def _selected_runs(self) -> list[RunResult]:
         from quantdeck.core.bench import load_run
 
         rows = self.history.selectionModel().selectedRows()
@@ -66,10 +66,11 @@ class HistoryPage(QWidget):
         except QuantdeckError as e:
             self.said.emit(str(e))
             return
-        if len(runs) != 2 or any(r.get("kind") in ("ab", "tune") for r in runs):
+        if len(runs) != 2 or any(r.kind in ("ab", "tune") for r in runs):
             self.said.emit("select two benchmark runs to compare")
             return
-        self.compared.emit(compare(*runs), compare_columns(runs[0]["label"], runs[1]["label"]))
+        a, b = runs
+        self.compared.emit(compare(a, b), compare_columns(str(a.label), str(b.label)))
 
     def write_report(self, folder: str | Path) -> Path | None:
         from quantdeck.gui.report import write_report

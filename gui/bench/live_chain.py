@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from quantdeck.core.bench.results import LiveTuneResult
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import Event, LiveTuneEvent, TrialEvent
 from quantdeck.core.launch.diff import knobs_text
@@ -191,32 +192,32 @@ class LiveChain:
         row = self.rows[i] if 0 <= i < len(self.rows) else self.rows[-1]
         res.trial_detail.setText(row.detail)
 
-    def show_result(self, result: dict[str, Any], instance: str | None) -> None:
+    def show_result(self, result: LiveTuneResult, instance: str | None) -> None:
         """The chain's end: the instance's launch now, what the chain changed, the goal."""
         from quantdeck.core.bench.live_tune import until_text
 
-        trials = result["trials"]
-        ran = sum(1 for t in trials if t["result"] in ("promoted", "rolled back"))
-        won = sum(1 for t in trials if t["result"] == "promoted")
-        best = knobs_text(result["best"])
-        changed = diff_text(result["changed"]) or "nothing"
+        trials = result.trials
+        ran = sum(1 for t in trials if t.ran)
+        won = sum(1 for t in trials if t.result == "promoted")
+        best = knobs_text(result.best)
+        changed = diff_text(result.changed) or "nothing"
         lines = [
             f"Final launch of {instance or 'the instance'}: {best} "
             f"(changed by the chain: {changed})."
         ]
-        ended = f"; ended: {result['ended']}"
-        if result.get("until"):
-            goal = until_text(result["until"])
-            if result.get("goal_met"):  # the chain ended there: its reason says how
-                lines.append(f"Goal {goal}: {result['ended'].removeprefix('the goal: ')}.")
+        ended = f"; ended: {result.ended}"
+        if result.until:
+            goal = until_text(result.until)
+            if result.goal_met:  # the chain ended there: its reason says how
+                lines.append(f"Goal {goal}: {result.ended.removeprefix('the goal: ')}.")
                 ended = ""
             else:
                 lines.append(f"Goal {goal}: not met (no promoted launch met every limit).")
         lines.append(
-            f"{ran} trial{'' if ran == 1 else 's'} in {result['seconds']:.0f} s, {won} promoted, "
+            f"{ran} trial{'' if ran == 1 else 's'} in {result.seconds or 0:.0f} s, {won} promoted, "
             f"{len(trials) - ran} not run{ended}."
         )
         summary = self._results.tune_summary
         summary.setText("\n".join(lines))
-        launch = "\n".join(f"{k}: {v}" for k, v in result["launch"].items())
+        launch = "\n".join(f"{k}: {v}" for k, v in result.launch.items())
         summary.setToolTip(f"The instance's launch now:\n{launch}")

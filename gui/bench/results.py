@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.bench.results import ABResult, BenchResult, RunResult
 from quantdeck.gui.bench.columns import (
     AB_METRICS,
     MAX_LIVE_POINTS,
@@ -92,7 +93,7 @@ class BenchResults(QSplitter):
             [], [], pen=None, symbol="o", symbolSize=11, symbolBrush=POINT, symbolPen=None
         )
         self.results_model: ObjectTableModel[Any] = ObjectTableModel(
-            (METRIC_COLUMN, series_column("value", {})), self
+            (METRIC_COLUMN, series_column("value", None)), self
         )
         self.table = QTableView()
         self.table.setModel(self.results_model)
@@ -227,26 +228,25 @@ class BenchResults(QSplitter):
         # a little room below 0: the × of a point without goodput stays clear of the axis
         self.plot.setYRange(0, high * 1.25 if high > 0 else 1.0, padding=0.04)
 
-    def show_figures(self, result: dict[str, Any], arm_diffs: dict[str, str]) -> None:
+    def show_figures(self, result: RunResult, arm_diffs: dict[str, str]) -> None:
         """A run's figures (a column), or an A/B run's (a column per arm, with what each arm
         changes against the Launch tab: ``arm_diffs``, and why an arm has none)."""
         rows: Sequence[Metric]
-        if result.get("kind") == "ab":
+        columns: list[Column[Metric]]
+        if isinstance(result, ABResult):
             rows = AB_METRICS
-            series = [
-                (
-                    a["label"],
-                    {
-                        **(a.get("result") or {}),
-                        "vs_launch": arm_diffs.get(a["label"]),
-                        "error": a.get("error") or a.get("skipped"),
-                    },
+            columns = [
+                series_column(
+                    a.label,
+                    a.result,
+                    {"vs_launch": arm_diffs.get(a.label), "error": a.error or a.skipped},
                 )
-                for a in result["arms"]
+                for a in result.arms
             ]
         else:
-            rows, series = METRICS, [("value", result)]
-        self.show_rows(rows, [METRIC_COLUMN, *(series_column(name, d) for name, d in series)])
+            rows = METRICS
+            columns = [series_column("value", result if isinstance(result, BenchResult) else None)]
+        self.show_rows(rows, [METRIC_COLUMN, *columns])
 
     def show_rows(self, rows: Sequence[Any], columns: Sequence[Column[Any]]) -> None:
         """Any rows in the table, its columns fitted to them (a comparison of two runs)."""

@@ -34,6 +34,14 @@ from PySide6.QtWidgets import (
 )
 
 from quantdeck.core.bench import LoadSpec
+from quantdeck.core.bench.results import (
+    ABResult,
+    BenchResult,
+    LiveTuneResult,
+    PointFigures,
+    RunResult,
+    TuneResult,
+)
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import (
     ArmEvent,
@@ -102,7 +110,7 @@ class BenchTab(QWidget):
         self.job: Any = None
         self.job_kind = "bench"
         self.worker: Any = None
-        self.result: dict[str, Any] | None = None
+        self.result: RunResult | None = None
         self.saved_profile: str | None = None  # the profile the last tune saved
         # through a signal: a bound method of the tab's own would keep it in a reference cycle,
         # freed by the garbage collector whenever it runs (in a paint event too: a crash)
@@ -330,10 +338,11 @@ class BenchTab(QWidget):
                 case PointEvent(index=n, values=values, result=result):
                     from quantdeck.core.bench import point_outcome
 
-                    self._tune_points.append(TunePoint(n, dict(values), dict(result)))
+                    figures = PointFigures.from_json(result)
+                    self._tune_points.append(TunePoint(n, dict(values), figures))
                     self._show_tune(self._tune_points)
                     self.status.setText(
-                        f"{self._point_text(n)} ({values_text(values)}): " + point_outcome(result)
+                        f"{self._point_text(n)} ({values_text(values)}): " + point_outcome(figures)
                     )
                 case ArmEvent(point=int() as n, stage=stage, error=error):  # a tuning point's
                     self.status.setText(f"{self._point_text(n)}: {stage_text(stage, error)}")
@@ -382,8 +391,8 @@ class BenchTab(QWidget):
             self.live_chain.show()
         elif not self.live_mode and self.results.plot_mode == "live":
             self._set_plot_mode("ttft")
-            self.results_model.set_rows([], (METRIC_COLUMN, series_column("value", {})))
-            if self.result is not None and self.result.get("kind") != "live_tune":
+            self.results_model.set_rows([], (METRIC_COLUMN, series_column("value", None)))
+            if self.result is not None and not isinstance(self.result, LiveTuneResult):
                 self.show_result(self.result)
 
     def refresh_instances(self) -> None:
@@ -391,33 +400,35 @@ class BenchTab(QWidget):
         self.live_chain.refresh_instances()
 
     # -- a job's end ---------------------------------------------------------------------------
-    def _on_done(self, result: dict[str, Any]) -> None:
+    def _on_done(self, result: RunResult) -> None:
         from quantdeck.core.bench import environment, save_run
 
-        kind = self.job_kind
-        if kind == "live":  # the fleet saved each promoted launch as the instance's profile
+        if isinstance(result, LiveTuneResult):  # the fleet saved each promoted launch
             self.result = result
             self.live_chain.show_result(result, self.job.instance if self.job else None)
-            self.status.setText(f"live tune done: {result['ended']}")
+            self.status.setText(f"live tune done: {result.ended}")
             return
-        result.setdefault("env", environment(result.get("server_version")))
+        if result.env is None:
+            server = result.server_version if isinstance(result, BenchResult) else None
+            result.env = environment(server)
         label = self.label.text().strip() or None
-        if kind == "tune":
+        if isinstance(result, TuneResult):
             self._save_tuned(result)
-            label = label or f"tune-{result['strategy']}"
-        elif kind == "ab":
-            label = label or "ab-" + "-vs-".join(a["label"] for a in result["arms"])
+            label = label or f"tune-{result.strategy}"
+        elif isinstance(result, ABResult):
+            label = label or "ab-" + "-vs-".join(a.label for a in result.arms)
         path = save_run(result, label)
         self.result = result
         self.show_result(result)
+        ended = result.ended_early if isinstance(result, BenchResult) else None
         self.status.setText(
-            f"{kind} done · saved {path.name}"
-            + (f" · ended early: {result['ended_early']}" if result.get("ended_early") else "")
+            f"{self.job_kind} done · saved {path.name}"
+            + (f" · ended early: {ended}" if ended else "")
         )
         self.refresh_history()
-        self.finished.emit(result)
+        self.finished.emit(result.to_json())  # the Monitor's marker reads the saved figures
 
-    def _save_tuned(self, result: dict[str, Any]) -> None:
+    def _save_tuned(self, result: TuneResult) -> None:
         """Save the best point as a profile and say so (its name, in plain view)."""
         text, self.saved_profile = self.tune_page.save_best(result, self._tune_base)
         self.tune_summary.setText(text)
@@ -455,12 +466,12 @@ class BenchTab(QWidget):
     def _show_tune(self, points: Sequence[TunePoint], best: int | None = None) -> None:
         self.results.show_tune(points, self._tune_knobs, self._planned, best)
 
-    def show_result(self, result: dict[str, Any]) -> None:
-        if result.get("kind") == "tune":
-            points = [TunePoint(i, p["values"], p) for i, p in enumerate(result["points"], start=1)]
-            best = result.get("best")
-            index = next((p.index for p in points if best and p.values == best["values"]), None)
-            self._tune_knobs = list(result.get("space") or self._tune_knobs)
+    def show_result(self, result: RunResult) -> None:
+        if isinstance(result, TuneResult):
+            points = [TunePoint(i, p.values, p) for i, p in enumerate(result.points, start=1)]
+            best = result.best
+            index = next((p.index for p in points if best and p.values == best.values), None)
+            self._tune_knobs = list(result.space or self._tune_knobs)
             self._set_plot_mode("tune")
             self._show_tune(points, best=index if index is not None else -1)
             return

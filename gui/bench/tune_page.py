@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from quantdeck.core.bench.results import TuneResult
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event
 from quantdeck.core.launch import LaunchConfig
@@ -92,30 +93,26 @@ class TunePage(QWidget):
         """The space's lines (``KNOB = V1,V2``), blank ones left out."""
         return [ln for ln in self.space.toPlainText().splitlines() if ln.strip()]
 
-    def save_best(
-        self, result: dict[str, Any], base: LaunchConfig | None
-    ) -> tuple[str, str | None]:
+    def save_best(self, result: TuneResult, base: LaunchConfig | None) -> tuple[str, str | None]:
         """Save a tuning run's best point over ``base`` as a profile (the Save best as name,
         else ``tuned-DATE``): the line that says so, and the profile saved (None: none)."""
         from quantdeck.core.bench import apply_point
         from quantdeck.core.launch import profiles
 
-        best = result.get("best")
+        best = result.best
         if not best or base is None:
             return "No point has a goodput: no profile saved.", None
         name: str | None = self.save_profile.text().strip() or time.strftime("tuned-%Y%m%d-%H%M%S")
         try:
-            profiles.save_profile(str(name), apply_point(base, best["values"]))
+            profiles.save_profile(str(name), apply_point(base, best.values))
             where = f" Saved as profile '{name}'."
         except QuantdeckError as e:
             name, where = None, f" Not saved as a profile: {e}"
-        index = next(
-            (i for i, p in enumerate(result["points"], 1) if p["values"] == best["values"]), "?"
-        )
-        meets = "meets" if best.get("meets") else "misses"
+        index = next((i for i, p in enumerate(result.points, 1) if p.values == best.values), "?")
+        meets = "meets" if best.meets else "misses"
         return (
-            f"Best: point {index} ({values_text(best['values'])}), goodput "
-            f"{best['goodput']:.2f} req/s, {meets} the p99 targets.{where}"
+            f"Best: point {index} ({values_text(best.values)}), goodput "
+            f"{best.goodput or 0:.2f} req/s, {meets} the p99 targets.{where}"
         ), name
 
     def make_job(

@@ -252,6 +252,7 @@ def test_a_primary_killed_under_traffic_fails_no_request_and_rejoins(fleet: Runn
     bench (``resume=2``) continues a stream cut when ``a`` died. No request fails; each
     streamed answer is whole."""
     from quantdeck.core.bench import Bench, LoadSpec
+    from quantdeck.core.bench.results import BenchResult
 
     a = fleet.urls["a"]
     pid = [e for e in fleet.events if e.get("instance") == "a" and e.get("name") == "pid"][-1]
@@ -269,10 +270,10 @@ def test_a_primary_killed_under_traffic_fails_no_request_and_rejoins(fleet: Runn
     clients = [threading.Thread(target=client) for _ in range(2)]
     # long answers (~1 s each here): when a dies, the one it is streaming is cut mid-way
     load = LoadSpec(num_prompts=16, input_len=32, output_len=256, concurrency=2, warmups=0)
-    streamed: dict[str, Any] = {}
+    runs: list[BenchResult] = []
 
     def stream() -> None:
-        streamed.update(Bench(fleet.router, fleet.model, load, api_key=KEY, resume=2).run())
+        runs.append(Bench(fleet.router, fleet.model, load, api_key=KEY, resume=2).run())
 
     clients.append(threading.Thread(target=stream))
     for t in clients:
@@ -300,10 +301,11 @@ def test_a_primary_killed_under_traffic_fails_no_request_and_rejoins(fleet: Runn
         for t in clients:
             t.join(120)
     assert len(results) >= 10 and results.count(200) == len(results), results
-    print("streamed:", streamed["completed"], "done,", streamed["resumed_requests"], "resumed")
-    assert streamed["failed"] == 0, [r["error"] for r in streamed["requests"] if r["error"]]
-    assert {r["output_tokens"] for r in streamed["requests"]} == {256}
-    assert streamed["resumed_requests"] >= 1  # a stream was cut by the kill, and continued
+    (streamed,) = runs
+    print("streamed:", streamed.completed, "done,", streamed.resumed_requests, "resumed")
+    assert streamed.failed == 0, [r["error"] for r in streamed.requests if r["error"]]
+    assert {r["output_tokens"] for r in streamed.requests} == {256}
+    assert streamed.resumed_requests >= 1  # a stream was cut by the kill, and continued
     # a comes back on its own (no traffic: a start is quicker) and serves again
     back = fleet.wait_for(
         lambda e: (

@@ -76,9 +76,11 @@ def test_json_result_never_replaces_a_file_of_the_users(
 
 def test_json_result_replaces_an_earlier_result(tmp_path: Path) -> None:
     from quantdeck.core.bench import load_run, write_result
+    from quantdeck.core.bench.results import BenchResult
 
     target = tmp_path / "result.json"
-    write_result(target, {"completed": 1, "failed": 0})
-    write_result(target, {"completed": 2, "failed": 0})
-    assert load_run(target)["completed"] == 2
+    write_result(target, BenchResult(completed=1, failed=0))
+    write_result(target, BenchResult(completed=2, failed=0))
+    run = load_run(target)
+    assert isinstance(run, BenchResult) and run.completed == 2
     assert oct(target.stat().st_mode & 0o777) == "0o600"

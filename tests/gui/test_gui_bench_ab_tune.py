@@ -12,6 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from quantdeck.core.bench.ab import ABRun
+from quantdeck.core.bench.results import BenchResult
 from quantdeck.core.bench.tune import Point, Tuner
 from quantdeck.core.events import ArmEvent, PointEvent
 from quantdeck.core.launch import LaunchConfig, cpu_device, profiles
@@ -99,10 +100,10 @@ def _scored_measure(self: Tuner, values: dict[str, Any]) -> Point:
     goodput = CURVE[values["max_num_seqs"]]
     if goodput is None:
         point.dropped = DROPPED
-        point.result = {"completed": 1, "failed": 7}
+        point.result = BenchResult(completed=1, failed=7)
     else:
         point.goodput, point.meets = goodput, goodput >= 2.0
-        point.result = {"completed": 8, "failed": 0, "p99_ttft_ms": 90.0, "p99_tpot_ms": 9.0}
+        point.result = BenchResult(completed=8, failed=0, p99_ttft_ms=90.0, p99_tpot_ms=9.0)
         if self.best is None or goodput > (self.best.goodput or 0):
             self.best = point
     self._emit(PointEvent(n, point.values, "done", self._result(point)))

@@ -10,6 +10,7 @@ from ckpt import LLAMA3_8B, write_checkpoint
 from PySide6.QtCore import QItemSelectionModel, Qt
 
 from quantdeck.core.bench import list_runs, save_run
+from quantdeck.core.bench.results import ABResult, BenchResult
 from quantdeck.core.convert import JobQueue, QuantSpec
 from quantdeck.core.convert.jobs import Job
 from quantdeck.core.events import ProgressEvent, StateEvent
@@ -120,20 +121,22 @@ def test_results_table_and_history(qtbot) -> None:
     tab = BenchTab(lambda: (None, None, None), LaunchConfig, lambda: False)
     qtbot.addWidget(tab)
     assert tab.runs_model.rowCount() == 0
-    tab.show_result({"completed": 6, "failed": 0, "output_throughput": 123.456})
+    tab.show_result(BenchResult(completed=6, failed=0, output_throughput=123.456))
     m = tab.results_model
     assert m.column_names == ["metric", "value"] and m.rowCount() == len(METRICS)
     cells = {m.text(i, "metric"): m.text(i, "value") for i in range(m.rowCount())}
     assert cells["completed"] == "6" and cells["output tok/s"] == "123.5"
     assert cells["TTFT p50 ms"] == "-"
     tab.show_result(
-        {
-            "kind": "ab",
-            "arms": [
-                {"label": "eager", "result": {"completed": 4}},
-                {"label": "graphs", "skipped": "cancelled"},
-            ],
-        }
+        ABResult.from_json(
+            {
+                "kind": "ab",
+                "arms": [
+                    {"label": "eager", "result": {"completed": 4}},
+                    {"label": "graphs", "skipped": "cancelled"},
+                ],
+            }
+        )
     )
     assert m.column_names == ["metric", "eager", "graphs"]
     cells = {
@@ -142,7 +145,7 @@ def test_results_table_and_history(qtbot) -> None:
     assert cells["completed"] == ("4", "-")
     assert cells["arm error"] == ("-", "cancelled")  # why an arm has no figures, said
     for label, tput in (("first", 100.0), ("second", 150.0)):
-        save_run({"completed": 6, "failed": 0, "output_throughput": tput}, label)
+        save_run(BenchResult(completed=6, failed=0, output_throughput=tput), label)
     qtbot.mouseClick(tab.refresh_button, Qt.LeftButton)
     assert tab.runs_model.rowCount() == 2
     assert [tab.runs_model.text(i, "run") for i in range(2)] == [p.name for p in list_runs()]

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from quantdeck.core.bench.results import RunResult, run_result
 from quantdeck.core.errors import ConfigError
 from quantdeck.gui.report import write_report
 
 EVIL = "<script>alert(1)</script>"
 
 
-def hostile_runs() -> list[dict[str, Any]]:
+def hostile_runs() -> list[RunResult]:
     """A bench run, an A/B run and a tune run whose values are markup, not numbers."""
     bench = {
         "kind": "bench",
@@ -58,7 +58,7 @@ def hostile_runs() -> list[dict[str, Any]]:
             }
         ],
     }
-    return [bench, {"kind": "ab", "arms": [arm, good]}, tune]
+    return [run_result(r) for r in (bench, {"kind": "ab", "arms": [arm, good]}, tune)]
 
 
 def test_report_escapes_every_value(tmp_path: Path) -> None:

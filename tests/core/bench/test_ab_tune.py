@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from run_files import assert_round_trip
 
 from quantdeck.cli.main import main as cli_main
 from quantdeck.core.bench import (
@@ -20,9 +21,11 @@ from quantdeck.core.bench import (
     load_run,
     parse_arm,
     point_outcome,
+    save_run,
 )
 from quantdeck.core.bench.ab import ABRun, Arm, round_summary
 from quantdeck.core.bench.client import LoadSpec, RequestRecord
+from quantdeck.core.bench.results import ArmResult
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import ArmServerEvent, ProgressEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig, profiles
@@ -138,7 +141,7 @@ def test_rounds_run_the_arms_abba_and_summarise_their_spread() -> None:
         {"label": "thr#2", "error": "crashed"},
         {"label": "bal#2", "result": {"output_throughput": 110.0, "median_ttft_ms": 34.0}},
     ]
-    summary = round_summary(results)
+    summary = round_summary([ArmResult.from_json(r) for r in results])
     assert summary["bal"]["rounds"] == 2 and summary["thr"]["rounds"] == 1
     assert summary["bal"]["output_throughput"] == {"median": 105.0, "min": 100.0, "max": 110.0}
     assert summary["thr"]["median_ttft_ms"] == {"median": 20.0, "min": 20.0, "max": 20.0}
@@ -259,15 +262,15 @@ def test_ab_two_configs_end_to_end(demo_model, demo_server_parked, tmp_path) -> 
     server_events: list[ArmServerEvent] = []
     run.subscribe(lambda ev: server_events.append(ev) if isinstance(ev, ArmServerEvent) else None)
     res = run.run()
-    a, b = res["arms"]
-    assert [a["label"], b["label"]] == ["seqs-2", "seqs-8"]
+    a, b = res.arms
+    assert [a.label, b.label] == ["seqs-2", "seqs-8"]
     for arm in (a, b):
-        assert "error" not in arm, arm.get("error")
-        assert arm["result"]["completed"] == 16 and arm["result"]["failed"] == 0
-        assert arm["facts"]["kv_cache_tokens"] > 0 and arm["ready_s"] > 0
-    assert a["config"]["max-num-seqs"] == 2 and b["config"]["max-num-seqs"] == 8
+        assert "error" not in arm.to_json(), arm.error
+        assert arm.result.completed == 16 and arm.result.failed == 0
+        assert arm.facts["kv_cache_tokens"] > 0 and arm.ready_s > 0
+    assert a.config["max-num-seqs"] == 2 and b.config["max-num-seqs"] == 8
     # with two sequences at a time, eight offered requests queue: TTFT is much longer
-    assert a["result"]["median_ttft_ms"] > 1.5 * b["result"]["median_ttft_ms"]
+    assert a.result.median_ttft_ms > 1.5 * b.result.median_ttft_ms
     stages = [(e["index"], e["stage"]) for e in events if e.get("event") == "arm"]
     assert stages[0] == (0, "starting") and stages[-1] == (1, "done")
     assert any(e.get("event") == "progress" for e in events)
@@ -283,7 +286,8 @@ def test_ab_two_configs_end_to_end(demo_model, demo_server_parked, tmp_path) -> 
     assert [e["server"]["event"] for e in events if e["event"] == "arm_server"][:1] == ["state"]
     # report: table + charts from the saved result
     f = tmp_path / "ab.json"
-    f.write_text(json.dumps(res, default=str))
+    f.write_text(json.dumps(res.to_json(), default=str))
+    assert_round_trip(save_run(res, folder=tmp_path))
     assert cli_main(["report", str(f), "--out", str(tmp_path / "rep")]) == 0
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "seqs-2" in page and "seqs-8" in page
@@ -321,7 +325,8 @@ def test_tune_walks_seqs_performance_mode_and_speculation_and_saves_the_best(
     best = res["best"]["values"]
     assert best["max_num_seqs"] != 1  # one sequence at a time cannot win against eight offered
     assert profiles.load_profile("tuned").scheduler.max_num_seqs == best["max_num_seqs"]
-    assert load_run(out)["kind"] == "tune"
+    assert load_run(out).kind == "tune"
+    assert_round_trip(out)
     # the walk reached the levers: performance mode and n-gram speculation, each point served
     assert any(v["performance_mode"] == "throughput" for v in values), values
     ngram = [p for p in pts if p["values"]["speculative"] == "ngram:3"]

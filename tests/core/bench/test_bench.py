@@ -14,12 +14,14 @@ import time
 import httpx
 import numpy as np
 import pytest
+from run_files import assert_round_trip
 
 from quantdeck.cli.main import main as cli_main
-from quantdeck.core.bench import compare, load_run, save_run
+from quantdeck.core.bench import compare, save_run
 from quantdeck.core.bench.client import Bench
 from quantdeck.core.bench.datasets import _Tokenizer, build_requests, tokenizer_vocab
 from quantdeck.core.bench.load import LoadSpec, RequestRecord, parse_slo
+from quantdeck.core.bench.results import BenchResult
 from quantdeck.core.bench.stats import compute_metrics, records_from, summary_lines
 from quantdeck.core.errors import ConfigError, ServerError
 
@@ -137,15 +139,15 @@ def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) ->
         slo={"ttft": 1e9, "tpot": 1e9},
         on_record=lambda rec, done, total: seen.append((done, total)),
     ).run()
-    assert res["completed"] == 12 and res["failed"] == 0
+    assert res.completed == 12 and res.failed == 0
     # exact prompt lengths as the server counts them, and exactly max_tokens out (ignore_eos)
-    assert {r["prompt_len"] for r in res["requests"]} == {48}
-    assert {r["output_tokens"] for r in res["requests"]} == {16}
-    assert all(len(r["itl"]) == 15 for r in res["requests"])
+    assert {r["prompt_len"] for r in res.requests} == {48}
+    assert {r["output_tokens"] for r in res.requests} == {16}
+    assert all(len(r["itl"]) == 15 for r in res.requests)
     # the streamed text is kept, all of it: read back through the server's tokenizer it is
     # about the 16 tokens sent (decoding then re-encoding may merge or split a few)
     with httpx.Client(base_url=demo_server.url) as c:
-        for r in res["requests"]:
+        for r in res.requests:
             n = c.post(
                 "/tokenize",
                 json={
@@ -155,27 +157,28 @@ def test_bench_exact_lengths_and_recomputed_aggregates(demo_server, tmp_path) ->
                 },
             ).json()["count"]
             assert 8 <= n <= 32, (n, r["generated_text"])
-    assert res["total_input_tokens"] == 12 * 48 and res["total_output_tokens"] == 12 * 16
+    assert res.total_input_tokens == 12 * 48 and res.total_output_tokens == 12 * 16
     assert seen[-1] == (12, 12) and len(seen) == 12
     # the client's own CPU during the run: one thread, so never more than the run's wall time
-    assert 0 < res["client_cpu_s"] <= res["duration"]
+    assert 0 < res.client_cpu_s <= res.duration
     # the first send's wall time: requests' start_time counts from it, after the prompts
-    first_send = min(r["start_time"] for r in res["requests"])
-    assert 0 <= first_send < 0.5 and time.time() - res["duration"] - 5 < res["started_at"]
+    first_send = min(r["start_time"] for r in res.requests)
+    assert 0 <= first_send < 0.5 and time.time() - res.duration - 5 < res.started_at
     # a loose SLO: every request is good
-    assert res["good_completed"] == 12
-    assert res["request_goodput"] == pytest.approx(res["request_throughput"])
+    assert res.good_completed == 12
+    assert res.request_goodput == pytest.approx(res.request_throughput)
     # every aggregate recomputes from the saved per-request records
     path = save_run(res, "recompute", folder=tmp_path)
-    saved = load_run(path)
-    again = compute_metrics(records_from(saved), saved["duration"], saved["slo_ms"])
+    saved = assert_round_trip(path)  # the file reads back, byte for byte
+    assert isinstance(saved, BenchResult)
+    again = compute_metrics(records_from(saved), saved.duration, saved.slo_ms.to_json())
     for key, value in again.items():
-        assert saved[key] == pytest.approx(value), key
+        assert saved.figure(key) == pytest.approx(value), key
     # and independently of compute_metrics: medians straight from the records
-    ttfts = [r["ttft"] * 1000 for r in saved["requests"]]
-    assert saved["median_ttft_ms"] == pytest.approx(float(np.median(ttfts)))
-    assert saved["output_throughput"] == pytest.approx(12 * 16 / saved["duration"])
-    assert res["server_version"]
+    ttfts = [r["ttft"] * 1000 for r in saved.requests]
+    assert saved.median_ttft_ms == pytest.approx(float(np.median(ttfts)))
+    assert saved.output_throughput == pytest.approx(12 * 16 / saved.duration)
+    assert res.server_version
     assert "Successful requests:" in "\n".join(summary_lines(res))
 
 
@@ -220,9 +223,9 @@ def test_random_dataset_is_vllm_bench_serves(demo_server, demo_model, tmp_path) 
     assert [r.prompt for r in ours[:6]] == theirs
     assert ours[6].prompt not in theirs  # the warm-up: a prompt of its own
     res = _bench(demo_server, spec)
-    assert res["completed"] == 6 and res["load"]["dataset"] == "random"
+    assert res.completed == 6 and res.load["dataset"] == "random"
     # as the server counts them: vLLM's 39 tokens and the BOS (re-tokenizing landed on them)
-    assert {r["prompt_len"] for r in res["requests"]} == {40}
+    assert {r["prompt_len"] for r in res.requests} == {40}
     with pytest.raises(ConfigError, match="tokenizer.json"):
         _bench(demo_server, LoadSpec(num_prompts=1, dataset="random", tokenizer=str(tmp_path)))
 
@@ -231,12 +234,12 @@ def test_random_dataset_is_vllm_bench_serves(demo_server, demo_model, tmp_path) 
 def test_goodput_tight_slo_counts_only_good_requests(demo_server) -> None:
     spec = LoadSpec(num_prompts=8, input_len=32, output_len=8, concurrency=4)
     res = _bench(demo_server, spec, slo={"ttft": 0.01})  # 10 µs: no request makes it
-    assert res["completed"] == 8
-    assert res["good_completed"] == 0 and res["request_goodput"] == 0.0
+    assert res.completed == 8
+    assert res.good_completed == 0 and res.request_goodput == 0.0
     # a limit between the fastest and the slowest TTFT splits them
-    ttfts = sorted(r["ttft"] * 1000 for r in res["requests"])
+    ttfts = sorted(r["ttft"] * 1000 for r in res.requests)
     mid = (ttfts[2] + ttfts[3]) / 2
-    again = compute_metrics(records_from(res), res["duration"], {"ttft": mid})
+    again = compute_metrics(records_from(res), res.duration, {"ttft": mid})
     assert again["good_completed"] == 3
 
 
@@ -252,10 +255,10 @@ def test_poisson_rate_and_prompt_file(demo_server, tmp_path) -> None:
     )
     spec = LoadSpec(num_prompts=6, prompts_file=str(f), request_rate=4.0, seed=1, warmups=0)
     res = _bench(demo_server, spec)
-    assert res["completed"] == 6 and res["request_rate"] == 4.0
-    outs = [r["output_tokens"] for r in res["requests"]]
+    assert res.completed == 6 and res.request_rate == 4.0
+    outs = [r["output_tokens"] for r in res.requests]
     assert outs == [4, 6, 4, 6, 4, 6]
-    starts = sorted(r["start_time"] for r in res["requests"])
+    starts = sorted(r["start_time"] for r in res.requests)
     assert starts[-1] > 0.3  # arrivals spread out (mean gap 0.25 s), not all at t=0
 
 
@@ -308,6 +311,7 @@ def test_bench_cli_errors_and_json(demo_server, tmp_path, capsys) -> None:
     ):
         assert key in data, key
     assert data["env"]["vllm_version"] == data["server_version"]
+    assert_round_trip(out)  # --json FILE reads back, byte for byte
     assert data["label"] == "cli"
     capsys.readouterr()
     assert cli_main(["bench", demo_server.url, "--model", "nope", "--num-prompts", "1"]) == 2
@@ -330,11 +334,11 @@ def test_cancel_ends_with_what_was_measured(demo_server) -> None:
     done = []
     bench.on_record = lambda rec, n, total: (done.append(n), n >= 3 and bench.cancel())
     res = bench.run()
-    assert res["ended_early"] == "cancelled"
-    assert res["completed"] >= 3
-    assert res["completed"] + res["failed"] == 40  # nothing dropped
-    assert len(res["requests"]) == 40
-    errors = {r["error"].split(":")[0] for r in res["requests"] if not r["success"]}
+    assert res.ended_early == "cancelled"
+    assert res.completed >= 3
+    assert res.completed + res.failed == 40  # nothing dropped
+    assert len(res.requests) == 40
+    errors = {r["error"].split(":")[0] for r in res.requests if not r["success"]}
     assert errors <= {"not sent", "cancelled in flight"}
 
 
@@ -346,17 +350,18 @@ def test_server_gone_mid_run(demo_server) -> None:
     bench = Bench(demo_server.url, demo_server.served_name, spec)
     started = threading.Event()
     bench.on_record = lambda rec, n, total: started.set()
-    result: dict = {}
-    t = threading.Thread(target=lambda: result.update(bench.run()))
+    results: list[BenchResult] = []
+    t = threading.Thread(target=lambda: results.append(bench.run()))
     t.start()
     try:
         assert started.wait(120)
         demo_server.stop()
         t.join(120)
         assert not t.is_alive()
-        assert result["ended_early"].startswith("server gone")
-        assert result["completed"] >= 1 and result["failed"] >= 1
-        assert result["completed"] + result["failed"] == 60
+        (result,) = results
+        assert result.ended_early.startswith("server gone")
+        assert result.completed >= 1 and result.failed >= 1
+        assert result.completed + result.failed == 60
     finally:
         t.join(60)  # the next test that needs the server starts it again
     with pytest.raises(ServerError):  # a new run against a dead URL fails up front
@@ -364,13 +369,13 @@ def test_server_gone_mid_run(demo_server) -> None:
 
 
 def test_compare_marks_better_and_worse() -> None:
-    a = {"output_throughput": 100.0, "median_ttft_ms": 50.0, "failed": 0, "completed": 10}
-    b = {"output_throughput": 120.0, "median_ttft_ms": 60.0, "failed": 0, "completed": 10}
-    rows = {r["metric"]: r for r in compare(a, b)}
-    assert rows["output_throughput"]["b_better"] is True
-    assert rows["median_ttft_ms"]["b_better"] is False
-    assert math.isclose(rows["output_throughput"]["ratio"], 1.2)
-    assert rows["completed"]["b_better"] is None
+    a = BenchResult(output_throughput=100.0, median_ttft_ms=50.0, failed=0, completed=10)
+    b = BenchResult(output_throughput=120.0, median_ttft_ms=60.0, failed=0, completed=10)
+    rows = {r.metric: r for r in compare(a, b)}
+    assert rows["output_throughput"].b_better is True
+    assert rows["median_ttft_ms"].b_better is False
+    assert math.isclose(rows["output_throughput"].ratio, 1.2)
+    assert rows["completed"].b_better is None
 
 
 def test_sse_messages_read_like_vllm_bench() -> None:
@@ -446,8 +451,9 @@ def test_requests_read_in_one_piece_are_counted_and_warned_of() -> None:
     assert not streamed.read_in_one_piece and late.read_in_one_piece
     short = RequestRecord(2, 16, 4, success=True, itl=[0.0] * 3, latency=0.3, output_tokens=4)
     assert not short.read_in_one_piece  # too few tokens to tell
-    res = compute_metrics([streamed, late, short], duration=1.0)
-    assert res["read_in_one_piece"] == 1
+    res = BenchResult.from_json(compute_metrics([streamed, late, short], duration=1.0))
+    assert res.read_in_one_piece == 1
     text = "\n".join(summary_lines(res))
     assert "warning: 1 of 3 requests were read in one piece" in text
-    assert "warning" not in "\n".join(summary_lines(compute_metrics([streamed], 1.0)))
+    one = BenchResult.from_json(compute_metrics([streamed], 1.0))
+    assert "warning" not in "\n".join(summary_lines(one))

@@ -177,11 +177,11 @@ def test_every_bad_stream_fails_its_request_with_its_reason(fault_server, tmp_pa
     result = Bench(
         fault_server, "m", spec, on_record=lambda rec, done, total: seen.append(done)
     ).run()
-    assert result["completed"] + result["failed"] == len(names) == len(result["requests"])
+    assert result.completed + result.failed == len(names) == len(result.requests)
     assert len(seen) == len(names) and max(seen) == len(names)  # each request reported once
-    by_prompt = dict(zip(names, result["requests"], strict=True))
+    by_prompt = dict(zip(names, result.requests, strict=True))
     assert by_prompt["ok"]["success"] and by_prompt["ok"]["output_tokens"] == 3
-    assert result["completed"] == 1 and result["ended_early"] is None
+    assert result.completed == 1 and result.ended_early is None
     for name, (_, reason) in FAULTS.items():
         if reason is not None:
             rec = by_prompt[name]
@@ -203,14 +203,14 @@ def test_a_cut_stream_is_continued_where_it_broke(fault_server, tmp_path) -> Non
     path.write_text("".join(json.dumps({"prompt": p, "output_len": n}) + "\n" for p, n in rows))
     spec = LoadSpec(num_prompts=3, prompts_file=str(path), concurrency=1, warmups=0)
     result = Bench(fault_server, "m", spec, resume=2).run()
-    cut, always, once = result["requests"]
+    cut, always, once = result.requests
     assert cut["success"] and cut["resumed"] == 1 and cut["error"] == ""
     assert cut["generated_text"] == "aabbbb" and cut["output_tokens"] == 6
     assert len(cut["itl"]) == 5 and 0 < cut["ttft"] <= cut["latency"]
     assert not always["success"] and always["resumed"] == 2
     assert any(e in always["error"] for e in ("ClientPayloadError", "ServerDisconnected"))
     assert once["success"] and once["resumed"] == 1 and once["generated_text"] == "bbb"
-    assert result["resumed_requests"] == 3 and result["failed"] == 1
+    assert result.resumed_requests == 3 and result.failed == 1
     assert FaultHandler.asked == [
         ("cut-then-ok", 6),
         ("cut-then-okaa", 4),
@@ -230,7 +230,7 @@ def test_a_failing_callback_is_logged_and_loses_no_request(fault_server, tmp_pat
 
     spec = LoadSpec(num_prompts=4, prompts_file=_prompts(tmp_path, ["ok"]), warmups=0)
     result = Bench(fault_server, "m", spec, on_record=broken).run()
-    assert result["completed"] == 4 and result["failed"] == 0
+    assert result.completed == 4 and result.failed == 0
     logged = [r for r in caplog.records if "on_record callback failed" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
 

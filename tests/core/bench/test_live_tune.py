@@ -154,20 +154,21 @@ def test_a_chain_promotes_a_winner_and_the_next_candidate_changes_it() -> None:
     assert [c.scheduler.max_num_seqs for c in fleet.tried] == [8, 8]
     # the second candidate is the promoted launch with the next knob changed
     assert [c.scheduler.max_num_batched_tokens for c in fleet.tried] == [512, 2048]
-    assert [t["result"] for t in result["trials"]] == ["promoted", "rolled back"]
-    assert result["trials"][0]["knobs"] == {SEQS: [1, 8]}
-    assert result["trials"][1]["knobs"] == {TOKENS: [512, 2048]}
-    assert result["trials"][0]["decision"] == "promote"
-    assert result["trials"][0]["outcome"] == "better"
-    assert result["best"] == {SEQS: 8, TOKENS: 512} and result["changed"] == {SEQS: [1, 8]}
-    assert result["launch"]["max-num-seqs"] == 8 and not result["failed"]
-    assert result["ended"] == "the space is exhausted: no candidate left to try"
+    assert [t.result for t in result.trials] == ["promoted", "rolled back"]
+    assert result.trials[0].knobs == {SEQS: [1, 8]}
+    assert result.trials[1].knobs == {TOKENS: [512, 2048]}
+    assert result.trials[0].decision == "promote"
+    assert result.trials[0].outcome == "better"
+    assert result.best == {SEQS: 8, TOKENS: 512} and result.changed == {SEQS: [1, 8]}
+    assert result.launch["max-num-seqs"] == 8 and not result.failed
+    assert result.ended == "the space is exhausted: no candidate left to try"
     phases = [(e.phase, e.step) for e in events if isinstance(e, LiveTuneEvent)]
     assert phases == [("trying", 1), ("tried", 1), ("trying", 2), ("tried", 2), ("finished", 0)]
     for e in events:  # typed, and each reads back as it was written
         assert from_json(e.to_json()) == e
     finished = events[-1]
-    assert isinstance(finished, LiveTuneEvent) and finished.trials == result["trials"]
+    assert isinstance(finished, LiveTuneEvent)
+    assert finished.trials == [t.to_json() for t in result.trials]
     assert finished.describe() == (
         "[tune] finished: 2 trials, 1 promoted (the space is exhausted: no candidate left to try)"
     )
@@ -181,13 +182,13 @@ def test_refused_candidates_are_reported_skipped_and_not_counted_in_the_budget()
     events: list[Event] = []
     tuner = LiveTuner({SEQS: [1, 64, 8, 16]}, budget=2, on_event=events.append)
     result = tuner.run(fleet.launch, fleet.trial)
-    assert [(t["knobs"], t["result"]) for t in result["trials"]] == [
+    assert [(t.knobs, t.result) for t in result.trials] == [
         ({SEQS: [1, 64]}, "refused"),
         ({SEQS: [1, 8]}, "promoted"),
         ({SEQS: [8, 16]}, "rolled back"),
     ]
     # two trials ran (the refused one did not count): the third candidate was still tried
-    assert result["ended"] == "the space is exhausted: no candidate left to try"
+    assert result.ended == "the space is exhausted: no candidate left to try"
     refused = [e for e in events if isinstance(e, LiveTuneEvent) and e.result == "refused"]
     assert refused and "does not fit" in str(refused[0].reason)
 
@@ -196,7 +197,7 @@ def test_the_budget_of_trials_and_of_seconds_ends_the_chain() -> None:
     space = {SEQS: [1, 2, 4, 8, 16]}
     fleet = FakeFleet({(SEQS, v): "promoted" for v in (2, 4, 8, 16)})
     result = LiveTuner(space, budget=2).run(fleet.launch, fleet.trial)
-    assert len(result["trials"]) == 2 and result["ended"] == "the budget: 2 trials"
+    assert len(result.trials) == 2 and result.ended == "the budget: 2 trials"
     assert fleet.cfg.scheduler.max_num_seqs == 4
 
     now = [0.0]
@@ -208,7 +209,7 @@ def test_the_budget_of_trials_and_of_seconds_ends_the_chain() -> None:
     fleet2 = FakeFleet({(SEQS, v): "promoted" for v in (2, 4, 8, 16)})
     tuner = LiveTuner(space, budget_s=250, clock=lambda: now[0])
     result = tuner.run(fleet2.launch, trial)
-    assert len(result["trials"]) == 3 and result["ended"] == "the budget: 250 s"
+    assert len(result.trials) == 3 and result.ended == "the budget: 250 s"
     with pytest.raises(ConfigError, match="budget"):
         LiveTuner(space, budget=0)
     with pytest.raises(ConfigError, match="budget-s"):
@@ -221,15 +222,15 @@ def test_a_candidate_that_is_no_valid_launch_is_refused_without_asking_the_fleet
     fleet = FakeFleet()
     result = LiveTuner({SEQS: [0, 1, 4]}).run(fleet.launch, fleet.trial)
     assert [c.scheduler.max_num_seqs for c in fleet.tried] == [4]  # 0 never reached the fleet
-    assert [t["result"] for t in result["trials"]] == ["rolled back", "refused"]
-    assert "max_num_seqs" in result["trials"][1]["reason"]
+    assert [t.result for t in result.trials] == ["rolled back", "refused"]
+    assert "max_num_seqs" in result.trials[1].reason
 
 
 def test_the_fleet_going_away_stops_the_chain_and_a_cancel_stops_it_between_trials() -> None:
     fleet = FakeFleet({(SEQS, 8): "failed"})
     result = LiveTuner({SEQS: [1, 8, 16]}).run(fleet.launch, fleet.trial)
-    assert result["failed"] and result["ended"].startswith("the fleet went away")
-    assert len(result["trials"]) == 1
+    assert result.failed and result.ended.startswith("the fleet went away")
+    assert len(result.trials) == 1
 
     fleet = FakeFleet()
     tuner = LiveTuner({SEQS: [1, 8], TOKENS: [512, 2048]})
@@ -239,14 +240,14 @@ def test_the_fleet_going_away_stops_the_chain_and_a_cancel_stops_it_between_tria
         return fleet.trial(cfg)
 
     result = tuner.run(fleet.launch, trial)
-    assert len(result["trials"]) == 1 and result["ended"] == "stopped" and result["cancelled"]
+    assert len(result.trials) == 1 and result.ended == "stopped" and result.cancelled
 
 
 def test_a_space_of_running_values_only_runs_nothing() -> None:
     fleet = FakeFleet()
     result = LiveTuner({SEQS: [1]}).run(fleet.launch, fleet.trial)
-    assert result["trials"] == [] and result["ended"] == "nothing ran: no candidate to try"
-    assert fleet.tried == [] and result["changed"] == {}
+    assert result.trials == [] and result.ended == "nothing ran: no candidate to try"
+    assert fleet.tried == [] and result.changed == {}
 
 
 # -- until the goal ------------------------------------------------------------------------------
@@ -272,10 +273,10 @@ def test_the_chain_stops_once_a_promoted_launch_meets_the_goal() -> None:
     result = tuner.run(fleet.launch, fleet.trial)
     # 2 was promoted but misses (400 ms); 4 meets (150 ms): 8 and 16 are never tried
     assert [c.scheduler.max_num_seqs for c in fleet.tried] == [2, 4]
-    assert [t.get("meets") for t in result["trials"]] == [False, True]
-    assert result["goal_met"] is True and result["met_by"] == 2
-    assert result["until"] == {"ttft_p99": 200.0}
-    assert result["ended"] == "the goal: trial 2's launch meets it (ttft_p99 150 ms <= 200 ms)"
+    assert [t.meets for t in result.trials] == [False, True]
+    assert result.goal_met is True and result.met_by == 2
+    assert result.until == {"ttft_p99": 200.0}
+    assert result.ended == "the goal: trial 2's launch meets it (ttft_p99 150 ms <= 200 ms)"
     tried = [e for e in events if isinstance(e, LiveTuneEvent) and e.phase == "tried"]
     assert [e.meets for e in tried] == [False, True]
     assert tried[1].describe().endswith("promoted (ttft_p99: better); meets the goal")
@@ -287,14 +288,14 @@ def test_a_goal_no_promoted_launch_meets_is_said_so_and_rolled_back_figures_neve
     fleet = GoalFleet({2: 400.0})
     until = {"ttft_p99": 200.0, "itl_p99": 50.0}
     result = LiveTuner({SEQS: [1, 2, 4]}, until=until).run(fleet.launch, fleet.trial)
-    assert [t["result"] for t in result["trials"]] == ["promoted", "rolled back"]
+    assert [t.result for t in result.trials] == ["promoted", "rolled back"]
     # a rolled-back trial is never held against the goal (its figures are not the launch's)
-    assert [t.get("meets") for t in result["trials"]] == [False, None]
-    assert result["goal_met"] is False and result["met_by"] is None
-    assert result["ended"] == "the space is exhausted: no candidate left to try"
+    assert [t.meets for t in result.trials] == [False, None]
+    assert result.goal_met is False and result.met_by is None
+    assert result.ended == "the space is exhausted: no candidate left to try"
     # without a goal the chain says nothing of one
     plain = LiveTuner({SEQS: [1, 2]}).run(GoalFleet({2: 1.0}).launch, GoalFleet({2: 1.0}).trial)
-    assert plain["goal_met"] is None and "meets" not in plain["trials"][0]
+    assert plain.goal_met is None and "meets" not in plain.trials[0].to_json()
 
 
 def test_goal_readings_and_limits_the_trials_do_not_report() -> None:

