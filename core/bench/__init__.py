@@ -17,6 +17,16 @@ from quantdeck.core.bench.load import (
     parse_slo,
     slo_from_options,
 )
+from quantdeck.core.bench.results import (
+    ABResult,
+    ArmResult,
+    BenchResult,
+    LiveTrial,
+    LiveTuneResult,
+    PointFigures,
+    RunResult,
+    TuneResult,
+)
 from quantdeck.core.bench.runs import (
     check_result_target,
     compare,
@@ -44,7 +54,15 @@ _JOBS = {
 }
 
 __all__ = [
+    "ABResult",
     "ABRun",
+    "ArmResult",
+    "BenchResult",
+    "LiveTrial",
+    "LiveTuneResult",
+    "PointFigures",
+    "RunResult",
+    "TuneResult",
     "add_load_options",
     "apply_point",
     "Arm",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdeck.core.bench.client import Bench, LoadSpec
-from quantdeck.core.bench.results import ABResult, ArmResult, BenchResult
+from quantdeck.core.bench.results import ABResult, ArmResult, BenchResult, RoundSummary, Spread
 from quantdeck.core.errors import ConfigError, ServerError
 from quantdeck.core.events import (
     ArmEvent,
@@ -128,10 +128,7 @@ def abba(arms: list[Arm], rounds: int) -> list[Arm]:
     return out
 
 
-SUMMARY_FIGURES = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms")
-
-
-def round_summary(results: list[ArmResult]) -> dict[str, dict[str, Any]]:
+def round_summary(results: list[ArmResult]) -> dict[str, RoundSummary]:
     """Per arm over its rounds: each figure's median, min and max (the spread), and how many
     rounds gave a result."""
     import statistics
@@ -143,18 +140,22 @@ def round_summary(results: list[ArmResult]) -> dict[str, dict[str, Any]]:
             by.setdefault(base, []).append(r.result)
         else:
             by.setdefault(base, [])
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, RoundSummary] = {}
     for base, runs in by.items():
-        figures: dict[str, Any] = {"rounds": len(runs)}
-        for key in SUMMARY_FIGURES:
+
+        def spread(key: str, runs: list[BenchResult] = runs) -> Spread | None:
             values = [v for run in runs if (v := run.figure(key)) is not None]
-            if values:
-                figures[key] = {
-                    "median": statistics.median(values),
-                    "min": min(values),
-                    "max": max(values),
-                }
-        out[base] = figures
+            if not values:
+                return None
+            return Spread(median=statistics.median(values), min=min(values), max=max(values))
+
+        out[base] = RoundSummary(
+            rounds=len(runs),
+            output_throughput=spread("output_throughput"),
+            median_ttft_ms=spread("median_ttft_ms"),
+            p99_ttft_ms=spread("p99_ttft_ms"),
+            median_tpot_ms=spread("median_tpot_ms"),
+        )
     return out
 
 

@@ -3,6 +3,7 @@ summary."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,29 +81,29 @@ def records_from(result: BenchResult) -> list[RequestRecord]:
 
 def summary_lines(run: BenchResult) -> list[str]:
     """The human summary, laid out like ``vllm bench serve``'s."""
-    result = run.to_json()  # every figure, the percentiles asked for among them
     w = 40
     lines = [
         " Serving Benchmark Result ".center(50, "="),
-        f"{'Successful requests:':<{w}}{result['completed']}",
-        f"{'Failed requests:':<{w}}{result['failed']}",
+        f"{'Successful requests:':<{w}}{run.completed}",
+        f"{'Failed requests:':<{w}}{run.failed}",
     ]
-    if result.get("resumed_requests"):
-        lines.append(f"{'Resumed requests (cut, continued):':<{w}}{result['resumed_requests']}")
-    if result.get("max_concurrency"):
-        lines.append(f"{'Maximum request concurrency:':<{w}}{result['max_concurrency']}")
+    if run.resumed_requests:
+        lines.append(f"{'Resumed requests (cut, continued):':<{w}}{run.resumed_requests}")
+    if run.max_concurrency:
+        lines.append(f"{'Maximum request concurrency:':<{w}}{run.max_concurrency}")
     lines += [
-        f"{'Benchmark duration (s):':<{w}}{result['duration']:.2f}",
-        f"{'Total input tokens:':<{w}}{result['total_input_tokens']}",
-        f"{'Total generated tokens:':<{w}}{result['total_output_tokens']}",
-        f"{'Request throughput (req/s):':<{w}}{result['request_throughput']:.2f}",
+        f"{'Benchmark duration (s):':<{w}}{_n(run.duration):.2f}",
+        f"{'Total input tokens:':<{w}}{run.total_input_tokens}",
+        f"{'Total generated tokens:':<{w}}{run.total_output_tokens}",
+        f"{'Request throughput (req/s):':<{w}}{_n(run.request_throughput):.2f}",
     ]
-    if result.get("request_goodput") is not None:
-        lines.append(f"{'Request goodput (req/s):':<{w}}{result['request_goodput']:.2f}")
+    if run.request_goodput is not None:
+        lines.append(f"{'Request goodput (req/s):':<{w}}{run.request_goodput:.2f}")
     lines += [
-        f"{'Output token throughput (tok/s):':<{w}}{result['output_throughput']:.2f}",
-        f"{'Total token throughput (tok/s):':<{w}}{result['total_token_throughput']:.2f}",
+        f"{'Output token throughput (tok/s):':<{w}}{_n(run.output_throughput):.2f}",
+        f"{'Total token throughput (tok/s):':<{w}}{_n(run.total_token_throughput):.2f}",
     ]
+    keys = list(run.to_json())  # every figure's name, the percentiles asked for among them
     for name, title in (
         ("ttft", "Time to First Token"),
         ("tpot", "Time per Output Token (excl. 1st token)"),
@@ -110,22 +111,27 @@ def summary_lines(run: BenchResult) -> list[str]:
         ("e2el", "End-to-end Latency"),
     ):
         lines.append(title.center(50, "-"))
-        for key in sorted((k for k in result if k.endswith(f"_{name}_ms")), key=_stat_order):
+        for key in sorted((k for k in keys if k.endswith(f"_{name}_ms")), key=_stat_order):
             label = key.split("_")[0]
             label = {"mean": "Mean", "median": "Median", "std": "Std"}.get(label, label.upper())
-            lines.append(f"{label + ' ' + name.upper() + ' (ms):':<{w}}{result[key]:.2f}")
-    if result.get("ended_early"):
-        lines.append(f"ended early: {result['ended_early']}")
-    late = result.get("read_in_one_piece") or 0
+            lines.append(f"{label + ' ' + name.upper() + ' (ms):':<{w}}{_n(run.figure(key)):.2f}")
+    if run.ended_early:
+        lines.append(f"ended early: {run.ended_early}")
+    late = run.read_in_one_piece or 0
     if late:
         lines.append(
-            f"warning: {late} of {result['completed']} requests were read in one piece: this "
+            f"warning: {late} of {run.completed} requests were read in one piece: this "
             "client got no CPU while their tokens streamed (the server's threads take the "
             "cores?), so their TTFT and ITL are its delay, not the server's; leave the client a "
             "core (VLLM_CPU_OMP_THREADS_BIND, a fleet instance's cpus) or run it elsewhere"
         )
     lines.append("=" * 50)
     return lines
+
+
+def _n(value: Any) -> float:
+    """A figure to format: NaN where the run has none."""
+    return float(value) if isinstance(value, int | float) else math.nan
 
 
 def _stat_order(key: str) -> tuple[int, float]:

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from quantdeck.core.bench.results import RunResult
+from quantdeck.core.bench.results import BenchResult, RunResult
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.gui.bench.columns import RUN_COLUMNS, compare_columns
 from quantdeck.gui.table_model import ObjectTableModel
@@ -66,7 +66,7 @@ class HistoryPage(QWidget):
         except QuantdeckError as e:
             self.said.emit(str(e))
             return
-        if len(runs) != 2 or any(r.kind in ("ab", "tune") for r in runs):
+        if len(runs) != 2 or not all(isinstance(r, BenchResult) for r in runs):
             self.said.emit("select two benchmark runs to compare")
             return
         a, b = runs

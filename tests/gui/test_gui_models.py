@@ -10,7 +10,7 @@ from ckpt import LLAMA3_8B, write_checkpoint
 from PySide6.QtCore import QItemSelectionModel, Qt
 
 from quantdeck.core.bench import list_runs, save_run
-from quantdeck.core.bench.results import ABResult, BenchResult
+from quantdeck.core.bench.results import ABResult, BenchResult, LiveTuneResult
 from quantdeck.core.convert import JobQueue, QuantSpec
 from quantdeck.core.convert.jobs import Job
 from quantdeck.core.events import ProgressEvent, StateEvent
@@ -157,6 +157,15 @@ def test_results_table_and_history(qtbot) -> None:
     i = next(i for i in range(m.rowCount()) if m.text(i, "metric") == "output_throughput")
     assert m.text(i, "first") == "100.00" and m.text(i, "second") == "150.00"
     assert m.text(i, "B / A") == "1.500 better"
+    # a live tuning chain saved in the history reads back, and is no run to compare
+    save_run(LiveTuneResult.from_json({"kind": "live_tune", "trials": [], "ended": "x"}), "live")
+    qtbot.mouseClick(tab.refresh_button, Qt.LeftButton)
+    tab.history.selectionModel().clearSelection()
+    for row in range(2):
+        index = tab.runs_model.index(row, 0)
+        tab.history.selectionModel().select(index, QItemSelectionModel.Select)
+    qtbot.mouseClick(tab.compare_button, Qt.LeftButton)
+    assert tab.status.text() == "select two benchmark runs to compare"
 
 
 def test_bench_error_is_one_message(qtbot) -> None:

@@ -25,7 +25,7 @@ from quantdeck.core.bench import (
 )
 from quantdeck.core.bench.ab import ABRun, Arm, round_summary
 from quantdeck.core.bench.client import LoadSpec, RequestRecord
-from quantdeck.core.bench.results import ArmResult
+from quantdeck.core.bench.results import ArmResult, Spread
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import ArmServerEvent, ProgressEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig, profiles
@@ -142,9 +142,14 @@ def test_rounds_run_the_arms_abba_and_summarise_their_spread() -> None:
         {"label": "bal#2", "result": {"output_throughput": 110.0, "median_ttft_ms": 34.0}},
     ]
     summary = round_summary([ArmResult.from_json(r) for r in results])
-    assert summary["bal"]["rounds"] == 2 and summary["thr"]["rounds"] == 1
-    assert summary["bal"]["output_throughput"] == {"median": 105.0, "min": 100.0, "max": 110.0}
-    assert summary["thr"]["median_ttft_ms"] == {"median": 20.0, "min": 20.0, "max": 20.0}
+    assert summary["bal"].rounds == 2 and summary["thr"].rounds == 1
+    assert summary["bal"].output_throughput == Spread(median=105.0, min=100.0, max=110.0)
+    assert summary["thr"].median_ttft_ms == Spread(median=20.0, min=20.0, max=20.0)
+    assert summary["bal"].to_json() == {
+        "rounds": 2,
+        "output_throughput": {"median": 105.0, "min": 100.0, "max": 110.0},
+        "median_ttft_ms": {"median": 32.0, "min": 30.0, "max": 34.0},
+    }
 
 
 def test_cli_ab_refuses_identical_arms(capsys) -> None:
