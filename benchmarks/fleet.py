@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from quantdeck.core.bench import Bench, LoadSpec, parse_arm
+from quantdeck.core.bench import Bench, BenchResult, LoadSpec, parse_arm
 from quantdeck.core.bench.stats import records_from
 from quantdeck.core.events import Event, InstanceEvent, RouteEvent, StateEvent
 from quantdeck.core.fleet import ROUTER, Fleet, load_fleet
@@ -100,7 +100,7 @@ def bench(
     rate: float = float("inf"),
     seed: int = 0,
     resume: int = 0,
-) -> tuple[list[Any], float, dict[str, Any]]:
+) -> tuple[list[Any], float, BenchResult]:
     """One bench run: its records, the wall time its requests' ``start_time`` counts from (the
     first send, after the prompts are built: 1,536 prompts took ~16 s on the GPU host), its
     figures. Each run gets prompts of its
@@ -115,7 +115,7 @@ def bench(
         seed=seed,
     )
     result = Bench(url, model, spec, resume=resume).run()
-    return records_from(result), float(result["started_at"]), result
+    return records_from(result), float(result.started_at or 0.0), result
 
 
 def p99(values: list[float]) -> float | None:
@@ -178,8 +178,8 @@ def router_cost(fleet: Fleet, model: str, prompts: int, rounds: int) -> dict[str
             for arm in ("direct", "router", "router", "direct"):
                 result = bench(urls[arm], model, prompts, 16, 64, seed=seed)[2]
                 seed += 1
-                tok_s[arm] += result["output_throughput"]
-                print(f"c=16: {arm} {result['output_throughput']:.1f} tok/s", flush=True)
+                tok_s[arm] += result.output_throughput or 0.0
+                print(f"c=16: {arm} {result.output_throughput:.1f} tok/s", flush=True)
             ratios.append(round(tok_s["router"] / tok_s["direct"], 3))
             print(f"round: router / direct {ratios[-1]}", flush=True)
     finally:
@@ -221,8 +221,8 @@ def failover(
     steady, hit = p99(before), p99(after)
     return {
         "requests": len(records),
-        "failed": result["failed"],
-        "resumed": result["resumed_requests"],  # cut streams the client continued
+        "failed": result.failed,
+        "resumed": result.resumed_requests,  # cut streams the client continued
         "resumed_ok": sum(1 for r in records if r.resumed and r.success),
         "errors": sorted({r.error for r in records if not r.success})[:3],
         "ttft_p99_ms_before": steady,

@@ -85,8 +85,8 @@ def _load(url: str, model: str, seconds: float) -> None:
     totals = {"completed": 0, "failed": 0, "sent": 0}
     while time.monotonic() < end:
         result = Bench(url, model, spec).run()
-        totals["completed"] += result["completed"]
-        totals["failed"] += result["failed"]
+        totals["completed"] += result.completed or 0
+        totals["failed"] += result.failed or 0
         totals["sent"] += LOAD_ROUND
         print(json.dumps(totals), flush=True)
 
