@@ -328,7 +328,7 @@ def _listed_json(name: str, run: RunResult) -> dict[str, Any]:
     return {
         "file": name,
         "kind": run.kind,
-        "label": run.label,
+        "label": run.name,
         "completed": bench.completed,
         "output_throughput": bench.output_throughput,
         "median_ttft_ms": bench.median_ttft_ms,

@@ -70,7 +70,7 @@ def flatten(runs: list[RunResult]) -> list[ReportItem]:
                 if a.result is not None
             ]
         elif isinstance(r, BenchResult):
-            out.append(ReportItem(str(r.label or r.model_id), r))
+            out.append(ReportItem(r.name or str(r.model_id), r))
     return out
 
 

@@ -18,6 +18,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any, ClassVar, TypeVar
 
 _R = TypeVar("_R", bound="Record")
@@ -42,6 +43,14 @@ class Record:
     rest: dict[str, Any] = field(default_factory=dict, repr=False)
     keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
     path: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        """The run's label, else its file's name (a run written without one)."""
+        label = getattr(self, "label", None)
+        if label:
+            return str(label)
+        return PurePath(self.path).stem if self.path else ""
 
     @classmethod
     def _named(cls) -> dict[str, dataclasses.Field[Any]]:

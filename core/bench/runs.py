@@ -112,7 +112,7 @@ MAX_ITEMS = 100_000  # arms, tuning points
 def load_run(path: str | Path) -> RunResult:
     """A saved run (``bench``, ``ab``, ``tune`` or ``live_tune``), by path or by its name in the
     history, read back into its kind's result (:mod:`quantdeck.core.bench.results`); its
-    ``path`` is the file's, its ``label`` the file's name where it has none.
+    ``path`` is the file's.
     Checked with the one schema (:mod:`quantdeck.core.schema`): what the lists, comparisons
     and reports read has its type, so a damaged or foreign file is one ConfigError line."""
     p = Path(path)
@@ -132,8 +132,7 @@ def load_run(path: str | Path) -> RunResult:
         raise ConfigError(f"{p}: not a benchmark result")
     _check_run(Fields(data, str(p)))
     run = run_result(data)
-    run.label = run.label or p.stem
-    run.path = str(p)
+    run.path = str(p)  # its name, where it has no label, is the file's (Record.name)
     return run
 
 

@@ -70,7 +70,7 @@ class HistoryPage(QWidget):
             self.said.emit("select two benchmark runs to compare")
             return
         a, b = runs
-        self.compared.emit(compare(a, b), compare_columns(str(a.label), str(b.label)))
+        self.compared.emit(compare(a, b), compare_columns(a.name, b.name))
 
     def write_report(self, folder: str | Path) -> Path | None:
         from quantdeck.gui.report import write_report

@@ -120,7 +120,7 @@ def test_a_bench_run_is_typed_and_its_file_reads_back_byte_for_byte(
     run.env = {"host": "h", "device": "cpu"}
     path = save_run(run, folder=tmp_path)
     again = assert_round_trip(path)
-    assert isinstance(again, BenchResult) and again.label == "m" and again.path == str(path)
+    assert isinstance(again, BenchResult) and again.name == "m" and again.path == str(path)
     assert again.requests == run.requests and again.median_ttft_ms == run.median_ttft_ms
     # --json FILE is the same file
     write_result(tmp_path / "out.json", run)
@@ -209,3 +209,8 @@ def test_a_file_of_unknown_keys_and_key_order_reads_back_as_it_was(tmp_path: Pat
     run = assert_round_trip(path)
     assert isinstance(run, BenchResult) and run.rest["someone_elses"] == {"a": [1, 2]}
     assert run.slo_ms == SloMs(e2el=900.0)
+    # a run written without a label (bench --json FILE --no-save) is named by its file
+    del data["label"]
+    write_result(path, BenchResult.from_json(data))
+    run = assert_round_trip(path)
+    assert run.label is None and run.name == "x"

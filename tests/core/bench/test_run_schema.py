@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from quantdeck.cli.main import main
 from quantdeck.core.bench import compare, load_run, runs_dir
+from quantdeck.core.bench.results import run_result
 from quantdeck.core.bench.runs import COMPARE_KEYS
 from quantdeck.core.errors import ConfigError
 
@@ -31,6 +32,8 @@ TUNE = {
     "points": [{"values": {"max_num_seqs": 8}, "goodput": 1.0, "meets": True}],
     "best": None,
 }
+TRIAL = {"step": 1, "knobs": {"max_num_seqs": [1, 8]}, "result": "promoted", "reason": "better"}
+LIVE = {"kind": "live_tune", "trials": [TRIAL], "ended": "the budget: 1 trials", "launch": {}}
 
 
 def _write(path: Path, data: Any) -> Path:
@@ -52,6 +55,8 @@ def _write(path: Path, data: Any) -> Path:
         ({**AB, "arms": [{"label": "a", "roofline": {"fraction_of_roofline": "<b>"}}]}, "arm 1"),
         ({**TUNE, "points": [{"values": 3}]}, "point 1: 'values' must be a JSON object"),
         ({**TUNE, "best": {"values": {}, "meets": "yes"}}, "'meets' must be true or false"),
+        ({**LIVE, "trials": [{**TRIAL, "result": 3}]}, "trial 1: 'result' must be a string"),
+        ({**LIVE, "trials": None}, "'trials' missing"),
     ],
 )
 def test_bad_run_files(tmp_path: Path, data: dict, message: str) -> None:
@@ -95,6 +100,7 @@ RUNS = st.one_of(
     mutated(BENCH, [*COMPARE_KEYS, "kind", "label", "requests"]),
     mutated(AB, ["kind", "arms", "label", *COMPARE_KEYS]),
     mutated(TUNE, ["kind", "points", "best"]),
+    mutated(LIVE, ["kind", "trials", "ended", "launch"]),
     st.lists(mutated(ARM, [*ARM, "ready_s", "facts"]), max_size=2).map(
         lambda arms: {"kind": "ab", "arms": arms}
     ),
@@ -121,6 +127,7 @@ def test_fuzz_run_file(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[
         return
     for row in compare(run, run):
         assert row.b_better is None
+    assert run_result(run.to_json()).to_json() == run.to_json()  # what loads writes back
     compare(run, load_run(_write(tmp_path / "b.json", BENCH)))
     assert main(["runs"]) == 0
     assert "Traceback" not in capsys.readouterr().err
