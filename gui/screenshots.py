@@ -452,8 +452,9 @@ def _shoot_router(app: QApplication, win: Any, out: Path) -> None:
         dialog = view.trial_dialog
         dialog.min_requests.setValue(20)
         dialog.max_duration.setValue(240)
+        before = view.trial_view  # the fleet tour's trial, shown until this one's view comes
         dialog.ok_button.click()
-        if not _wait(app, lambda: view.trial_view is not None, 120):
+        if not _wait(app, lambda: view.trial_view not in (None, before), 120):
             raise ServerError(f"Try live: no trial ({dialog.error.text()})")
         tv = view.trial_view
         _wait(app, lambda: tv.result is not None, 600)
