@@ -75,7 +75,7 @@ t0 = time.monotonic()
 from quantdeck.core.convert import QuantSpec, run_job
 result = run_job(QuantSpec(sys.argv[1], sys.argv[3], sys.argv[2], samples=int(sys.argv[4]),
                            seq_len=int(sys.argv[5])))
-print("RESULT", json.dumps({**result, "seconds": time.monotonic() - t0}), flush=True)
+print("RESULT", json.dumps({**result.to_json(), "seconds": time.monotonic() - t0}), flush=True)
 """
 
 

@@ -55,8 +55,7 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
         if ns.json_events:
             print(json.dumps(ev.to_json(), default=str), flush=True)
         elif isinstance(ev, ProgressEvent):
-            at = ev.extra.get("layer")  # the quantizer's extras: layer of layers
-            layer = f" layer {at}/{ev.extra.get('layers')}" if at else ""
+            layer = f" layer {ev.layer}/{ev.layers}" if ev.layer else ""  # the quantizer's
             print(
                 f"\r{ev.stage:>10}{layer} {ev.pct:5.1f}%   ",
                 end="",
@@ -74,9 +73,9 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
     if not ns.json_events:
         print(file=sys.stderr)
         print(
-            f"{result['out']}  {result['quant_method']} {result['scheme']}  "
-            f"{human_bytes(result['bytes'])} (from {human_bytes(result['source_bytes'])}) "
-            f"in {result['seconds']:.1f} s"
+            f"{result.out}  {result.quant_method} {result.scheme}  "
+            f"{human_bytes(result.bytes)} (from {human_bytes(result.source_bytes)}) "
+            f"in {result.seconds:.1f} s"
         )
     return 0
 

@@ -243,6 +243,24 @@ class ProgressEvent(Event):
     def describe(self) -> str:
         return f"[progress] {self.stage} {self.pct:.0f}%"
 
+    def _int(self, key: str) -> int | None:
+        v = self.extra.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def layer(self) -> int | None:
+        """A conversion's layer (of :attr:`layers`) being quantized; None: not told."""
+        return self._int("layer")
+
+    @property
+    def layers(self) -> int | None:
+        return self._int("layers")
+
+    @property
+    def rss_bytes(self) -> int | None:
+        """The worker's resident memory as it reported the step; None: not told."""
+        return self._int("rss_bytes")
+
 
 @dataclass(frozen=True)
 class LogEvent(Event):
@@ -472,8 +490,34 @@ class RecordingHeader(Event):
     info: Mapping[str, Any] = flat()  # source, config, model, url...
 
     def describe(self) -> str:
-        source = self.info.get("source")
+        source = self.source
         return f"[recording] version {self.version}" + (f" of {source}" if source else "")
+
+    def _text(self, key: str) -> str:
+        v = self.info.get(key)
+        return v if isinstance(v, str) else ""
+
+    @property
+    def source(self) -> str:
+        """What was recorded: ``fleet`` for a fleet's, else the server's kind ("": not told)."""
+        return self._text("source")
+
+    @property
+    def title(self) -> str:
+        return self._text("title")
+
+    @property
+    def model(self) -> str:
+        return self._text("model")
+
+    @property
+    def note(self) -> str:
+        return self._text("note")
+
+    @property
+    def file(self) -> str:
+        """A fleet's recording: its fleet file."""
+        return self._text("file")
 
 
 # -- benchmarks (quantdeck.core.bench) --------------------------------------------------------

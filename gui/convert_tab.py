@@ -273,7 +273,7 @@ class ConvertTab(QWidget):
             self._workers = WorkerSet(lambda msg: self._log(f"quality check: {msg}"))
         self.quality_button.setEnabled(False)
         self._log(f"job {job.id}: quality check against {job.spec.src} …")
-        src, out, python = job.spec.src, job.result["out"], job.python
+        src, out, python = job.spec.src, job.result.out, job.python
         # compare_quality has no cancel (a subprocess): the worker ticks, so that quit() ends it
         self.quality_worker = self._workers.follow(
             lambda: compare_quality(src, out, max_tokens=1024, python=python),
@@ -303,7 +303,7 @@ class ConvertTab(QWidget):
     def _launch_selected(self) -> None:
         job = self.selected_job()
         if job is not None and job.state == "done" and job.result:
-            self.launch_requested.emit(job.result["out"])
+            self.launch_requested.emit(job.result.out)
 
     def _on_job_event(self, job: Any, ev: Event) -> None:
         i = self._row_of(job)
@@ -320,10 +320,8 @@ class ConvertTab(QWidget):
                 ended = state in ("done", "failed", "cancelled")
                 if ended:
                     self._finish(row)
-            case ProgressEvent(stage=stage, pct=pct, extra=extra):
+            case ProgressEvent(stage=stage, pct=pct, layer=layer, layers=layers, rss_bytes=rss):
                 row.pct = float(pct)
-                # the worker's figures ride along in the event's extra mapping
-                layer, layers, rss = extra.get("layer"), extra.get("layers"), extra.get("rss_bytes")
                 if layers and stage == "quantize":
                     stage += f" layer {layer}/{layers}"
                 if row.stage != stage:
@@ -346,10 +344,9 @@ class ConvertTab(QWidget):
         row.eta = "-"
         if job.state == "done" and job.result:
             r = job.result
-            ratio = r["bytes"] / r["source_bytes"] if r.get("source_bytes") else 0
             row.pct = 100.0
-            row.result = f"{r['scheme']} · {ratio:.0%} of the source · {r['seconds']:.0f} s"
-            self.message.setText(f"job {job.id} done: {r['out']}")
+            row.result = f"{r.scheme} · {r.ratio:.0%} of the source · {r.seconds:.0f} s"
+            self.message.setText(f"job {job.id} done: {r.out}")
             self.progress.setValue(100)
         elif job.state == "failed":
             row.result = job.error or "failed"

@@ -79,11 +79,11 @@ class Recordings(QObject):
         except QuantdeckError as e:
             self._said(str(e))
             return 0
-        info = rec.header.info
-        fleet = info.get("source") == "fleet"
-        title = info.get("title") or info.get("model")
-        if not title and fleet and info.get("file"):
-            title = f"fleet {Path(str(info['file'])).name}"
+        head = rec.header
+        fleet = head.source == "fleet"
+        title = head.title or head.model
+        if not title and fleet and head.file:
+            title = f"fleet {Path(head.file).name}"
         window = ReplayWindow(rec, Path(str(title)).name if title else Path(path).name, self.window)
         page = fleet_page(rec) if fleet else None
         if page is not None:

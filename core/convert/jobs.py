@@ -12,6 +12,7 @@ is never written."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import json
 import logging
@@ -107,14 +108,38 @@ def verify(out: Path, spec: QuantSpec, src: ModelInfo) -> ModelInfo:
     return info
 
 
+@dataclass(frozen=True)
+class Conversion:
+    """What a finished conversion made: the folder, its quantization (method and scheme), its
+    weights against the source's (bytes), how long it took and the worker's peak RSS. Its
+    ``to_json`` is the ``done`` event's fields, as they always were."""
+
+    out: str
+    quant_method: str
+    scheme: str
+    bytes: int
+    source_bytes: int
+    seconds: float
+    peak_rss_bytes: int | None = None
+
+    @property
+    def ratio(self) -> float:
+        """The weights' size against the source's (0 where the source's is not known)."""
+        return self.bytes / self.source_bytes if self.source_bytes else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def run_job(
     spec: QuantSpec,
     on_event: Callable[[Event], None] | None = None,
     *,
     cancel: threading.Event | None = None,
     python: str | None = None,
-) -> dict[str, Any]:
-    """Convert, blocking; returns the ``done`` event. Raises JobCancelled / QuantdeckError."""
+) -> Conversion:
+    """Convert, blocking; returns what it made (the ``done`` event's figures). Raises
+    JobCancelled / QuantdeckError."""
     emit = on_event or (lambda ev: None)
     src_info, _method = spec.check()
     out = Path(spec.out).expanduser().absolute()
@@ -161,16 +186,17 @@ def run_job(
         emit(ProgressEvent("verify", 100.0))
         info = verify(tmp, spec, src_info)
         assert info.quantization is not None  # verify() raises on a folder without one
-    result = {
-        "out": str(out),
-        "quant_method": info.quantization.method,
-        "scheme": info.quantization.scheme,
-        "bytes": info.weights_bytes,
-        "source_bytes": src_info.weights_bytes,
-        "seconds": round(time.time() - t0, 2),
-        "peak_rss_bytes": done.result.get("peak_rss_bytes"),
-    }
-    emit(DoneEvent(result, t=time.time()))
+    rss = done.result.get("peak_rss_bytes")  # the worker's own line: read where it is made
+    result = Conversion(
+        out=str(out),
+        quant_method=info.quantization.method,
+        scheme=info.quantization.scheme or "",
+        bytes=info.weights_bytes,
+        source_bytes=src_info.weights_bytes,
+        seconds=round(time.time() - t0, 2),
+        peak_rss_bytes=rss if isinstance(rss, int) else None,
+    )
+    emit(DoneEvent(result.to_json(), t=time.time()))
     return result
 
 
@@ -224,7 +250,7 @@ class Job:
     state: str = "queued"  # then running, and done, failed or cancelled
     stage: str = ""
     pct: float = 0.0
-    result: dict[str, Any] | None = None
+    result: Conversion | None = None
     error: str | None = None
     events: list[Event] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)

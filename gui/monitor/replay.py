@@ -38,7 +38,7 @@ from quantdeck.gui.monitor.sources import SERVER_SOURCE, instance_key
 
 def is_fleet_recording(rec: Recording) -> bool:
     """A recording of ``quantdeck fleet up --record``: its header says so."""
-    return rec.header.info.get("source") == "fleet"
+    return rec.header.source == "fleet"
 
 
 def samples(rec: Recording) -> list[MetricsEvent]:
@@ -77,7 +77,7 @@ class ReplayWindow(QWidget):
         self.recording = rec
         metrics = samples(rec)
         ts = [e.t for e in metrics]
-        note = rec.header.info.get("note")
+        note = rec.header.note
         # the samples' span and clock, and the events' where they reach further (a server's
         # start before its first sample): one range per number, never one for the other
         span = max(ts) - min(ts) if ts else 0.0
@@ -111,8 +111,8 @@ class ReplayWindow(QWidget):
         self.kv: Any = None
         if rec.of(KvEvent):
             self.kv = KvView()
-            model = rec.header.info.get("model")
-            self.kv.set_model(model if isinstance(model, str) and Path(model).is_dir() else None)
+            model = rec.header.model
+            self.kv.set_model(model if model and Path(model).is_dir() else None)
             for kv_ev in rec.events:
                 if isinstance(kv_ev, MetricsEvent):
                     self.kv.add_metrics(kv_ev)
@@ -137,7 +137,7 @@ class ReplayWindow(QWidget):
         from quantdeck.core.fleet.trial import CANDIDATE
 
         panel = self.panel
-        fleet = str(rec.header.info.get("file") or "")
+        fleet = rec.header.file
         stores = {}
         for name, history in histories([rec]).items():
             if name is None or name == ROUTER or CANDIDATE in name:
@@ -181,7 +181,7 @@ def main(
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
-    title = title or rec.header.info.get("title") or rec.header.info.get("model") or Path(path).name
+    title = title or rec.header.title or rec.header.model or Path(path).name
     box, panel = replay_view(rec, str(title))
     box.setWindowTitle(f"Quantdeck replay: {Path(path).name}")
     box.resize(*size)

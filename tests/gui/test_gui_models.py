@@ -11,7 +11,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 
 from quantdeck.core.bench import list_runs, save_run
 from quantdeck.core.bench.results import ABResult, BenchResult, LiveTuneResult
-from quantdeck.core.convert import JobQueue, QuantSpec
+from quantdeck.core.convert import Conversion, JobQueue, QuantSpec
 from quantdeck.core.convert.jobs import Job
 from quantdeck.core.events import ProgressEvent, StateEvent
 from quantdeck.core.launch import LaunchConfig, cpu_device
@@ -96,13 +96,14 @@ def test_job_table_follows_the_queue_events(qtbot, tmp_path: Path) -> None:
     assert "job 1: quantize layer 2/4 (40%)" in tab.log.toPlainText()
     job.state, job.result = (
         "done",
-        {
-            "out": str(tmp_path / "out"),
-            "scheme": "W8A8-INT8",
-            "bytes": 50,
-            "source_bytes": 100,
-            "seconds": 3.0,
-        },
+        Conversion(
+            out=str(tmp_path / "out"),
+            quant_method="compressed-tensors",
+            scheme="W8A8-INT8",
+            bytes=50,
+            source_bytes=100,
+            seconds=3.0,
+        ),
     )
     with qtbot.waitSignal(tab.job_finished, timeout=5000):
         threading.Thread(target=lambda: tab.job_event.emit(job, StateEvent("done"))).start()

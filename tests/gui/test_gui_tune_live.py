@@ -26,6 +26,7 @@ import pytest
 from fleet_load import Load, fleet_file_of_one, tiny_fleet_file
 from PySide6.QtCore import Qt
 
+from quantdeck.core.bench.results import LiveTuneResult
 from quantdeck.core.fleet import Fleet, load_fleet
 from quantdeck.core.fleet.live import LiveTrial
 from quantdeck.core.fleet.trial import TrialOptions
@@ -392,7 +393,8 @@ def test_a_live_chain_on_the_fleet_tabs_fleet_promotes_the_better_value(
         assert _cells(tab, "result") == ["promoted"], (_cells(tab, "reason"), tab.status.text())
         assert _cells(tab, "decision") == ["promote"]
         assert _cells(tab, "verdict (goal figure)")[0].startswith("better: ")
-        assert tab.result is not None and tab.result["launch"]["max-num-seqs"] == 8
+        assert tab.result is not None and isinstance(tab.result, LiveTuneResult)
+        assert tab.result.launch["max-num-seqs"] == 8
         assert tab.tune_summary.text().startswith(
             "Final launch of a: max-num-seqs=8 (changed by the chain: max-num-seqs 1 → 8)."
         )

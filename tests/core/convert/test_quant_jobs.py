@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from quantdeck.core.convert.jobs import JobCancelled, JobQueue, QuantSpec, run_job
+from quantdeck.core.convert.jobs import Conversion, JobCancelled, JobQueue, QuantSpec, run_job
 from quantdeck.core.errors import ConfigError, ModelError
 from quantdeck.core.events import Event, ProgressEvent, StateEvent
 from quantdeck.core.models import inspect_model
@@ -233,7 +233,7 @@ GPTQMODEL_RATIOS = {"gptq": (0.26, 0.27), "awq": (0.255, 0.265)}
 class Converted:
     """One finished run_job of the demo model, with every event it emitted."""
 
-    def __init__(self, out: Path, result: dict, events: list[dict]) -> None:
+    def __init__(self, out: Path, result: Conversion, events: list[dict]) -> None:
         self.out, self.result, self.events = out, result, events
 
 
@@ -275,7 +275,7 @@ def converted(
 @pytest.mark.parametrize("method", ["gptq", "awq"])
 def test_gptqmodel_job_reports_layer_by_layer(converted, method: str) -> None:
     conv = converted(method)
-    assert conv.result["quant_method"] == method and conv.result["scheme"] == "W4A16"
+    assert conv.result.quant_method == method and conv.result.scheme == "W4A16"
     progress = [e for e in conv.events if e["event"] == "progress"]
     pcts = [e["pct"] for e in progress]
     assert pcts == sorted(pcts) and pcts[-1] == 100.0
@@ -293,7 +293,7 @@ def test_gptqmodel_job_reports_layer_by_layer(converted, method: str) -> None:
     assert all(e["layers"] == 4 for e in progress if e["stage"] == "quantize")
     # within a layer, GPTQModel's four groups of linears (qkv, o, gate/up, down) move the bar
     assert len({e["pct"] for e in progress if e["stage"] == "quantize"}) >= 4 * 4
-    assert conv.result["peak_rss_bytes"] > 2**20
+    assert conv.result.peak_rss_bytes is not None and conv.result.peak_rss_bytes > 2**20
 
 
 @pytest.mark.slow
