@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.fields import Setting, check_value, parse_text
 from quantdeck.core.launch import GROUPS, LaunchConfig, iter_knobs
+from quantdeck.core.launch.diff import knob_value
 
 _INT_MAX = 2**31 - 1
 _FLOAT_MAX = 1e7
@@ -139,6 +140,8 @@ class KnobEditor:
                 w.setValue(w.minimum() if v is None or v == math.inf else float(v))
             elif k.base is list:
                 w.setText(", ".join(str(x) for x in (v or [])))
+            elif k.unit == "bytes" and isinstance(v, int):  # 64MiB, as typed and shown elsewhere
+                w.setText(knob_value(k.name, v))
             else:
                 w.setText("" if v is None else str(v))
 

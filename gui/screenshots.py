@@ -442,7 +442,8 @@ def _shoot_router(app: QApplication, win: Any, out: Path) -> None:
         if win.router_phase() != "serving":
             raise ServerError(f"behind the router: not serving ({launch.stage.text()})")
         url = view.spec.router.url
-        loader = _background_load(url, str(ensure_demo_model()), 240, 6)
+        # 3 clients for the whole part (the candidate starts beside them on 2 cores)
+        loader = _background_load(url, str(ensure_demo_model()), 900, 3)
         _wait(app, lambda: len(win.monitor.store) >= 10, 60)
         win.grab().save(str(out / "router-serving.png"))
         ed["max_num_seqs"].widget.setValue(8)

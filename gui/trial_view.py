@@ -289,6 +289,11 @@ class TrialView(QWidget):
         lay.addWidget(self.legend)
         lay.addLayout(plots, 3)  # the curves get the room (they had ~100 px at 1400x900)
 
+        if trial.undo is not None:  # nothing is compared: no figures, no curves
+            self.arms_table.hide()
+            self.legend.hide()
+            for w in self.plots.values():
+                w.hide()
         self.promote_button.clicked.connect(lambda: self.decide("promote"))
         self.rollback_button.clicked.connect(lambda: self.decide("rollback"))
         self.stop_button.clicked.connect(lambda: self.decide("stop"))

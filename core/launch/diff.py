@@ -70,7 +70,8 @@ def knob_name(name: str) -> str:
 
 
 def knob_value(name: str, value: Any) -> str:
-    """A knob's value as every view says it: sizes in bytes in binary units (``64 MiB``, or
+    """A knob's value as every view says it: sizes in bytes in binary units (``64MiB``, as
+    the form and ``--kv-cache-memory-bytes`` take them; or
     the count where it is not a whole number of KiB), booleans on/off, unset by
     its name (``auto``)."""
     knob = _knob(name)
@@ -82,7 +83,7 @@ def knob_value(name: str, value: Any) -> str:
     if unit == "bytes" and isinstance(value, int) and value and value % 1024 == 0:
         for size, word in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
             if value % size == 0:
-                return f"{value // size:,} {word}"
+                return f"{value // size}{word}"  # as the form and the CLI read it back
     return str(value)
 
 

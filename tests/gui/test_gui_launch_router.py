@@ -217,6 +217,8 @@ def test_the_form_follows_a_promotion_and_its_undo(qtbot: Any, win: MainWindow) 
     trial._event("promoted", reason="saved")
     assert launch.config().scheduler.max_num_seqs == 8
     assert launch.message.text() == "Promoted max-num-seqs 8 (Undo: the Fleet tab)"
+    # a size reads as it was typed and as every view says it, not 67108864
+    assert launch.form.editors["kv_cache_memory_bytes"].widget.text() == "64MiB"
     assert launch.config().server.port == int(win.fleet.spec.router.url.rsplit(":", 1)[1])
     assert not launch.try_live_button.isEnabled()  # the form is what serves
     undo = LiveTrial(

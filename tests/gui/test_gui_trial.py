@@ -202,6 +202,7 @@ def test_an_undo_is_shown_as_an_undo_not_as_a_trial(qtbot: Any, fleet: Fleet) ->
     v = TrialView(trial, fleet)
     qtbot.addWidget(v)
     assert v.title.text() == "Undo on a: back to max-num-seqs 2"
+    assert v.arms_table.isHidden() and all(w.isHidden() for w in v.plots.values())
     assert v.verdict_label.text().startswith("an undo: no comparison")
     assert buttons(v) == (False, False, True)  # Stop only: it goes back once it serves
     trial._event("started", reason="ready in 20 s")
