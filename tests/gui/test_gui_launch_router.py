@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 import yaml
 from ckpt import TINY_LLAMA, write_checkpoint
+from live_trials import trial_of
 from PySide6.QtCore import Qt
 
 from quantdeck.core.events import InstanceEvent, StateEvent
 from quantdeck.core.fleet import Fleet
-from quantdeck.core.fleet.live import LiveTrial
-from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import cpu_device
 from quantdeck.core.runtime import free_port
 from quantdeck.gui.fleet import TryLiveDialog
@@ -83,22 +82,6 @@ def serve(w: MainWindow) -> Fleet:
     fleet._events.emit(InstanceEvent("serve", StateEvent("ready")))
     fleet._events.emit(InstanceEvent("router", StateEvent("ready", url=w.fleet.spec.router.url)))
     return fleet
-
-
-def trial_of(fleet: Fleet, max_num_seqs: int) -> LiveTrial:
-    """A trial of instance serve at ``max_num_seqs``, as the fleet makes one (not started)."""
-    inst = fleet.spec.instances[0]
-    assert inst.cfg is not None
-    cfg = inst.cfg.copy()
-    cfg.scheduler.max_num_seqs = max_num_seqs
-    return LiveTrial(
-        inst,
-        cfg,
-        TrialOptions(),
-        emit=fleet._events.emit,
-        promote=lambda t: "saved",
-        routed_now=lambda url: False,
-    )
 
 
 def test_start_behind_the_router_writes_a_fleet_of_one_the_fleet_tab_reads(
@@ -210,7 +193,6 @@ def test_the_form_follows_a_promotion_and_its_undo(qtbot: Any, win: MainWindow) 
     launch = win.launch
     inst = fleet.spec.instances[0]
     assert inst.cfg is not None
-    before = inst.cfg.copy()
     trial = trial_of(fleet, 8)
     trial._event("admitted", reason="fits")
     inst.cfg = trial.cfg.copy()  # as Fleet._promote does
@@ -221,15 +203,7 @@ def test_the_form_follows_a_promotion_and_its_undo(qtbot: Any, win: MainWindow) 
     assert launch.form.editors["kv_cache_memory_bytes"].widget.text() == "64MiB"
     assert launch.config().server.port == int(win.fleet.spec.router.url.rsplit(":", 1)[1])
     assert not launch.try_live_button.isEnabled()  # the form is what serves
-    undo = LiveTrial(
-        inst,
-        before,
-        TrialOptions(),
-        emit=fleet._events.emit,
-        promote=lambda t: "",
-        routed_now=lambda url: False,
-        undo="undo of the promotion (max-num-seqs 3 → 8)",
-    )
+    undo = trial_of(fleet, 3, undo="undo of the promotion (max-num-seqs 3 → 8)", saved="")
     fleet.trial = undo
     undo._event("admitted", reason="a start")
     inst.cfg = undo.cfg.copy()

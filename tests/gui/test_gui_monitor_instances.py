@@ -25,12 +25,12 @@ import pytest
 import yaml
 from ckpt import TINY_LLAMA, write_checkpoint
 from conftest import metrics_event
+from live_trials import trial_of
 from PySide6.QtCore import Qt
 
 from quantdeck.core.events import InstanceEvent, MarkerEvent, StateEvent
 from quantdeck.core.fleet import Fleet, load_fleet
 from quantdeck.core.fleet.live import LiveTrial
-from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import cpu_device
 from quantdeck.core.runtime import free_port
 from quantdeck.gui.main_window import MainWindow
@@ -90,23 +90,6 @@ def samples(w: MainWindow, t0: float, n: int, running: int) -> None:
         w.controller.metrics.emit(metrics_event(t0 + i, running=running))
 
 
-def trial(fleet: Fleet, max_num_seqs: int, undo: str | None = None) -> LiveTrial:
-    """A trial (or, ``undo``, an undo) of instance serve to ``max_num_seqs``, not started."""
-    inst = fleet.spec.instances[0]
-    assert inst.cfg is not None
-    cfg = inst.cfg.copy()
-    cfg.scheduler.max_num_seqs = max_num_seqs
-    return LiveTrial(
-        inst,
-        cfg,
-        TrialOptions(),
-        emit=fleet._events.emit,
-        promote=lambda t: "saved",
-        routed_now=lambda url: False,
-        undo=undo,
-    )
-
-
 def promote(fleet: Fleet, t: LiveTrial) -> None:
     """``t`` admitted, its candidate serving, promoted (as Fleet._promote leaves the spec)."""
     t._event("admitted", reason="fits")
@@ -129,13 +112,13 @@ def test_one_source_per_instance_across_a_promotion_and_its_undo(
     store = panel.sources[key].store
     assert len(store) == 10
     # a trial promoted: the instance serves at the candidate's URL, the same source goes on
-    tried = trial(fleet, 8)
+    tried = trial_of(fleet, 8)
     promote(fleet, tried)
     assert win.attached == [first, tried.url] and tried.url != first
     assert panel.source_box.currentData() == key and panel.store is store
     samples(win, now - 40, 5, running=4)
     # undone: back to max-num-seqs 3, at the undo's URL, still the same source
-    undo = trial(fleet, 3, undo="undo of the promotion (max-num-seqs 3 → 8)")
+    undo = trial_of(fleet, 3, undo="undo of the promotion (max-num-seqs 3 → 8)")
     promote(fleet, undo)
     assert win.attached == [first, tried.url, undo.url]
     samples(win, now - 30, 5, running=3)

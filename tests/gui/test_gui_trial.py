@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from conftest import metrics_event
 from fleet_load import Load, tiny_fleet_file
+from live_trials import trial_of
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSpinBox
 from pytestqt.exceptions import TimeoutError as QtTimeoutError
@@ -75,17 +76,8 @@ def fleet(view: FleetView) -> Fleet:
 
 def live_trial(fleet: Fleet, decide: str = "auto") -> LiveTrial:
     """A trial of instance a with max-num-seqs 8, as the fleet makes one (not started)."""
-    inst = fleet.spec.instances[0]
-    assert inst.cfg is not None
-    cfg = inst.cfg.copy()
-    cfg.scheduler.max_num_seqs = 8
-    return LiveTrial(
-        inst,
-        cfg,
-        TrialOptions(decide=decide, min_requests=20),
-        emit=fleet._events.emit,
-        promote=lambda t: "profile saved",
-        routed_now=lambda url: False,
+    return trial_of(
+        fleet, 8, opts=TrialOptions(decide=decide, min_requests=20), saved="profile saved"
     )
 
 
@@ -187,17 +179,8 @@ def test_an_undo_is_shown_as_an_undo_not_as_a_trial(qtbot: Any, fleet: Fleet) ->
     its events say so (``undo``), and the Fleet tab's lines too."""
     inst = fleet.spec.instances[0]
     assert inst.cfg is not None
-    before = inst.cfg.copy()
-    inst.cfg.scheduler.max_num_seqs = 16  # the promoted launch
-    trial = LiveTrial(
-        inst,
-        before,
-        TrialOptions(),
-        emit=fleet._events.emit,
-        promote=lambda t: "",
-        routed_now=lambda url: False,
-        undo="undo of the promotion (max-num-seqs 2 → 16)",
-    )
+    inst.cfg.scheduler.max_num_seqs = 16  # the promoted launch; the one before had 2
+    trial = trial_of(fleet, 2, undo="undo of the promotion (max-num-seqs 2 → 16)", saved="")
     trial._event("admitted", reason="fits")
     v = TrialView(trial, fleet)
     qtbot.addWidget(v)
