@@ -86,7 +86,12 @@ def test_cancel_mid_run(qtbot, tab: BenchTab) -> None:
     assert "ended early" in tab.status.text()
 
 
-def test_ab_refused_while_a_server_runs(qtbot, tab: BenchTab) -> None:
+def test_ab_refused_while_a_server_runs(qtbot, demo_server, demo_model) -> None:
+    cfg = LaunchConfig()
+    cfg.model.model = str(demo_model)  # arms that can be told apart: the server is the reason
+    tab = BenchTab(lambda: (demo_server.url, demo_server.served_name, None), cfg.copy, lambda: True)
+    qtbot.addWidget(tab)
+    tab.show()
     tab.modes.setCurrentIndex(1)
     # Run is off, saying why; a run asked for anyway is refused in one line
     assert not tab.run_button.isEnabled()

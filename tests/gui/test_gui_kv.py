@@ -457,9 +457,7 @@ def test_launch_with_kv_events_fills_the_kv_view(qtbot, demo_server_parked, demo
         kv = win.kv_view
         # the kv events come once a second: the third prompt's reuse may be in a later one
         qtbot.waitUntil(
-            lambda: (
-                kv.last is not None and any(p.get("hits", 0) >= 2 for p in kv.last.top_prefixes)
-            ),
+            lambda: kv.last is not None and any(p.hits >= 2 for p in kv.last.top_prefixes),
             timeout=30_000,
         )
         qtbot.waitUntil(

@@ -70,9 +70,11 @@ def test_hopeless_points_are_dropped(demo_model) -> None:
     good = RequestRecord(0, 8, 8, success=True, ttft=0.05, latency=0.4, output_tokens=8)
     slow = RequestRecord(1, 8, 8, success=True, ttft=0.5, latency=0.9, output_tokens=8)
     assert t._hopeless([slow] * 9) is None  # no best point yet: nothing to beat
+    from quantdeck.core.bench.results import BenchResult
     from quantdeck.core.bench.tune import Point
 
-    t.best = Point({"max_num_seqs": 1}, goodput=2.0, result={"good_completed": 8})
+    best = BenchResult.from_json({"good_completed": 8})
+    t.best = Point({"max_num_seqs": 1}, goodput=2.0, result=best)
     assert t._hopeless([good] * 5 + [slow] * 2) is None  # 2 misses: could still tie
     assert t._hopeless([good] * 5 + [slow] * 3).startswith("dropped")
 

@@ -288,10 +288,10 @@ def test_real_publisher_stream_and_replay_after_a_gap(
     assert (ev.blocks_stored_total, ev.blocks_removed_total, ev.blocks_resident) == (5, 2, 3)
     assert ev.blocks_reused_total == 3 and ev.prefix_hit_rate == pytest.approx(3 / 8, abs=1e-4)
     assert (ev.gaps, ev.batches_replayed, ev.batches_lost) == (1, 2, 0)
-    assert ev.groups[0]["resident"] == 3 and ev.groups[0]["medium"] == "GPU"
+    assert ev.groups[0].resident == 3 and ev.groups[0].medium == "GPU"
     # the shared prefix a0..a2, its tokens sent once
     firsts = [e for e in got if e.top_prefixes]
-    assert firsts[0].top_prefixes[0]["blocks"] == 3
+    assert firsts[0].top_prefixes[0].blocks == 3
     assert firsts[0].prefix_tokens[h("a2").hex()] == list(range(3 * BS))
     assert all(not e.prefix_tokens for e in firsts[1:])
     subscriber.stop()
