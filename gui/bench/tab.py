@@ -396,8 +396,10 @@ class BenchTab(QWidget):
                 self.show_result(self.result)
 
     def refresh_instances(self) -> None:
-        """The Fleet tab's fleet's instances in the live form (none: no fleet serves)."""
+        """The Fleet tab's fleet's instances in the live form (none: no fleet serves), and Run
+        on or off with them (a fleet that came to serve since: Run on)."""
         self.live_chain.refresh_instances()
+        self.gate.refresh()
 
     # -- a job's end ---------------------------------------------------------------------------
     def _on_done(self, result: RunResult) -> None:
