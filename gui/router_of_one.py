@@ -12,13 +12,14 @@ from PySide6.QtCore import QObject, Signal
 from quantdeck.core.deployment import RUNNING_PHASES, Deployment, behind_the_router
 from quantdeck.core.errors import QuantdeckError
 from quantdeck.core.events import Event, FactEvent, InstanceEvent, PlanEvent, TrialEvent
+from quantdeck.gui.launch.state import ROUTER_INSTANCE
 
 if TYPE_CHECKING:
     from quantdeck.core.launch import LaunchConfig
     from quantdeck.gui.fleet import FleetView
     from quantdeck.gui.launch import LaunchTab
 
-INSTANCE = "serve"  # the fleet of one's instance (core.fleet.spec.fleet_of_one's)
+INSTANCE = ROUTER_INSTANCE  # the fleet of one's instance (core.fleet.spec.fleet_of_one's)
 
 
 class RouterOfOne(QObject):
@@ -180,8 +181,9 @@ class RouterOfOne(QObject):
                 None, "check Behind the router and Start: Try live… changes its knobs"
             )
         else:
-            self._follow_launch(fleet.running_launch(INSTANCE))
-            running = fleet.running_launch(INSTANCE) if not d.try_live else None
+            launch = fleet.running_launch(INSTANCE)
+            self._follow_launch(launch)
+            running = launch if not d.try_live else None
             self.launch.set_live_target(running, d.try_live)
         shown = (d.word, d.url, d.instance, d.why) if d is not None else (None, "", "", "")
         if shown == self._shown:
