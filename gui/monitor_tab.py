@@ -94,6 +94,7 @@ class MonitorTab(QWidget):
         chosen = fleet.chosen_instance
         chosen.followed.connect(self._on_instance_followed)
         chosen.trial_step.connect(self._on_trial_step)
+        chosen.waiting.connect(self._on_instance_waiting)
         fleet.instances_changed.connect(self._on_fleet_instances_changed)
 
     def _on_instance_followed(self, url: str, fleet_file: str, name: str) -> None:
@@ -101,6 +102,19 @@ class MonitorTab(QWidget):
         panel.expect_instance(url, fleet_file, name)  # the attach to come is the instance
         if self._fleet is not None:
             panel.set_instances(self._fleet.series, fleet=fleet_file)
+
+    def _on_instance_waiting(self, fleet_file: str, name: str, ev: StateEvent) -> None:
+        """The chosen instance does not serve yet (starting, or down): the Monitor shows its
+        source and its state, not the last server's, unless it follows a server now (the
+        Launch tab's, or an instance it is attached to: it follows this one once it serves)."""
+        controller = self.controller
+        if controller.attached is not None or (
+            controller.server is not None and controller.server.running
+        ):
+            return
+        panel = self.panel
+        panel.follow_instance(fleet_file, name)
+        panel.set_source_state(ev.state, ev.t)
 
     def _on_trial_step(self, fleet_file: str, name: str, ev: Event) -> None:
         if self._panel is not None:  # (no plots yet: no source of it either)

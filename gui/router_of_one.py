@@ -35,6 +35,7 @@ class RouterOfOne(QObject):
         self.file: str | None = None  # the fleet file written for it
         self.pending = False  # written, not yet read by the Fleet tab
         self._shown: tuple[Any, ...] = ()  # what the Launch tab was last told
+        self._chosen = False  # the instance is the one Monitor, Logs and Playground follow
         self._running: LaunchConfig | None = None  # its instance's launch, as last seen
         # the plan and the engine's figures of its instance and of a trial's candidate (which
         # become the instance's at a promotion): the engine-vs-plan block a plain start shows
@@ -185,6 +186,11 @@ class RouterOfOne(QObject):
             self._follow_launch(launch)
             running = launch if not d.try_live else None
             self.launch.set_live_target(running, d.try_live)
+        if self.phase() is None:
+            self._chosen = False
+        elif not self._chosen:  # Monitor, Logs, Playground follow its instance: its start
+            self._chosen = True  # at once, its samples once it serves
+            fleet.choose(INSTANCE, show=False)
         shown = (d.word, d.url, d.instance, d.why) if d is not None else (None, "", "", "")
         if shown == self._shown:
             return
@@ -194,8 +200,6 @@ class RouterOfOne(QObject):
         if shown[0] is None:
             self._engine.clear()
         self._show_engine()
-        if shown[0] == "serving" and was not in ("serving", "degraded", "down"):
-            fleet.choose(INSTANCE, show=False)  # Monitor, Logs, Playground follow it
         if was is not None and shown[0] is None and fleet.message.text():
             self.launch.message.setText(f"The fleet of one stopped: {fleet.message.text()}")
         self.changed.emit()

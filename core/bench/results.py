@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 _R = TypeVar("_R", bound="Record")
 _META = ("rest", "keys", "path")
@@ -377,6 +377,17 @@ KINDS: dict[str, type[RunResult]] = {
     "tune": TuneResult,
     "live_tune": LiveTuneResult,
 }
+
+
+class BenchJob(Protocol):
+    """What the Benchmark tab runs, whatever its mode: ``Bench`` (Run), ``ABRun`` (A/B),
+    ``Tuner`` (Tune) and the live tuning chain (``gui/live_tune.py``'s ``LiveTuneJob``).
+    :meth:`run` blocks (in a worker) until the job ends and returns its typed result;
+    :meth:`cancel` is thread-safe and makes :meth:`run` return what was measured so far."""
+
+    def run(self) -> RunResult: ...
+
+    def cancel(self) -> None: ...
 
 
 def run_result(data: Mapping[str, Any]) -> RunResult:

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from quantdeck.core.bench import LoadSpec
 from quantdeck.core.bench.results import (
     ABResult,
+    BenchJob,
     BenchResult,
     LiveTuneResult,
     PointFigures,
@@ -107,8 +108,11 @@ class BenchTab(QWidget):
             server_running,
         )
         self._apply_profile = apply_profile
-        self.job: Any = None
+        self.job: BenchJob | None = None
         self.job_kind = "bench"
+        self._grid = False  # a tuning job walks its whole grid (else at most its points)
+        self._arm_labels: list[str] = []  # an A/B job's arms
+        self._live_instance: str | None = None  # the instance a live chain tunes
         self.worker: Any = None
         self.result: RunResult | None = None
         self.saved_profile: str | None = None  # the profile the last tune saved
@@ -232,12 +236,14 @@ class BenchTab(QWidget):
     def slo(self) -> dict[str, float]:
         return self.load_box.slo()
 
-    def _make_job(self, on_event: Callable[[Event], None]) -> tuple[str, Any]:
+    def _make_job(self, on_event: Callable[[Event], None]) -> tuple[str, BenchJob]:
         """The job the chosen mode runs, and its kind (bench, ab, tune, live); ``on_event``
         gets its events (from the job's thread)."""
         mode = self.modes.tabText(self.modes.currentIndex())
         if self.live_mode:  # no server of its own: the Launch tab's may run
-            return "live", self.live_chain.make_job(self.tune_page.space_items(), on_event)
+            chain = self.live_chain.make_job(self.tune_page.space_items(), on_event)
+            self._live_instance = chain.instance
+            return "live", chain
         if mode == "Run":
             return "bench", self.run_page.make_job(self._target(), self.load_box, on_event)
         if mode == "History":
@@ -246,9 +252,12 @@ class BenchTab(QWidget):
             raise QuantdeckError(SERVER_RUNS)
         base = self._launch_config()
         if mode == "A/B":
-            return "ab", self.ab_page.make_job(base, self.load_box, on_event)
+            ab = self.ab_page.make_job(base, self.load_box, on_event)
+            self._arm_labels = [arm.label for arm in ab.arms]
+            return "ab", ab
         tuner = self.tune_page.make_job(base, self.load_box, on_event)
         self._tune_base, self._tune_knobs = tuner.base, list(tuner.space)
+        self._grid = tuner.strategy == "grid"
         self._planned = tuner.planned_points()
         return "tune", tuner
 
@@ -282,7 +291,7 @@ class BenchTab(QWidget):
         self.progress.setRange(0, 0 if kind == "live" else 100)  # live: busy, no count known
         self.progress.setValue(0)
         if kind == "live":
-            self.status.setText(f"live tune of {job.instance}: starting the chain…")
+            self.status.setText(f"live tune of {self._live_instance}: starting the chain…")
         else:
             self.status.setText(f"{kind}: running…")
         self.run_button.setEnabled(False)
@@ -313,13 +322,12 @@ class BenchTab(QWidget):
 
     def _point_text(self, n: int) -> str:
         """``point 2 of 6`` (the grid), ``point 2 of at most 6`` (the coordinate walk)."""
-        grid = self.job is not None and getattr(self.job, "strategy", "") == "grid"
-        return f"point {n} of {'' if grid else 'at most '}{self._planned}"
+        return f"point {n} of {'' if self._grid else 'at most '}{self._planned}"
 
     def _arm_text(self, index: int) -> str:
         """``arm 1 of 2 (eager)``."""
-        arms = getattr(self.job, "arms", None) or []
-        label = f" ({arms[index].label})" if 0 <= index < len(arms) else ""
+        arms = self._arm_labels
+        label = f" ({arms[index]})" if 0 <= index < len(arms) else ""
         return f"arm {index + 1} of {len(arms) or '?'}{label}"
 
     def _on_events(self, events: list[Event]) -> None:
@@ -407,7 +415,7 @@ class BenchTab(QWidget):
 
         if isinstance(result, LiveTuneResult):  # the fleet saved each promoted launch
             self.result = result
-            self.live_chain.show_result(result, self.job.instance if self.job else None)
+            self.live_chain.show_result(result, self._live_instance)
             self.status.setText(f"live tune done: {result.ended}")
             return
         if result.env is None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
-from quantdeck.core.events import Event, FactEvent, LogEvent, TrialEvent
+from quantdeck.core.events import Event, FactEvent, LogEvent, StateEvent, TrialEvent
 
 if TYPE_CHECKING:
     from quantdeck.core.fleet import Fleet
@@ -24,14 +24,16 @@ class ChosenInstance(QObject):
     follow: ``attach(url, key, show)`` points Monitor and Playground at it, again when its URL
     changes, right after ``followed(url, fleet file, name)`` says who serves there;
     ``instance_event`` carries its own events (its log, its states) to Logs; ``trial_step``
-    every instance's live trial steps (for its Monitor source's markers); ``say`` tells why it
-    is not attached yet."""
+    every instance's live trial steps (for its Monitor source's markers); ``waiting(fleet
+    file, name, state)`` its states until it serves (the Monitor shows them on its source);
+    ``say`` tells why it is not attached yet."""
 
     # url, API key ("" for none), whether to show the Monitor
     attach = Signal(str, str, bool)
     followed = Signal(str, str, str)  # url, the fleet file, the instance's name
     instance_event = Signal(object)
     trial_step = Signal(str, str, object)  # the fleet file, an instance, its TrialEvent
+    waiting = Signal(str, str, object)  # the fleet file, the instance, its StateEvent
 
     def __init__(
         self,
@@ -44,6 +46,11 @@ class ChosenInstance(QObject):
         self._rows, self._fleet, self._say = rows, fleet, say
         self.name: str | None = None  # the instance followed
         self._url: str | None = None  # the URL the tabs were pointed at (None: not yet)
+        self._show = False  # the Monitor comes to the front when it first serves
+
+    def forget(self) -> None:
+        """Follow no instance (another fleet starts: the operator chooses again)."""
+        self.name, self._url = None, None
 
     def choose(self, name: str, show: bool = True) -> None:
         """Follow instance ``name``: its recent log lines go to Logs at once, then its events
@@ -56,7 +63,7 @@ class ChosenInstance(QObject):
         row = rows.row(name)
         if row.is_router:
             return
-        self.name, self._url = row.name, None
+        self.name, self._url, self._show = row.name, None, show
         self.instance_event.emit(FactEvent("fleet instance", row.name))  # a mark in Logs
         fleet = self._fleet()
         server = fleet.servers.get(row.name) if fleet is not None else None
@@ -71,22 +78,30 @@ class ChosenInstance(QObject):
                 f"{row.name} is {row.state}: its log is in the Logs tab; Monitor and "
                 "Playground follow it once it serves"
             )
+            self._waiting(StateEvent(row.state))
 
     def follow_url(self) -> None:
-        """The chosen instance serves at another URL (a promotion gives it the candidate's,
-        an undo the one before): Monitor and Playground follow it there."""
+        """The chosen instance serves at last (chosen while it started or was down), or at
+        another URL (a promotion gives it the candidate's, an undo the one before): Monitor
+        and Playground follow it there. (A replay's rows serve nothing: no fleet runs.)"""
         rows = self._rows()
-        if rows is None or self.name is None or self.name not in rows:
+        if rows is None or self.name is None or self.name not in rows or self._fleet() is None:
             return
         row = rows.row(self.name)
-        if row.serving and self._url is not None and row.url != self._url:
+        if row.serving and row.url != self._url:
+            show, self._show = self._show and self._url is None, False
             self._url = row.url
             self._followed(row.url)
-            self.attach.emit(row.url, row.api_key or "", False)
+            self.attach.emit(row.url, row.api_key or "", show)
 
     def _fleet_file(self) -> str | None:
         fleet = self._fleet()
         return str(fleet.spec.path) if fleet is not None else None
+
+    def _waiting(self, ev: StateEvent) -> None:
+        path = self._fleet_file()
+        if path is not None and self.name is not None and self._url is None:
+            self.waiting.emit(path, self.name, ev)
 
     def _followed(self, url: str) -> None:
         """Who serves at ``url``: the chosen instance of the running fleet (a replay's rows
@@ -104,3 +119,5 @@ class ChosenInstance(QObject):
                 self.trial_step.emit(path, name, ev)
         if name == self.name:
             self.instance_event.emit(ev)
+            if isinstance(ev, StateEvent):
+                self._waiting(ev)  # (until it serves)

@@ -129,8 +129,11 @@ class FleetView(QWidget):
         )
         self.try_button, self.undo_button = self.trials.try_button, self.trials.undo_button
         self.events = FleetNews()
-        self.chosen_instance = ChosenInstance(
-            lambda: self.rows, lambda: self.fleet, self.message.setText, self
+        self.chosen_instance = ChosenInstance(  # (a replay's rows are of no fleet that runs)
+            lambda: self.rows,
+            lambda: self.fleet if self.replayed is None else None,
+            self.message.setText,
+            self,
         )
         top = QHBoxLayout()
         for w in (
@@ -253,6 +256,7 @@ class FleetView(QWidget):
         if self._unwatch is not None:
             self._unwatch()
         self.fleet, self.spec = fleet, fleet.spec
+        self.chosen_instance.forget()  # another fleet: Monitor follows what is chosen in it
         self._show(FleetRows(fleet.spec, self.infos))
         self._unwatch = fleet.subscribe(self.fleet_event.emit)
 

@@ -130,6 +130,13 @@ def test_rows_and_buttons_follow_a_real_fleets_events(qtbot, view: FleetView) ->
     with qtbot.assertNotEmitted(view.instance_chosen):  # but there is nothing to attach to
         qtbot.mouseClick(view.open_monitor, Qt.LeftButton)
     assert view.message.text().startswith("a is crashed: its log is in the Logs tab")
+    # as the line promises: restarted and serving again, Monitor and Playground follow it
+    with qtbot.waitSignal(view.instance_chosen) as chosen:
+        emit(InstanceEvent("a", StateEvent("ready")))
+    assert chosen.args == [A, "", True]  # (Open in Monitor: the Monitor comes to the front)
+    with qtbot.assertNotEmitted(view.instance_chosen):  # once, not on every event
+        emit(InstanceEvent("a", StateEvent("ready")))
+    emit(InstanceEvent("a", StateEvent("crashed", reason="killed")))
 
     facts = {"requests": 7, "retries": 1, "errors": 0, "workers": [{"url": A, "healthy": False}]}
     emit(InstanceEvent("router", FactEvent("router", facts)))
@@ -413,5 +420,6 @@ def test_stop_fleet_detaches_the_views_and_the_status_bar_says_what_serves(
     qtbot.waitUntil(lambda: window.controller.attached is None, timeout=10_000)
     qtbot.waitUntil(lambda: "stopped" in window.state_label.text(), timeout=5_000)
     assert "fleet" not in window.state_label.text()
-    assert "stopped at" in window.monitor.source_state.text()
+    cue = window.monitor.source_state  # (the controller's "stopped" comes queued)
+    qtbot.waitUntil(lambda: "stopped at" in cue.text(), timeout=5_000)
     assert demo_server.state == "ready"  # detached from, not stopped: it is not ours

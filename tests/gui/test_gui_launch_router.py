@@ -145,6 +145,30 @@ def test_the_launch_tab_and_the_monitor_follow_the_fleet_of_one(
     assert launch.stage.text() == "stopped" and launch.behind_router.isEnabled()
 
 
+def test_the_monitor_shows_the_instance_starting_not_the_last_server(
+    qtbot: Any, win: MainWindow
+) -> None:
+    """While the fleet of one starts, the Monitor shows its instance's source starting (not
+    the last server's "stopped"), and attaches to it, once, when it serves."""
+    start_behind_router(qtbot, win)
+    assert win.fleet.spec is not None
+    fleet = Fleet(win.fleet.spec)
+    win.fleet.watch(fleet)
+    win.fleet.phase = "starting"  # as start_fleet does (stood in for: it would start vLLM)
+    fleet._events.emit(InstanceEvent("serve", StateEvent("starting")))
+    panel = win.monitor
+    assert win.fleet.chosen == "serve"
+    assert panel.source_box.currentText() == "serve (behind the router)"
+    assert panel.source_state.text().startswith("… starting since")
+    assert win.attached == []  # nothing serves yet
+    fleet._events.emit(InstanceEvent("serve", StateEvent("ready")))
+    fleet._events.emit(InstanceEvent("router", StateEvent("ready", url=win.fleet.spec.router.url)))
+    assert win.attached == [win.fleet.spec.instances[0].url]
+    assert win.tabs.currentWidget() is win.launch  # the Launch tab stays in front
+    fleet._events.emit(InstanceEvent("serve", StateEvent("ready")))  # (a scrape's repeat)
+    assert len(win.attached) == 1
+
+
 def test_try_live_is_on_only_while_it_serves_with_a_diff_and_no_trial(
     qtbot: Any, win: MainWindow
 ) -> None:
