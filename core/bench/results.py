@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeGuard, TypeVar
+
+from quantdeck.core.events import MarkerEvent
 
 _R = TypeVar("_R", bound="Record")
 _META = ("rest", "keys", "path")
@@ -388,6 +391,36 @@ class BenchJob(Protocol):
     def run(self) -> RunResult: ...
 
     def cancel(self) -> None: ...
+
+
+_RUN_WORDS = {"ab": "A/B", "tune": "tune", "live_tune": "live tune"}
+_MARKER_FIGURES = ("completed", "output_throughput", "median_ttft_ms", "p99_ttft_ms")
+
+
+def bench_marker(result: RunResult, *, t: float | None = None) -> MarkerEvent:
+    """The Monitor's marker for a run that ended now with ``result``: at its start (``t``,
+    else now less its duration), named by its kind and label (``bench chat: 42.5 tok/s``,
+    ``A/B``, ``tune``), a run of the load's figures as its diff."""
+    end = time.time()
+    if isinstance(result, BenchResult):
+        name, duration = "bench", result.duration
+    else:
+        name = _RUN_WORDS.get(result.kind, result.kind)
+        duration = None if isinstance(result, ABResult) else result.seconds
+    if t is None:
+        t = end - duration if _finite(duration) else end
+    text = f"{name} {result.label}" if result.label else name
+    figures: dict[str, list[Any]] = {}
+    if isinstance(result, BenchResult):
+        if _finite(result.output_throughput):
+            text += f": {result.output_throughput:.1f} tok/s"
+        values = {k: getattr(result, k) for k in _MARKER_FIGURES}
+        figures = {k: [None, v] for k, v in values.items() if _finite(v)}
+    return MarkerEvent("bench", text, figures, t=t)
+
+
+def _finite(v: Any) -> TypeGuard[float]:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def run_result(data: Mapping[str, Any]) -> RunResult:

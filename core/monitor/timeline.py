@@ -151,23 +151,6 @@ class Timeline:
         self.version += 1
         return failed
 
-    def bench(self, result: Mapping[str, Any], *, t: float | None = None) -> MarkerEvent:
-        """A benchmark run ended with ``result`` (a saved run's figures): a marker at its
-        start (``t``, else its end minus its duration)."""
-        end = time.time()
-        dur = result.get("duration")
-        if t is None:
-            t = end - float(dur) if _finite(dur) else end
-        label = str(result.get("label") or result.get("kind") or "bench")
-        tput = result.get("output_throughput")
-        text = f"bench {label}" + (f": {float(tput):.1f} tok/s" if _finite(tput) else "")
-        figures = {
-            k: [None, result[k]]
-            for k in ("completed", "output_throughput", "median_ttft_ms", "p99_ttft_ms")
-            if _finite(result.get(k))
-        }
-        return self.add(MarkerEvent("bench", text, figures, t=t))
-
     def observe(self, ev: Event) -> MarkerEvent | None:
         """Take the marker an event makes, if any: a recorded marker (a recorded launch is
         diffed against this timeline's previous one), a fleet's fallback switch and the router

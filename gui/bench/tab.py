@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 class BenchTab(QWidget):
     """The Benchmark tab: the pages, the results, and the job that runs."""
 
-    finished = Signal(dict)  # the result of the last job (bench, ab or tune)
+    finished = Signal(object)  # the RunResult of the last job (bench, ab or tune)
     failed = Signal(str)
     _worker_failed = Signal(str)  # a worker's error, on the way to _on_error
 
@@ -436,7 +436,7 @@ class BenchTab(QWidget):
             + (f" · ended early: {ended}" if ended else "")
         )
         self.refresh_history()
-        self.finished.emit(result.to_json())  # the Monitor's marker reads the saved figures
+        self.finished.emit(result)  # the Monitor marks it
 
     def _save_tuned(self, result: TuneResult) -> None:
         """Save the best point as a profile and say so (its name, in plain view)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -55,6 +55,9 @@ from quantdeck.gui.monitor.sources import (
 from quantdeck.gui.monitor.spans import CompareSpans
 from quantdeck.gui.monitor.timeline import MarkerLines, trial_marker
 from quantdeck.gui.style import CUE_SHEET, P99_SHADE, PLOT_BACKGROUND, PROBLEM_SHEET, SERIES_COLORS
+
+if TYPE_CHECKING:
+    from quantdeck.core.bench.results import RunResult
 
 
 class MonitorPanel(QWidget):
@@ -410,9 +413,11 @@ class MonitorPanel(QWidget):
             self.problem.setVisible(bool(text))
 
     # -- the tuning timeline -----------------------------------------------------------------
-    def mark_bench(self, result: Any) -> None:
-        """A benchmark run ended (its saved figures): a marker on the live source's timeline."""
-        self._live.timeline.bench(result)
+    def mark_bench(self, result: RunResult) -> None:
+        """A benchmark run ended: its marker on the live source's timeline."""
+        from quantdeck.core.bench.results import bench_marker
+
+        self._live.timeline.add(bench_marker(result))
 
     def clear_history(self) -> None:
         """Forget the shown source's samples and markers."""

@@ -41,7 +41,7 @@ def test_run_fills_plot_table_history(qtbot, tab: BenchTab) -> None:
     with qtbot.waitSignal(tab.finished, timeout=180000) as blocker:
         qtbot.mouseClick(tab.run_button, Qt.LeftButton)
     result = blocker.args[0]
-    assert result["completed"] == 6 and result["failed"] == 0
+    assert result.completed == 6 and result.failed == 0
     qtbot.waitUntil(lambda: tab.run_button.isEnabled(), timeout=5000)
     # the live plot got one TTFT point per request
     x, y = tab.curve.getData()
@@ -60,9 +60,10 @@ def test_run_fills_plot_table_history(qtbot, tab: BenchTab) -> None:
     with qtbot.waitSignal(tab.finished, timeout=180000) as blocker:
         qtbot.mouseClick(tab.run_button, Qt.LeftButton)
     again = blocker.args[0]
-    assert again["load"]["dataset"] == "random" and again["completed"] == 6
+    assert again.load is not None and again.load["dataset"] == "random"
+    assert again.completed == 6
     # vLLM's prompts: re-tokenized text can stay a token or two off the length, as in vLLM
-    assert all(abs(r["prompt_len"] - 24) <= 2 for r in again["requests"])
+    assert all(abs(r["prompt_len"] - 24) <= 2 for r in again.requests)
     qtbot.waitUntil(lambda: tab.run_button.isEnabled(), timeout=5000)
     tab.history.clearSelection()
     select_run(0)
@@ -81,8 +82,8 @@ def test_cancel_mid_run(qtbot, tab: BenchTab) -> None:
         qtbot.waitUntil(lambda: tab.progress.value() >= 2, timeout=120000)
         qtbot.mouseClick(tab.cancel_button, Qt.LeftButton)
     result = blocker.args[0]
-    assert result["ended_early"] == "cancelled"
-    assert result["completed"] + result["failed"] == 60
+    assert result.ended_early == "cancelled"
+    assert result.completed + result.failed == 60
     assert "ended early" in tab.status.text()
 
 
@@ -135,13 +136,13 @@ def test_tune_on_real_servers_marks_the_best_and_applies_it(
     with qtbot.waitSignal(tab.finished, timeout=600000) as blocker:
         qtbot.mouseClick(tab.run_button, Qt.LeftButton)
     result = blocker.args[0]
-    assert len(result["points"]) == 2 and result["best"] is not None, result["points"]
-    best = result["best"]
-    index = [p["values"] for p in result["points"]].index(best["values"]) + 1
+    assert len(result.points) == 2 and result.best is not None, result.points
+    best = result.best
+    index = [p.values for p in result.points].index(best.values) + 1
     model = tab.results_model
     marked = [model.text(i, "point") for i in range(model.rowCount())]
     assert marked == [f"{i} ★ best" if i == index else str(i) for i in (1, 2)]
-    assert [list(a) for a in tab.best_marker.getData()] == [[index], [best["goodput"]]]
+    assert [list(a) for a in tab.best_marker.getData()] == [[index], [best.goodput]]
     assert "Saved as profile 'gui-tuned'" in tab.tune_summary.text()
     seqs = best["values"]["max_num_seqs"]
     assert profiles.load_profile("gui-tuned").scheduler.max_num_seqs == seqs

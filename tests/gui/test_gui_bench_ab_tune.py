@@ -130,7 +130,7 @@ def test_tune_progress_best_point_profile_and_apply(qtbot, scored_tuning: None) 
     with qtbot.waitSignal(tab.finished, timeout=30000) as blocker:
         qtbot.mouseClick(tab.run_button, Qt.LeftButton)
     result = blocker.args[0]
-    assert [p["values"]["max_num_seqs"] for p in result["points"]] == [4, 8, 2]
+    assert [p.values["max_num_seqs"] for p in result.points] == [4, 8, 2]
     # progress in words: point i of n (the walk measures at most 1 + 3 points), no "arm 2/1"
     assert "point 1 of at most 4 (max-num-seqs=4): starting" in shown
     assert "point 2 of at most 4: starting its server" in shown

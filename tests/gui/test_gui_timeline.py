@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 from PySide6.QtCore import Qt
 
+from quantdeck.core.bench.results import BenchResult
 from quantdeck.core.events import FallbackEvent, InstanceEvent, MarkerEvent, MetricsEvent
 from quantdeck.core.launch.device import H200
 from quantdeck.core.monitor import Recorder, read_recording, timeline_of
@@ -146,7 +147,7 @@ def test_the_window_marks_launches_fleet_switches_bench_runs_and_replays(
         InstanceEvent("router", FallbackEvent(True, "ttft_p99_ms", 900.0, 500.0, 3.0, ["b"]))
     )
     assert tl.markers[-1].what == "fleet" and tl.markers[-1].label == "fallback on: b take traffic"
-    win.bench.finished.emit({"label": "chat", "output_throughput": 12.5, "duration": 2.0})
+    win.bench.finished.emit(BenchResult(label="chat", output_throughput=12.5, duration=2.0))
     assert any(m.label == "bench chat: 12.5 tok/s" for m in tl.markers)  # at its start
     # a recording with markers, replayed in its own window: its markers there, the live
     # Monitor's left as they were

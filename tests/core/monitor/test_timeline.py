@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 from fleet_recording import T0, write_fleet_recording
 
+from quantdeck.core.bench.results import BenchResult, bench_marker
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import MarkerEvent, MetricsEvent, from_json
 from quantdeck.core.fleet import load_fleet
@@ -163,7 +164,8 @@ def test_markers_are_recorded_and_read_back(tmp_path: Path) -> None:
     rec = Recorder(path, {"source": "serve", "config": {"model": "/m"}})
     rec.write(tl.launch({"model": "/m"}, t=100.0))
     rec.write(MetricsEvent.from_values(101.0, {"generation_tokens_per_s": 10.0}))
-    rec.write(tl.bench({"label": "chat", "output_throughput": 42.5, "duration": 3.0}, t=102.0))
+    run = BenchResult(label="chat", output_throughput=42.5, duration=3.0)
+    rec.write(tl.add(bench_marker(run, t=102.0)))
     rec.write(tl.launch({"model": "/m", "max-num-seqs": 8}, t=110.0))
     rec.close()
     lines = [json.loads(ln) for ln in path.read_text().splitlines()]
@@ -224,7 +226,7 @@ def test_default_spans_are_equal_either_side_of_the_change_not_a_bench_run() -> 
     tl.observe(MarkerEvent("launch", "launch", config={"model": "/m", "dtype": "half"}, t=t0 + 25))
     for i in range(10):  # 5 s after it, loaded; then a bench run starts
         store.append(metrics_event(t0 + 30 + i / 2, running=4, generation_tokens_per_s=61234.5))
-    tl.bench({"label": "chat", "output_throughput": 1.0, "duration": 1.0}, t=t0 + 33)
+    tl.add(bench_marker(BenchResult(label="chat", output_throughput=1.0, duration=1.0), t=t0 + 33))
     before, after = default_spans(store, tl)
     assert after.t0 == t0 + 30 and before.t1 == t0 + 19.5  # the samples next to the change
     assert before.seconds == after.seconds == 4.5  # as long as the shorter side
@@ -239,3 +241,17 @@ def test_default_spans_are_equal_either_side_of_the_change_not_a_bench_run() -> 
     row = MetricRow("x", "x", "higher", 0.5, 191.0)
     assert row.change_text() == "+190 (×382)"
     assert MetricRow("x", "x", "higher", 100.0, 104.0).change_text() == "+4.00 (+4%)"
+
+
+def test_a_runs_marker_says_its_kind_and_starts_where_the_run_did() -> None:
+    """A run of the load: its figures as the diff; an A/B or a tuning: named so (not "bench
+    bench"), a tuning placed at its start by its seconds, an A/B (no duration) at its end."""
+    from quantdeck.core.bench.results import ABResult, TuneResult
+
+    m = bench_marker(BenchResult(duration=4.0, completed=6, p99_ttft_ms=float("nan")))
+    assert m.what == "bench" and m.label == "bench" and m.diff == {"completed": [None, 6]}
+    assert abs(m.t - (time.time() - 4.0)) < 2
+    tuned = bench_marker(TuneResult(seconds=30.0, label="seats"))
+    assert tuned.label == "tune seats" and abs(tuned.t - (time.time() - 30.0)) < 2
+    ab = bench_marker(ABResult())
+    assert ab.label == "A/B" and ab.diff == {} and abs(ab.t - time.time()) < 2
