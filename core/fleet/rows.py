@@ -22,6 +22,7 @@ from quantdeck.core.events import (
     FactEvent,
     FallbackEvent,
     InstanceEvent,
+    MarkerEvent,
     MetricsEvent,
     RestartEvent,
     RouteEvent,
@@ -425,6 +426,24 @@ def trial_news(ev: TrialEvent) -> str:
     if ev.phase == "decided" and isinstance(ev.decision, str):
         return f"{'undo' if undo else 'trial'} decided: {ev.decision}{reason}"
     return f"{'undo' if undo else 'trial'} {ev.phase}{reason}"
+
+
+# a live trial's markers on its instance's Monitor source: where it started or was rolled back
+# (the router's split changed, as a fleet's switch does), where the instance's knobs changed (a
+# promotion, an undo: as a launch with other knobs)
+TRIAL_MARKERS = {"admitted": "trial", "rolled back": "trial", "promoted": "promoted"}
+
+
+def trial_marker(ev: TrialEvent) -> MarkerEvent | None:
+    """The marker a step of a live trial (or of an undo) makes on its instance's timeline: its
+    start (``admitted``), its promotion or rollback, in :func:`trial_news`'s words, the knobs
+    as its diff; None for the steps between (started, measuring, decided)."""
+    what = TRIAL_MARKERS.get(ev.phase)
+    if what is None:
+        return None
+    if what == "promoted" and ev.undo is True:
+        what = "undone"
+    return MarkerEvent(what, trial_news(ev), {k: list(v) for k, v in ev.knobs.items()}, t=ev.t)
 
 
 def _number(v: object) -> float | None:

@@ -53,7 +53,7 @@ from quantdeck.gui.monitor.sources import (
     source_cue,
 )
 from quantdeck.gui.monitor.spans import CompareSpans
-from quantdeck.gui.monitor.timeline import MarkerLines, trial_marker
+from quantdeck.gui.monitor.timeline import MarkerLines
 from quantdeck.gui.style import CUE_SHEET, P99_SHADE, PLOT_BACKGROUND, PROBLEM_SHEET, SERIES_COLORS
 
 if TYPE_CHECKING:
@@ -256,6 +256,8 @@ class MonitorPanel(QWidget):
     def add_instance_event(self, fleet: str, name: str, ev: Event) -> MarkerEvent | None:
         """A fleet instance's event: a live trial's start, promotion, rollback or undo marks
         the instance's source (where it has one), whichever source is followed."""
+        from quantdeck.core.fleet.rows import trial_marker
+
         src = self.sources.get(instance_key(fleet, name))
         marker = trial_marker(ev) if isinstance(ev, TrialEvent) else None
         return src.timeline.add(marker) if src is not None and marker is not None else None

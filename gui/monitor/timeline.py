@@ -4,7 +4,8 @@ spans side by side (:func:`quantdeck.core.monitor.timeline.compare_spans`).
 :class:`MarkerLines` keeps one vertical line per marker and plot (labelled on the top row of
 plots; its tooltip is the marker's diff), moved to the plots' time axis (seconds before the
 newest point) when the Monitor redraws; a fleet instance's live trial marks it where the trial
-started, was promoted, rolled back or undone (:func:`trial_marker`). :class:`ComparePanel`
+started, was promoted, rolled back or undone (:func:`quantdeck.core.fleet.rows.trial_marker`).
+:class:`ComparePanel`
 shows a comparison: before | after | change per figure, the change that separates the spans,
 and Export (the HTML report, as ``quantdeck timeline --report`` writes it).
 """
@@ -21,7 +22,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from quantdeck.core.errors import QuantdeckError
-from quantdeck.core.events import MarkerEvent, TrialEvent
+from quantdeck.core.events import MarkerEvent
 from quantdeck.core.monitor.timeline import (
     MetricRow,
     SpanComparison,
@@ -37,26 +38,7 @@ from quantdeck.gui.table_model import Column, ObjectTableModel, row_table
 LABEL_CHARS = 24  # a marker's label on the plot; the tooltip has it whole
 LABEL_TOP = 0.95  # the top row of labels: this far up the plot (0 bottom, 1 top)
 LABEL_GAP = 2  # pixels between labels, and around a legend
-# a live trial's markers: where it started or was rolled back (the router's split changed, as a
-# fleet's switch does), where the instance's knobs changed (a promotion, an undo: as a launch
-# with other knobs)
-TRIAL_MARKERS = {"admitted": "trial", "rolled back": "trial", "promoted": "promoted"}
 MARKER_COLOR = {**MARKER_COLORS, "trial": ORANGE, "promoted": PURPLE, "undone": PURPLE}
-
-
-def trial_marker(ev: TrialEvent) -> MarkerEvent | None:
-    """The marker a step of a live trial (or of an undo) makes on its instance's timeline: its
-    start (``admitted``), its promotion or rollback, in the Fleet tab's words
-    (:func:`~quantdeck.core.fleet.rows.trial_news`), the knobs as its diff; None for the
-    steps between (started, measuring, decided)."""
-    from quantdeck.core.fleet.rows import trial_news
-
-    what = TRIAL_MARKERS.get(ev.phase)
-    if what is None:
-        return None
-    if what == "promoted" and ev.undo is True:
-        what = "undone"
-    return MarkerEvent(what, trial_news(ev), {k: list(v) for k, v in ev.knobs.items()}, t=ev.t)
 
 
 def _num(v: float | None) -> str:

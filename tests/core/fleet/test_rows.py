@@ -331,3 +331,26 @@ def test_a_start_under_way_is_told_with_its_numbers_as_they_print() -> None:
 
     ev = FactEvent(STARTING_FACT, {"stage": "loading_weights", "elapsed_s": 30, "limit_s": 1800.0})
     assert fleet_news(ev) == "still loading_weights: 30 s of at most 1800 s"  # (was 1800.0)
+
+
+def test_a_trials_markers_are_its_start_its_end_and_an_undo_said_so() -> None:
+    """The Monitor marks an instance's source where a trial started, was promoted or rolled
+    back, or undone (as an undo, not a promotion); the steps between make no marker."""
+    from quantdeck.core.events import TrialEvent
+    from quantdeck.core.fleet.rows import trial_marker
+
+    knobs = {"max_num_seqs": [8, 16]}
+    start = trial_marker(TrialEvent("admitted", knobs=knobs, t=10.0))
+    assert start is not None and (start.what, start.t) == ("trial", 10.0)
+    assert start.label == "trial admitted: max-num-seqs 8 → 16"
+    assert start.diff == {"max_num_seqs": [8, 16]}
+    assert trial_marker(TrialEvent("measuring", knobs=knobs)) is None
+    assert trial_marker(TrialEvent("decided", knobs=knobs, decision="promote")) is None
+    back = trial_marker(TrialEvent("rolled back", knobs=knobs))
+    assert back is not None and back.what == "trial"
+    promoted = trial_marker(TrialEvent("promoted", knobs=knobs))
+    assert promoted is not None and promoted.what == "promoted"
+    assert promoted.label == "promoted max-num-seqs 16"
+    undone = trial_marker(TrialEvent("promoted", knobs={"max_num_seqs": [16, 8]}, undo=True))
+    assert undone is not None and undone.what == "undone"
+    assert undone.label == "undone: back to max-num-seqs 8"
