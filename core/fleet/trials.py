@@ -23,11 +23,12 @@ from quantdeck.core.fleet.live import sleep as sleep_server
 from quantdeck.core.fleet.liveness import (
     tree_pids,
 )
+from quantdeck.core.fleet.rows import launch_knobs
 from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec, admit_candidate, is_fleet_of_one
 from quantdeck.core.fleet.tending import _Tended
 from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import LaunchConfig, validate
-from quantdeck.core.launch.diff import change_text
+from quantdeck.core.launch.diff import change_text, knob_diff, knobs_text, live_candidate
 from quantdeck.core.launch.knobs import to_yaml
 from quantdeck.core.paths import write_atomic
 from quantdeck.core.runtime import ServerProcess
@@ -89,6 +90,15 @@ class FleetTrials:
             if self.servers[name].state != "ready" or not self._router_ready.is_set():
                 raise ConfigError(f"instance '{name}' does not serve now: try it once it does")
             cfg = validate(cfg.copy())
+            changed = {
+                k for k in knob_diff(inst.cfg, live_candidate(inst.cfg, cfg)) if k != "port"
+            }
+            if not changed:  # as A/B refuses identical arms: a restart to compare it with itself
+                running = knobs_text(launch_knobs(inst.cfg)) or "vLLM's defaults"
+                raise ConfigError(
+                    f"the candidate changes no knob of '{name}' (it runs {running}): "
+                    "a trial would compare the instance with itself; change a knob to try"
+                )
             admitted = admit_candidate(self.spec, inst, cfg, asleep=self._asleep())
             trial = self._trial(inst, cfg, opts)
         trial.start(admitted)

@@ -12,6 +12,7 @@ from ckpt import TINY_LLAMA, write_checkpoint
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.fleet import Fleet, load_fleet
 from quantdeck.core.fleet.supervisor import Retired
+from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch.knobs import from_dict
 
 
@@ -42,3 +43,24 @@ def test_an_undo_waits_for_the_instance_to_serve(fleet: Fleet) -> None:
     with pytest.raises(ConfigError, match="^instance .a. does not serve now: undo it once"):
         fleet.undo("a")
     assert fleet.retired["a"].cfg is before and fleet.trial is None
+
+
+def test_a_trial_that_changes_no_knob_is_refused_before_anything_starts(
+    fleet: Fleet,
+) -> None:
+    """As A/B refuses identical arms: a candidate with the instance's own knobs (its port,
+    host and API key are the fleet's to give, so they are no change) would cost a restart
+    to compare the instance with itself. (The instance is made to read as serving: nothing
+    runs here.)"""
+    inst = fleet.spec.instances[0]
+    assert inst.cfg is not None
+    fleet.servers["a"].state = "ready"
+    fleet._router_ready.set()
+    same = inst.cfg.copy()
+    same.server.port += 7
+    with pytest.raises(ConfigError, match="^the candidate changes no knob of 'a' \\(it runs "):
+        fleet.start_trial("a", same, TrialOptions())
+    assert fleet.trial is None
+    same.server.host, same.server.api_key = "0.0.0.0", "another"  # the fleet's, not knobs
+    with pytest.raises(ConfigError, match="changes no knob"):
+        fleet.start_trial("a", same, TrialOptions())
