@@ -186,10 +186,14 @@ class RouterOfOne(QObject):
             self._follow_launch(launch)
             running = launch if not d.try_live else None
             self.launch.set_live_target(running, d.try_live)
-        if self.phase() is None:
+        rows = fleet.rows if self.phase() is not None else None
+        row = rows.row(INSTANCE) if rows is not None and INSTANCE in rows else None
+        if rows is None:
             self._chosen = False
-        elif not self._chosen:  # Monitor, Logs, Playground follow its instance: its start
-            self._chosen = True  # at once, its samples once it serves
+        elif not self._chosen and row is not None and row.state != "stopped":
+            # Monitor, Logs, Playground follow its instance once it has begun to start: its
+            # start at once, its samples once it serves
+            self._chosen = True
             fleet.choose(INSTANCE, show=False)
         shown = (d.word, d.url, d.instance, d.why) if d is not None else (None, "", "", "")
         if shown == self._shown:

@@ -90,9 +90,7 @@ class FleetTrials:
             if self.servers[name].state != "ready" or not self._router_ready.is_set():
                 raise ConfigError(f"instance '{name}' does not serve now: try it once it does")
             cfg = validate(cfg.copy())
-            changed = {
-                k for k in knob_diff(inst.cfg, live_candidate(inst.cfg, cfg)) if k != "port"
-            }
+            changed = {k for k in knob_diff(inst.cfg, live_candidate(inst.cfg, cfg)) if k != "port"}
             if not changed:  # as A/B refuses identical arms: a restart to compare it with itself
                 running = knobs_text(launch_knobs(inst.cfg)) or "vLLM's defaults"
                 raise ConfigError(

@@ -90,6 +90,8 @@ class ChosenInstance(QObject):
         row = rows.row(self.name)
         if row.serving and row.url != self._url:
             show, self._show = self._show and self._url is None, False
+            if self._url is None:  # "… follow it once it serves": it does
+                self._say("")
             self._url = row.url
             self._followed(row.url)
             self.attach.emit(row.url, row.api_key or "", show)

@@ -155,15 +155,19 @@ def test_the_monitor_shows_the_instance_starting_not_the_last_server(
     fleet = Fleet(win.fleet.spec)
     win.fleet.watch(fleet)
     win.fleet.phase = "starting"  # as start_fleet does (stood in for: it would start vLLM)
+    win.fleet.changed.emit()
+    assert win.fleet.chosen is None  # not yet begun: it is not told as "stopped"
     fleet._events.emit(InstanceEvent("serve", StateEvent("starting")))
     panel = win.monitor
     assert win.fleet.chosen == "serve"
+    assert win.fleet.message.text().startswith("serve is starting: its log is in the Logs tab")
     assert panel.source_box.currentText() == "serve (behind the router)"
     assert panel.source_state.text().startswith("… starting since")
     assert win.attached == []  # nothing serves yet
     fleet._events.emit(InstanceEvent("serve", StateEvent("ready")))
     fleet._events.emit(InstanceEvent("router", StateEvent("ready", url=win.fleet.spec.router.url)))
     assert win.attached == [win.fleet.spec.instances[0].url]
+    assert win.fleet.message.text() == ""  # it serves: "… once it serves" is said no more
     assert win.tabs.currentWidget() is win.launch  # the Launch tab stays in front
     fleet._events.emit(InstanceEvent("serve", StateEvent("ready")))  # (a scrape's repeat)
     assert len(win.attached) == 1
