@@ -94,7 +94,7 @@ class MonitorTab(QWidget):
         chosen = fleet.chosen_instance
         chosen.followed.connect(self._on_instance_followed)
         chosen.trial_step.connect(self._on_trial_step)
-        chosen.waiting.connect(self._on_instance_waiting)
+        chosen.state.connect(self._on_instance_state)
         fleet.instances_changed.connect(self._on_fleet_instances_changed)
 
     def _on_instance_followed(self, url: str, fleet_file: str, name: str) -> None:
@@ -103,18 +103,16 @@ class MonitorTab(QWidget):
         if self._fleet is not None:
             panel.set_instances(self._fleet.series, fleet=fleet_file)
 
-    def _on_instance_waiting(self, fleet_file: str, name: str, ev: StateEvent) -> None:
-        """The chosen instance does not serve yet (starting, or down): the Monitor shows its
-        source and its state, not the last server's, unless it follows a server now (the
-        Launch tab's, or an instance it is attached to: it follows this one once it serves)."""
+    def _on_instance_state(self, fleet_file: str, name: str, ev: StateEvent) -> None:
+        """The chosen instance's state: on its source's cue (a crash ends its alerts, as a
+        server's does), and, while the Monitor follows no server (the Launch tab's, or an
+        instance it is attached to), its source shown: the instance starting, not the last
+        server's "stopped"; it is attached to once it serves."""
         controller = self.controller
-        if controller.attached is not None or (
-            controller.server is not None and controller.server.running
-        ):
-            return
-        panel = self.panel
-        panel.follow_instance(fleet_file, name)
-        panel.set_source_state(ev.state, ev.t)
+        idle = controller.attached is None and (
+            controller.server is None or not controller.server.running
+        )
+        self.panel.instance_state(fleet_file, name, ev, follow=idle)
 
     def _on_trial_step(self, fleet_file: str, name: str, ev: Event) -> None:
         if self._panel is not None:  # (no plots yet: no source of it either)

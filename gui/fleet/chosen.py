@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Signal
 
 from quantdeck.core.events import Event, FactEvent, LogEvent, StateEvent, TrialEvent
+from quantdeck.core.fleet.roles import TRIAL_CANDIDATE
 
 if TYPE_CHECKING:
     from quantdeck.core.fleet import Fleet
@@ -24,16 +25,17 @@ class ChosenInstance(QObject):
     follow: ``attach(url, key, show)`` points Monitor and Playground at it, again when its URL
     changes, right after ``followed(url, fleet file, name)`` says who serves there;
     ``instance_event`` carries its own events (its log, its states) to Logs; ``trial_step``
-    every instance's live trial steps (for its Monitor source's markers); ``waiting(fleet
-    file, name, state)`` its states until it serves (the Monitor shows them on its source);
-    ``say`` tells why it is not attached yet."""
+    every instance's live trial steps (for its Monitor source's markers); ``state(fleet file,
+    name, event)`` its states (its start, a crash, a restart: the Monitor's cue and alerts
+    follow them on its source; not while a trial swaps its servers, whose own steps say
+    what serves); ``say`` tells why it is not attached yet."""
 
     # url, API key ("" for none), whether to show the Monitor
     attach = Signal(str, str, bool)
     followed = Signal(str, str, str)  # url, the fleet file, the instance's name
     instance_event = Signal(object)
     trial_step = Signal(str, str, object)  # the fleet file, an instance, its TrialEvent
-    waiting = Signal(str, str, object)  # the fleet file, the instance, its StateEvent
+    state = Signal(str, str, object)  # the fleet file, the instance, its StateEvent
 
     def __init__(
         self,
@@ -78,7 +80,7 @@ class ChosenInstance(QObject):
                 f"{row.name} is {row.state}: its log is in the Logs tab; Monitor and "
                 "Playground follow it once it serves"
             )
-            self._waiting(StateEvent(row.state))
+            self._state(StateEvent(row.state))
 
     def follow_url(self) -> None:
         """The chosen instance serves at last (chosen while it started or was down), or at
@@ -100,10 +102,13 @@ class ChosenInstance(QObject):
         fleet = self._fleet()
         return str(fleet.spec.path) if fleet is not None else None
 
-    def _waiting(self, ev: StateEvent) -> None:
-        path = self._fleet_file()
-        if path is not None and self.name is not None and self._url is None:
-            self.waiting.emit(path, self.name, ev)
+    def _state(self, ev: StateEvent) -> None:
+        path, rows = self._fleet_file(), self._rows()
+        if path is None or self.name is None or rows is None:
+            return
+        if any(r.role == TRIAL_CANDIDATE for r in rows.rows):
+            return  # a trial, its promotion or undo: servers swap, the instance goes on
+        self.state.emit(path, self.name, ev)
 
     def _followed(self, url: str) -> None:
         """Who serves at ``url``: the chosen instance of the running fleet (a replay's rows
@@ -122,4 +127,4 @@ class ChosenInstance(QObject):
         if name == self.name:
             self.instance_event.emit(ev)
             if isinstance(ev, StateEvent):
-                self._waiting(ev)  # (until it serves)
+                self._state(ev)

@@ -253,6 +253,16 @@ class MonitorPanel(QWidget):
         self.overlay.set_stores(self._shown.instances)
         return src
 
+    def instance_state(self, fleet: str, name: str, ev: StateEvent, *, follow: bool) -> None:
+        """Instance ``name`` of ``fleet`` moved to ``ev``'s state (its fleet says so, whatever
+        the scrape of its URL reads): on its source's cue and alerts while it is the source
+        followed; ``follow``: made the source followed first (nothing else is)."""
+        if self._live.key != instance_key(fleet, name):
+            if not follow:
+                return
+            self.follow_instance(fleet, name)
+        self.set_source_state(ev.state, ev.t)
+
     def add_instance_event(self, fleet: str, name: str, ev: Event) -> MarkerEvent | None:
         """A fleet instance's event: a live trial's start, promotion, rollback or undo marks
         the instance's source (where it has one), whichever source is followed."""

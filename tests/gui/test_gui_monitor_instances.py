@@ -249,3 +249,27 @@ def test_the_fleet_tabs_replay_leaves_the_monitor_alone(
     assert view.model.text(1, "state") == "crashed: exit code -9 (restart 1 in 1 s)"
     assert panel.instances == {} and list(panel.sources) == ["server"]
     assert len(panel.store) == 5
+
+
+def test_a_crashed_instance_ends_its_alerts_and_its_cue_says_so(
+    qtbot: Any, win: MainWindow
+) -> None:
+    """The instance's fleet says it crashed (its URL only stops answering): its source's cue
+    says crashed and its active alerts end with it, as a server's do when it stops; serving
+    again, the cue goes."""
+    fleet = serve_behind_router(qtbot, win)
+    panel = win.monitor
+    assert panel.source_box.currentText() == "serve (behind the router)"
+    panel.ttft_limit.setValue(100)
+    now = time.time()
+    for i in range(10):
+        win.controller.metrics.emit(metrics_event(now - 10 + i, ttft_p99_ms=500.0))
+    panel.refresh(force=True)
+    qtbot.waitUntil(lambda: any(a.key == "ttft" for a in panel.alerts.active), timeout=5_000)
+    fleet._events.emit(InstanceEvent("serve", StateEvent("crashed", reason="killed")))
+    assert panel.alerts.active == []
+    (ttft,) = [a for a in panel.alerts.alerts if a.key == "ttft"]
+    assert ttft.ended == "server crashed"
+    assert "crashed at" in panel.source_state.text()
+    fleet._events.emit(InstanceEvent("serve", StateEvent("ready")))
+    assert "crashed" not in panel.source_state.text()
