@@ -11,7 +11,7 @@ arms of a few seats each: a queue on one arm delays its next requests, so they a
 independent). Each trial is judged as it goes, at the looks its method takes, until a
 decision or the time limit, by:
 
-- ``current``: the trial as it decided before issue 45 (core/fleet/trial.py ``judge``: a
+- ``current``: the trial as it decided before issue 45 (benchmarks/_judge_before.py: a
   Mann-Whitney test on vLLM's histogram buckets, Bonferroni over 8 planned looks, the point
   p99 ratio against the margin; "no difference" at the limit);
 - ``requests``: core/evidence.py's confidence sequence for the p99 of each arm's per-request
@@ -41,8 +41,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from _judge_before import judge, next_look
+
 from quantdeck.core import evidence
-from quantdeck.core.fleet.trial import ArmSpan, TrialOptions, judge, next_look
+from quantdeck.core.fleet.trial import ArmSpan, TrialOptions
 from quantdeck.core.monitor.metrics import Histogram, RawMetrics, parse_metrics
 
 ROOT = Path(__file__).resolve().parent.parent

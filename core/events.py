@@ -740,11 +740,7 @@ class TrialEvent(Event):
         if self.phase == "admitted":
             return f"[trial] admitted: {changed or 'the same knobs'} ({self.reason or ''})"
         if self.phase == "measuring" and isinstance(self.verdict, Verdict):
-            v = self.verdict
-            return (
-                f"[trial] measuring: {v.outcome} on {self.goal} "
-                f"(requests {v.n_incumbent} / {v.n_candidate}: {v.reason})"
-            )
+            return f"[trial] measuring: {self.verdict.describe()}"
         if self.phase == "decided":
             return f"[trial] decided: {self.decision} ({self.reason})"
         return f"[trial] {self.phase}" + (f": {self.reason}" if self.reason else "")

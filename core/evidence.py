@@ -53,7 +53,9 @@ def _log_mixture(n: int, k: int, p: float, weight: float = PRIOR_WEIGHT) -> floa
     trials (the prior Beta centred on ``p``): under ``p`` it exceeds ``log(1 / alpha)`` at
     some ``n`` with probability at most ``alpha``."""
     a, b = weight * p, weight * (1 - p)
-    return _ln_beta(a + k, b + n - k) - _ln_beta(a, b) - k * math.log(p) - (n - k) * math.log1p(-p)
+    return (
+        _ln_beta(a + k, b + (n - k)) - _ln_beta(a, b) - k * math.log(p) - (n - k) * math.log1p(-p)
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -164,13 +166,26 @@ def mean(values: Sequence[float], alpha: float) -> Estimate:
     if n < 2:
         return Estimate(values[0] if values else None, 0.0, math.inf, n)
     m = sum(values) / n
-    var = sum((v - m) ** 2 for v in values) / (n - 1)
+    return mean_of(m, sum((v - m) ** 2 for v in values) / (n - 1), n, alpha)
+
+
+def mean_of(m: float, var: float, n: int, alpha: float) -> Estimate:
+    """:func:`mean`'s interval from the sample's mean ``m``, variance ``var`` and size ``n``
+    (a histogram knows its sum exactly, its variance from its buckets)."""
+    if n < 2:
+        return Estimate(m if n else None, 0.0, math.inf, n)
+    half = math.sqrt(var) * _boundary(n, alpha, MEAN_TUNED_N)
+    return Estimate(m, max(0.0, m - half), m + half, n)
+
+
+def _boundary(n: int, alpha: float, tuned_n: int) -> float:
+    """The normal mixture's half-width for a mean of ``n`` observations of unit variance,
+    valid at every ``n`` (asymptotically), tightest near ``tuned_n``."""
     la = -2 * math.log(alpha)
-    rho2 = (la + math.log(la + 1)) / MEAN_TUNED_N
-    half = math.sqrt(var) * math.sqrt(
+    rho2 = (la + math.log(la + 1)) / tuned_n
+    return math.sqrt(
         2 * (n * rho2 + 1) / (n * n * rho2) * math.log(math.sqrt(n * rho2 + 1) / alpha)
     )
-    return Estimate(m, max(0.0, m - half), m + half, n)
 
 
 @dataclass(frozen=True)
@@ -330,15 +345,22 @@ def quantile_ratio(
     if vc is None or vi is None or qc <= 0 or qi <= 0:
         return Effect(None, 0.0, math.inf)
     n = min(nc, ni)
-    sigma = math.sqrt(n * (vc / nc + vi / ni))
-    la = -2 * math.log(alpha)
-    rho2 = (la + math.log(la + 1)) / ASYMPTOTIC_TUNED_N
-    half = sigma * math.sqrt(
-        2 * (n * rho2 + 1) / (n * n * rho2) * math.log(math.sqrt(n * rho2 + 1) / alpha)
-    )
+    half = math.sqrt(n * (vc / nc + vi / ni)) * _boundary(n, alpha, ASYMPTOTIC_TUNED_N)
     d = math.log(qc / qi)
     return Effect(qc / qi, math.exp(d - half), math.exp(d + half))
 
 
 ASYMPTOTIC_TUNED_N = 2000
 TAIL_OBSERVATIONS = 10  # an arm's observations past the quantile before its density is read
+
+
+def quantile_effect(
+    candidate: Sequence[float], incumbent: Sequence[float], q: float, alpha: float
+) -> Effect:
+    """The ratio of the arms' ``q`` quantiles from per-request figures: the asymptotic
+    sequence once each arm has enough observations past the quantile to read its density
+    (:data:`TAIL_OBSERVATIONS`), the order statistics' before (wide, but valid from the first
+    request)."""
+    if min(len(candidate), len(incumbent)) * (1 - q) >= TAIL_OBSERVATIONS:
+        return quantile_ratio(candidate, incumbent, q, alpha)
+    return ratio(quantile(candidate, q, alpha / 2), quantile(incumbent, q, alpha / 2))

@@ -11,9 +11,12 @@ metrics snapshots do.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from quantdeck.core.evidence import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, Effect
 
 _D = TypeVar("_D")
 
@@ -28,35 +31,79 @@ def _fields_of(cls: type[_D], data: Mapping[str, Any], skip: tuple[str, ...] = (
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+# what a verdict written before issue 45 carried and a reader no longer needs (its test's p)
+_LEGACY_VERDICT = ("confidence", "test", "p_value", "threshold")
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """The running answer on the goal: ``better``, ``worse``, ``no difference`` or
-    ``undecided`` (measuring goes on), with the test's figures (a figure a partial one lacks
-    reads as its default)."""
+    """The running answer on the goal, in the goal's own figure (``figure``: ``TTFT p99``):
+    ``better`` or ``worse`` (the effect's interval lies beyond the margin), ``equivalent``
+    (inside it on both sides) or ``inconclusive`` (neither yet; ``needed``: about how many
+    more requests an arm would settle it). The effect is the candidate's figure over the
+    incumbent's (``kind`` "ratio"; goodput: the difference in points), ``lo``–``hi`` its
+    interval, valid at every look (core/evidence.py); ``source`` says what it was read from
+    (the arms' histograms, the probe's requests). Verdicts recorded before issue 45 read back
+    with their words ("no difference", "undecided") and without an interval."""
 
     outcome: str
     goal: str = ""
-    test: str = ""
-    p_value: float | None = None  # the one-sided p of the direction the effect points to
-    threshold: float = 0.0  # alpha / looks: the p a verdict needs
-    effect: float | None = None  # the candidate's goal figure over the incumbent's (ratio), or
-    # the goodput difference in points
-    incumbent: float | None = None  # the goal figure per arm
+    figure: str = ""
+    source: str = ""
+    effect: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    kind: str = "ratio"
+    incumbent: float | None = None  # the goal figure per arm (ms, tokens/s, %)
     candidate: float | None = None
     n_incumbent: int = 0
     n_candidate: int = 0
+    margin: float = 0.0
+    needed: int | None = None
     reason: str = ""
 
     @property
-    def confidence(self) -> float | None:
-        return None if self.p_value is None else round(1 - self.p_value, 4)
+    def effect_estimate(self) -> Effect:
+        return Effect(
+            self.effect,
+            0.0 if self.lo is None else self.lo,
+            math.inf if self.hi is None else self.hi,
+            self.kind,
+        )
+
+    def describe(self) -> str:
+        """The verdict in one line, as the Trial view, the CLI and the live tune's table say
+        it: ``TTFT p99 210 → 151 ms, ×0.72 [0.61–0.85]: better (beyond the 10 % margin) ·
+        812 / 790 requests``; an inconclusive one with what would settle it."""
+        counts = f"{self.n_incumbent} / {self.n_candidate} requests"
+        if self.effect is None:
+            head = f"{self.figure or self.goal}: {self.outcome}"
+            return f"{head} ({self.reason}) · {counts}" if self.reason else f"{head} · {counts}"
+        margin = f"{self.margin:.0%}".replace("%", " %")
+        words = {
+            BETTER: f"better (beyond the {margin} margin)",
+            WORSE: f"worse (beyond the {margin} margin)",
+            EQUIVALENT: f"equivalent (no difference larger than {margin})",
+        }.get(self.outcome, self.outcome)
+        if self.outcome == INCONCLUSIVE:
+            words += (
+                f": about {self.needed:,} more requests an arm would settle it"
+                if self.needed
+                else f": the interval does not clear the margin ({self.source or 'its figures'})"
+            )
+        figures = ""
+        if self.incumbent is not None and self.candidate is not None:
+            unit = {"goodput": " %", "throughput": " tok/s"}.get(self.goal, " ms")
+            figures = f" {self.incumbent:,.4g} → {self.candidate:,.4g}{unit},"
+        head = f"{self.figure or self.goal}{figures} {self.effect_estimate.text()}"
+        return f"{head}: {words} · {counts}"
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "confidence": self.confidence}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdict:
-        return _fields_of(cls, data, skip=("confidence",))
+        return _fields_of(cls, data, skip=_LEGACY_VERDICT)
 
 
 @dataclass(frozen=True)
@@ -72,6 +119,10 @@ class ArmFigures:
     itl_p99_ms: float | None = None
     e2e_p50_ms: float | None = None
     e2e_p99_ms: float | None = None
+    # the p90s a verdict reads while too few requests bound a p99 (None: not measured)
+    ttft_p90_ms: float | None = None
+    itl_p90_ms: float | None = None
+    e2e_p90_ms: float | None = None
     tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
     goodput_pct: float | None = None

@@ -222,26 +222,8 @@ class LiveTrialRow:
 
     @property
     def verdict_text(self) -> str:
-        """``better: p90 812 → 95.2 ms``: the figure the verdict compared, incumbent →
-        candidate (a latency goal's at p90 until each arm has 100 requests, as the judge
-        reads it); ``undecided: 12 / 11 requests`` while too few were measured."""
-        from quantdeck.core.fleet.trial import TAIL_REQUESTS
-
-        v = self.verdict
-        if v is None or not v.outcome:
-            return ""
-        outcome, inc, cand = v.outcome, v.incumbent, v.candidate
-        n_i, n_c = v.n_incumbent, v.n_candidate
-        if inc is None or cand is None:
-            if outcome == "undecided":
-                return f"undecided: {n_i} / {n_c} requests"
-            return outcome
-        goal = v.goal
-        unit = GOAL_FIGURES[goal].unit if goal in GOAL_FIGURES else ""
-        quantile = ""
-        if goal.endswith("_p99"):
-            quantile = "p99 " if min(n_i, n_c) >= TAIL_REQUESTS else "p90 "
-        return f"{outcome}: {quantile}{_figure(inc)} → {_figure(cand)} {unit}".rstrip()
+        """The trial's verdict as every view says it (:meth:`Verdict.describe`)."""
+        return self.verdict.describe() if self.verdict is not None and self.verdict.outcome else ""
 
     @property
     def detail(self) -> str:

@@ -57,7 +57,7 @@ ARMS = ("incumbent", "candidate")
 ARM_COLORS = {"incumbent": SERIES_COLORS[0], "candidate": SERIES_COLORS[1]}
 POINTS = 1800  # each arm's curves: half an hour at the fleet's one sample a second
 REDRAW_MS = 1000
-OUTCOME_COLORS = {"better": GREEN, "worse": RED, "no difference": GREY}
+OUTCOME_COLORS = {"better": GREEN, "worse": RED, "equivalent": GREY, "no difference": GREY}
 RESULT_COLORS = {"promoted": GREEN, "rolled back": ORANGE, "refused": RED}
 BY_OPERATOR = "by the operator"
 STOPPED = "stopped by the operator"
@@ -107,6 +107,9 @@ FIGURES = (
     ArmFigure("itl_p99_ms", "ITL p99 (ms)", True),
     ArmFigure("e2e_p50_ms", "E2E p50 (ms)", True),
     ArmFigure("e2e_p99_ms", "E2E p99 (ms)", True),
+    ArmFigure("ttft_p90_ms", "TTFT p90 (ms)", True),
+    ArmFigure("itl_p90_ms", "ITL p90 (ms)", True),
+    ArmFigure("e2e_p90_ms", "E2E p90 (ms)", True),
     ArmFigure("tokens_per_s", "generation (tokens/s)", False),
     ArmFigure("decode_tokens_per_s", "decode per sequence (tokens/s)", False),
     ArmFigure("goodput_pct", "within the SLO (%)", False),
@@ -458,20 +461,9 @@ def result_text(ev: TrialEvent) -> str:
 
 
 def verdict_text(v: Verdict) -> str:
-    """The running verdict in one line: the outcome, its confidence and test, the requests."""
-    parts = [v.outcome or "undecided"]
-    if v.confidence is not None and v.p_value is not None:
-        parts.append(
-            f"confidence {100 * v.confidence:.1f} %, p = {v.p_value:.3g} (needs < "
-            f"{v.threshold:.3g})"
-        )
-    if v.effect is not None:
-        goodput = v.goal == "goodput"
-        parts.append(f"effect {v.effect:+g} points" if goodput else f"effect ×{v.effect:g}")
-    if v.test:
-        parts.append(v.test)
-    parts.append(f"requests {v.n_incumbent} / {v.n_candidate}")
-    return "verdict: " + " · ".join(parts)
+    """The running verdict in one line (:meth:`Verdict.describe`: the figure, the effect with
+    its interval, the outcome, the requests)."""
+    return "verdict: " + v.describe()
 
 
 def split_text(arms: TrialArms) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -24,10 +23,10 @@ import httpx
 
 from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, MarkerEvent, StateEvent, TrialEvent
+from quantdeck.core.evidence import BETTER, EQUIVALENT, INCONCLUSIVE
 from quantdeck.core.fleet.liveness import HUNG, Liveness, look_at, read_pressure
 from quantdeck.core.fleet.trial import (
     CANDIDATE,
-    LOOKS,
     ArmSpan,
     ProbePair,
     ProbeRecord,
@@ -35,7 +34,6 @@ from quantdeck.core.fleet.trial import (
     breach,
     judge,
     judge_paired,
-    next_look,
     probe_figures,
 )
 from quantdeck.core.http import auth_headers, tls_verify
@@ -333,10 +331,7 @@ class LiveTrial:
         history: collections.deque[RawMetrics] = collections.deque()
         answered = time.monotonic()
         began = time.monotonic()
-        next_at: float = opts.min_requests
-        looks = 0
         reported = 0.0
-        settled: Verdict | None = None  # the latest look's verdict
         if opts.probe:
             self._start_probe("asked for (--probe)")
         live = Liveness(answered)  # the candidate's: hung is no progress, not a slow answer
@@ -395,14 +390,10 @@ class LiveTrial:
                 self._start_probe(
                     f"the live traffic is too thin: {live_n} requests per arm in {elapsed:.0f} s"
                 )
-                next_at, looks, settled = opts.min_requests, 0, None  # the probe's looks now
             pairs = self.probe.pairs() if self.probe is not None else None
-            n = len([p for p in pairs if p.ok]) if pairs is not None else live_n
-            if n >= next_at or final:
-                settled = _verdict(pairs, span_i, span_c, opts, final)
-                looks += 1  # the last planned look is kept for the time limit
-                next_at = next_look(n, opts) if looks < LOOKS - 1 else math.inf
-            self.verdict = settled or _verdict(pairs, span_i, span_c, opts, False)
+            # a look every tick: the verdict's interval holds however often it is looked at
+            settled = _verdict(pairs, span_i, span_c, opts)
+            self.verdict = settled
             self.arms = TrialArms(
                 span_i.figures(opts.slo),
                 span_c.figures(opts.slo),
@@ -411,15 +402,14 @@ class LiveTrial:
             if time.monotonic() - reported >= REPORT_S:
                 reported = time.monotonic()
                 self._event("measuring", verdict=self.verdict, arms=self.arms)
-            undecided = settled is not None and settled.outcome == "undecided"
-            if final and undecided and (opts.decide == "auto" or self._arm_down is not None):
+            open_ = settled.outcome == INCONCLUSIVE
+            if final and open_ and (opts.decide == "auto" or self._arm_down is not None):
                 return self._at_limit(False, span_i.requests, span_c.requests, settled)
-            if settled is not None and opts.decide == "auto":
-                if settled.outcome == "better":
-                    return "promote", settled.reason
-                if settled.outcome in ("worse", "no difference"):
-                    keep = "the incumbent stays: " if settled.outcome != "worse" else ""
-                    return "rollback", f"{settled.outcome}: {keep}{settled.reason}"
+            if not open_ and opts.decide == "auto":
+                if settled.outcome == BETTER:
+                    return "promote", settled.describe()
+                keep = ": the incumbent stays" if settled.outcome == EQUIVALENT else ""
+                return "rollback", f"{settled.describe()}{keep}"
             time.sleep(TICK_S)
 
     def _at_limit(
@@ -438,9 +428,10 @@ class LiveTrial:
         elif n_i == 0 or n_c == 0:
             arm = "the incumbent" if n_i == 0 else "the candidate"
             why = f"{arm} got no requests in {limit} ({n_i} / {n_c} requests an arm)"
+        elif verdict is not None:
+            why = f"not settled in {limit}: {verdict.describe()}"
         else:
-            detail = verdict.reason if verdict is not None else f"{n_i} / {n_c} requests"
-            why = f"too little traffic in {limit} to compare ({detail})"
+            why = f"not settled in {limit} ({n_i} / {n_c} requests)"
         with self._lock:
             down = self._arm_down
         if down is not None and self.server.state == "ready":
@@ -463,12 +454,11 @@ def _verdict(
     incumbent: ArmSpan,
     candidate: ArmSpan,
     opts: TrialOptions,
-    final: bool,
 ) -> Verdict:
     """The probe's pairs decide once the probe runs; until then the router's split."""
     if pairs is not None:
-        return judge_paired(pairs, opts, final=final)
-    return judge(incumbent, candidate, opts, final=final)
+        return judge_paired(pairs, opts)
+    return judge(incumbent, candidate, opts)
 
 
 class ProbeLoad:

@@ -5,20 +5,14 @@ on a port of its own) serve the router's split of the live traffic side by side.
 figures are the deltas of its own ``/metrics`` since the measuring began: vLLM's histograms of
 TTFT, inter-token latency and end-to-end latency, its token and finish counters.
 
-The verdict on the goal is a stated test, not a threshold on two averages:
-
-- latency goals (``ttft_p99``, ``itl_p99``, ``e2e_p99``) and ``throughput`` (a sequence's decode
-  speed, the inverse of its inter-token latency): a Mann-Whitney U test on the two arms' binned
-  observations (vLLM's histogram buckets; ties within a bucket corrected for), one-sided in
-  each direction;
-- ``goodput`` (the share of requests within every SLO limit): a two-proportion z-test.
-
-The arms are looked at as the requests come, so the error rate of the looks is held by
-Bonferroni over the planned looks (:data:`LOOKS`: at the minimum sample, then each time the
-smaller arm has grown by half). A verdict needs both the test (p under ``alpha / looks``) and an
-effect beyond ``margin`` in the same direction (the p99 ratio, or the goodput difference); a
-difference the test cannot tell from noise, or one smaller than the margin, is "no difference",
-and the incumbent is kept.
+The verdict on the goal is an interval, not a threshold on two averages: the candidate's goal
+figure over the incumbent's (goodput: their difference in points), with an interval valid
+however often it is looked at (core/evidence.py: a confidence sequence), read against the
+margin. Beyond it on the good side the candidate is ``better``, on the bad side ``worse``;
+inside it on both sides ``equivalent``; else ``inconclusive``, with about how many more
+requests an arm would settle it. The goal's figure is named as it is (``TTFT p99``) and is the
+figure the arms' table shows: one computation. From the arms' histograms a percentile is known
+only to its bucket; the paired probe's per-request figures narrow it as requests come.
 """
 
 from __future__ import annotations
@@ -30,6 +24,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quantdeck.core.errors import ConfigError
+from quantdeck.core.evidence import (
+    INCONCLUSIVE,
+    Effect,
+    Estimate,
+    binned_quantile,
+    bounded_from,
+    classify,
+    difference,
+    mean,
+    mean_of,
+    quantile_effect,
+    ratio,
+    requests_to_settle,
+    share,
+)
 from quantdeck.core.monitor.metrics import (
     Histogram,
     RawMetrics,
@@ -48,12 +57,9 @@ SLO_METRICS = {
     for m in ("ttft", "itl", "e2e")
     for q in ("p50", "p90", "p99")
 }
-LOOKS = 8  # planned looks at the arms (Bonferroni); the last one is at max_duration_s
-GROWTH = 1.5  # a look each time the smaller arm has grown by half
 ERROR_BURST = 3  # a candidate's failed requests in a breach window that roll it back...
 ERROR_SHARE = 0.1  # ...when they are at least this share of its finished requests
 BREACH_MIN_REQUESTS = 5  # an SLO breach is judged on at least this many of the window's
-TAIL_REQUESTS = 100  # per arm, before a latency goal's effect is read at p99 (else p90)
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,47 @@ class ArmSpan:
                 shares.append(s)
         return min(shares) if shares else None
 
+    def slo_estimate(self, slo: dict[str, float], alpha: float) -> Estimate:
+        """The share of requests within every limit (the lowest per-limit share: the
+        histograms keep no request's joint figures) and its interval: a limit inside a bucket
+        counts the bucket's requests as within at most and outside at least."""
+        n = self.requests
+        worst: Estimate | None = None
+        for name, limit_ms in slo.items():
+            key, _ = SLO_METRICS[name]
+            buckets = self.buckets(key)
+            share_now = histogram_fraction_at_most(limit_ms / 1000, buckets)
+            if share_now is None or n == 0:
+                continue
+            below = max((c for le, c in buckets if le <= limit_ms / 1000), default=0.0)
+            upto = min((c for le, c in buckets if le >= limit_ms / 1000), default=float(n))
+            e = Estimate(
+                share_now,
+                share(int(below), n, alpha).lo,
+                share(min(n, int(upto)), n, alpha).hi,
+                n,
+            )
+            if worst is None or (e.value or 0.0) < (worst.value or 0.0):
+                worst = e
+        return worst if worst is not None else Estimate(None, 0.0, 1.0, n)
+
+    def decode_speed(self, alpha: float) -> Estimate:
+        """Tokens a second while decoding: one over the mean inter-token gap (the histogram's
+        sum over its count, exact), its interval from the gaps' spread across the buckets."""
+        buckets = self.buckets("itl")
+        n = _count(buckets)
+        mean_s = self.mean_s("itl")
+        if not n or not mean_s:
+            return Estimate(None, 0.0, math.inf, n)
+        var, below_le, below_c = 0.0, 0.0, 0.0
+        for le, c in buckets:
+            mid = (below_le + le) / 2 if math.isfinite(le) else below_le
+            var += (c - below_c) * (mid - mean_s) ** 2
+            below_le, below_c = (le if math.isfinite(le) else below_le), c
+        gap = mean_of(mean_s, var / max(1, n - 1), n, alpha)
+        hi = 1 / gap.lo if gap.lo > 0 else math.inf
+        return Estimate(1 / mean_s, 1 / gap.hi, hi, n)
+
     def figures(self, slo: dict[str, float]) -> ArmFigures:
         """What the trial events carry for the arm (ms, tokens/s, counts, %)."""
         itl = self.buckets("itl")
@@ -213,6 +260,9 @@ class ArmSpan:
             itl_p99_ms=_ms(0.99, itl),
             e2e_p50_ms=_ms(0.5, self.buckets("e2e")),
             e2e_p99_ms=_ms(0.99, self.buckets("e2e")),
+            ttft_p90_ms=_ms(0.9, self.buckets("ttft")),
+            itl_p90_ms=_ms(0.9, itl),
+            e2e_p90_ms=_ms(0.9, self.buckets("e2e")),
             tokens_per_s=round(self.counter("generation_tokens") / self.seconds, 2),
             decode_tokens_per_s=round(itl_n / itl_sum, 2) if itl_n and itl_sum > 0 else None,
             goodput_pct=None if share is None else round(100 * share, 2),
@@ -222,144 +272,114 @@ class ArmSpan:
         )
 
 
-# -- the tests -----------------------------------------------------------------------------------
-def _normal_sf(z: float) -> float:
-    """P(Z > z) for a standard normal Z."""
-    return 0.5 * math.erfc(z / math.sqrt(2))
+# -- the verdict ---------------------------------------------------------------------------------
+_QUANTILE = {"ttft_p99": ("ttft", 0.99, "TTFT p99"), "itl_p99": ("itl", 0.99, "ITL p99")}
+_QUANTILE["e2e_p99"] = ("e2e", 0.99, "E2E p99")
+FIGURE_NAMES = {**{g: f for g, (_, _, f) in _QUANTILE.items()}, "goodput": "goodput"}
+FIGURE_NAMES["throughput"] = "decode speed"
+HISTOGRAMS = "the arms' histograms (vLLM's buckets)"
 
 
-def _per_bin(
-    a: tuple[tuple[float, float], ...], b: tuple[tuple[float, float], ...]
-) -> tuple[list[float], list[float]]:
-    """Both arms' counts per bucket, on the bucket bounds they share (cumulative counts at a
-    shared bound are exact; two engine versions may bound their buckets differently)."""
-    da, db = dict(a), dict(b)
-    shared = sorted(set(da) & set(db))
-    ca = [da[le] for le in shared]
-    cb = [db[le] for le in shared]
-    per_a = [c - p for c, p in zip(ca, [0.0, *ca][:-1], strict=True)]
-    per_b = [c - p for c, p in zip(cb, [0.0, *cb][:-1], strict=True)]
-    return [max(0.0, x) for x in per_a], [max(0.0, x) for x in per_b]
-
-
-def mann_whitney_binned(
-    lower: tuple[tuple[float, float], ...], upper: tuple[tuple[float, float], ...]
-) -> float:
-    """One-sided p-value that observations of ``lower`` tend to be smaller than those of
-    ``upper`` (both cumulative ``(le, count)`` histograms): the Mann-Whitney U test with the
-    normal approximation and the tie correction for binned data (1.0 without data)."""
-    a, b = _per_bin(lower, upper)
-    n1, n2 = sum(a), sum(b)
-    n = n1 + n2
-    if n1 < 1 or n2 < 1:
-        return 1.0
-    # U: pairs where the lower arm's observation is smaller, a tie counting one half
-    u, b_above = 0.0, n2
-    for ai, bi in zip(a, b, strict=True):
-        b_above -= bi
-        u += ai * (b_above + bi / 2)
-    ties = sum((ai + bi) ** 3 - (ai + bi) for ai, bi in zip(a, b, strict=True))
-    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
-    if var <= 0:
-        return 1.0
-    z = (u - n1 * n2 / 2) / math.sqrt(var)
-    return _normal_sf(z)
-
-
-def two_proportions(good_a: float, n_a: float, good_b: float, n_b: float) -> float:
-    """One-sided p-value that arm a's share of good requests is higher than arm b's (pooled
-    two-proportion z-test; 1.0 without data)."""
-    if n_a < 1 or n_b < 1:
-        return 1.0
-    pool = (good_a + good_b) / (n_a + n_b)
-    var = pool * (1 - pool) * (1 / n_a + 1 / n_b)
-    if var <= 0:
-        return 1.0
-    return _normal_sf((good_a / n_a - good_b / n_b) / math.sqrt(var))
-
-
-_LATENCY = {"ttft_p99": "ttft", "itl_p99": "itl", "e2e_p99": "e2e"}
-
-
-def judge(
-    incumbent: ArmSpan, candidate: ArmSpan, opts: TrialOptions, *, final: bool = False
-) -> Verdict:
-    """The verdict on ``opts.goal`` for the two arms' spans. ``final``: the last look (time is
-    up): what is not a difference is "no difference", not "undecided"."""
-    goal = opts.goal
-    threshold = opts.alpha / LOOKS
-    n_i, n_c = incumbent.requests, candidate.requests
-    open_ = "no difference" if final else "undecided"
-    v = Verdict(open_, goal, "", None, threshold, None, None, None, n_i, n_c, "")
-    if min(n_i, n_c) < opts.min_requests:
-        # too few requests is never "no difference", not even when time is up: nothing was
-        # compared (the trial then rolls back for want of traffic and says so)
-        why = f"{n_i} and {n_c} requests measured; {opts.min_requests} per arm are needed"
-        return dataclasses.replace(v, outcome="undecided", reason=why)
-    fig_i: float | None
-    fig_c: float | None
-    if goal == "goodput":
-        si, sc = incumbent.slo_share(opts.slo), candidate.slo_share(opts.slo)
-        v = dataclasses.replace(v, test="two-proportion z")
-        if si is None or sc is None:
-            return dataclasses.replace(v, reason="no SLO figures yet")
-        p_better = two_proportions(sc * n_c, n_c, si * n_i, n_i)
-        p_worse = two_proportions(si * n_i, n_i, sc * n_c, n_c)
-        effect: float | None = round(100 * (sc - si), 2)
-        better_effect, worse_effect = sc - si >= opts.margin, si - sc >= opts.margin
-        fig_i, fig_c = round(100 * si, 2), round(100 * sc, 2)
-    else:
-        key = _LATENCY.get(goal, "itl")
-        bi, bc = incumbent.buckets(key), candidate.buckets(key)
-        # latency: lower is better; throughput (decode speed): lower ITL is better too
-        p_better = mann_whitney_binned(bc, bi)
-        p_worse = mann_whitney_binned(bi, bc)
-        v = dataclasses.replace(v, test="Mann-Whitney U (binned)")
-        if goal == "throughput":
-            fig_i = incumbent.figures({}).decode_tokens_per_s
-            fig_c = candidate.figures({}).decode_tokens_per_s
-            ratio = fig_c / fig_i if fig_i and fig_c else None
-            better_effect = ratio is not None and ratio >= 1 + opts.margin
-            worse_effect = ratio is not None and ratio <= 1 - opts.margin
-        else:
-            # the effect at p99 once each arm has a request past it; before, at p90 (with a few
-            # dozen requests p99 is the slowest one, read through coarse buckets: noise)
-            q = 0.99 if min(n_i, n_c) >= TAIL_REQUESTS else 0.9
-            fig_i, fig_c = _ms(q, bi), _ms(q, bc)
-            ratio = fig_c / fig_i if fig_i and fig_c else None
-            better_effect = ratio is not None and ratio <= 1 - opts.margin
-            worse_effect = ratio is not None and ratio >= 1 + opts.margin
-        effect = None if ratio is None else round(ratio, 4)
-    v = dataclasses.replace(v, effect=effect, incumbent=fig_i, candidate=fig_c)
-    caveats = (
-        queueing_caveat(incumbent, candidate, goal),
-        queueing_caveat(candidate, incumbent, goal),
-    )
-    return _settle(v, opts, (p_better, better_effect), (p_worse, worse_effect), caveats)
-
-
-def _settle(
-    v: Verdict,
+def _verdict(
+    goal: str,
+    effect: Effect,
+    figures: tuple[float | None, float | None],
+    counts: tuple[int, int],
     opts: TrialOptions,
-    better: tuple[float, bool],
-    worse: tuple[float, bool],
-    caveats: tuple[str, str] = ("", ""),
+    source: str,
+    reason: str = "",
+    q: float | None = None,
 ) -> Verdict:
-    """The outcome from each direction's (p, effect beyond the margin): better, worse, or
-    neither (the reason says whether the test or the margin held it back)."""
-    (p_better, better_effect), (p_worse, worse_effect) = better, worse
-    if p_better < v.threshold and better_effect:
-        why = _why(v, opts) + caveats[0]
-        return dataclasses.replace(v, outcome="better", p_value=p_better, reason=why)
-    if p_worse < v.threshold and worse_effect:
-        why = _why(v, opts) + caveats[1]
-        return dataclasses.replace(v, outcome="worse", p_value=p_worse, reason=why)
-    p = min(p_better, p_worse)
-    if p < v.threshold:
-        why = f"a difference the test sees, but within the {opts.margin:.0%} margin"
+    """The outcome of ``effect`` against the margin, and what would settle it (``q``: the
+    quantile a latency goal was read at, when not its own)."""
+    outcome = classify(effect, opts.margin, lower_is_better=goal in _QUANTILE)
+    needed = None
+    if outcome == INCONCLUSIVE:
+        needed = requests_to_settle(effect, min(counts), opts.margin)
+        if needed is None and goal in _QUANTILE:  # a percentile not bounded yet: until it is
+            short = bounded_from(q or _QUANTILE[goal][1], opts.alpha / 2) - min(counts)
+            needed = short if short > 0 else None
+    figure = FIGURE_NAMES[goal]
+    if q is not None:
+        figure = f"{figure.split()[0]} p{round(100 * q)}"
+    return Verdict(
+        outcome,
+        goal,
+        figure,
+        source,
+        None if effect.value is None else round(effect.value, 4),
+        None if effect.value is None else round(effect.lo, 4),
+        None if effect.value is None or math.isinf(effect.hi) else round(effect.hi, 4),
+        effect.kind,
+        figures[0],
+        figures[1],
+        counts[0],
+        counts[1],
+        opts.margin,
+        needed,
+        reason,
+    )
+
+
+def _fig(e: Estimate, scale: float = 1.0) -> float | None:
+    return None if e.value is None else round(scale * e.value, 2)
+
+
+def too_few(goal: str, n_i: int, n_c: int, opts: TrialOptions, what: str = "requests") -> Verdict:
+    """Inconclusive before the first look: fewer than ``min_requests`` an arm."""
+    why = f"{n_i} and {n_c} {what} measured; {opts.min_requests} an arm before the first look"
+    return Verdict(
+        INCONCLUSIVE, goal, FIGURE_NAMES[goal], n_incumbent=n_i, n_candidate=n_c,
+        margin=opts.margin, reason=why,
+    )  # fmt: skip
+
+
+def judge(incumbent: ArmSpan, candidate: ArmSpan, opts: TrialOptions) -> Verdict:
+    """The verdict on ``opts.goal`` from the arms' histograms: each arm's figure with its
+    interval at ``alpha / 2``, valid at every look (core/evidence.py), their ratio (goodput:
+    difference) against the margin. A percentile read from buckets is known only to the
+    bucket: what lies inside one bucket on both arms stays inconclusive, however many requests
+    come (the probe's per-request figures can tell it)."""
+    goal, half = opts.goal, opts.alpha / 2
+    n_i, n_c = incumbent.requests, candidate.requests
+    if min(n_i, n_c) < opts.min_requests:
+        return too_few(goal, n_i, n_c, opts)
+    if goal == "goodput":
+        ei, ec = incumbent.slo_estimate(opts.slo, half), candidate.slo_estimate(opts.slo, half)
+        effect = difference(ec, ei)
+        figures = (_fig(ei, 100), _fig(ec, 100))
+    elif goal == "throughput":
+        si, sc = incumbent.decode_speed(half), candidate.decode_speed(half)
+        effect = ratio(sc, si)
+        figures = (_fig(si), _fig(sc))
     else:
-        why = f"p = {p:.3g} is not under {v.threshold:.3g}"
-    return dataclasses.replace(v, p_value=p, reason=why)
+        key, _, _ = _QUANTILE[goal]
+        q, why = read_at(goal, min(n_i, n_c), opts)
+        bi, bc = incumbent.buckets(key), candidate.buckets(key)
+        effect = ratio(binned_quantile(bc, q, half), binned_quantile(bi, q, half))
+        figures = (_ms(q, bi), _ms(q, bc))  # as the arms' table reads them: one computation
+        if figures[0] and figures[1] is not None:
+            effect = dataclasses.replace(effect, value=figures[1] / figures[0])
+        caveat = queueing_caveat(incumbent, candidate, goal) or queueing_caveat(
+            candidate, incumbent, goal
+        )
+        reason = "; ".join(x for x in (why, caveat.lstrip("; ")) if x)
+        return _verdict(goal, effect, figures, (n_i, n_c), opts, HISTOGRAMS, reason, q)
+    return _verdict(goal, effect, figures, (n_i, n_c), opts, HISTOGRAMS)
+
+
+def read_at(goal: str, n: int, opts: TrialOptions) -> tuple[float, str]:
+    """The quantile a latency goal is read at with ``n`` requests an arm: its own (p99) once
+    the sample can bound it, else p90, saying so (the figure is then named p90: before issue
+    45 a "p99" verdict compared p90s without a word)."""
+    q = _QUANTILE[goal][1]
+    need = bounded_from(q, opts.alpha / 2)
+    if n >= need:
+        return q, ""
+    return FALLBACK_Q, f"read at p90: a p99 is bounded from {need} requests an arm, {n} measured"
+
+
+FALLBACK_Q = 0.9
 
 
 QUEUED_SHARE = 0.5  # a slower arm's TTFT that is more than this share queueing: a caveat
@@ -384,16 +404,6 @@ def queueing_caveat(slower: ArmSpan, faster: ArmSpan, goal: str) -> str:
         f"; caveat: {100 * queue / latency:.0f} % of the slower arm's {key.upper()} was queueing "
         f"(mean {1000 * queue:.0f} ms{theirs}): with every seat busy, the router's split of the "
         "queue can make such a difference by itself: confirm under an open load or repeat"
-    )
-
-
-def _why(v: Verdict, opts: TrialOptions) -> str:
-    if opts.goal == "goodput":
-        effect = f"{v.effect:+g} points"
-    else:
-        effect = f"×{v.effect:g}"
-    return (
-        f"{opts.goal}: candidate {v.candidate:g} vs incumbent {v.incumbent:g} ({effect}), {v.test}"
     )
 
 
@@ -437,96 +447,45 @@ class ProbePair:
         return self.incumbent.error is None and self.candidate.error is None
 
 
-def wilcoxon_signed_rank(diffs: list[float]) -> tuple[float, float]:
-    """One-sided p-values that paired differences tend to be negative, and positive: the
-    Wilcoxon signed-rank test, normal approximation with the tie correction, zero differences
-    dropped ((1.0, 1.0) without data)."""
-    d = [x for x in diffs if x != 0]
-    n = len(d)
-    if n == 0:
-        return 1.0, 1.0
-    order = sorted(range(n), key=lambda k: abs(d[k]))
-    ranks = [0.0] * n
-    ties = 0.0
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and abs(d[order[j + 1]]) == abs(d[order[i]]):
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        t = j - i + 1
-        ties += t**3 - t
-        i = j + 1
-    w_plus = sum(r for r, x in zip(ranks, d, strict=True) if x > 0)
-    mean = n * (n + 1) / 4
-    var = n * (n + 1) * (2 * n + 1) / 24 - ties / 48
-    if var <= 0:
-        return 1.0, 1.0
-    z = (w_plus - mean) / math.sqrt(var)
-    return _normal_sf(-z), _normal_sf(z)
-
-
-def mcnemar(only_a: int, only_b: int) -> float:
-    """One-sided p-value that arm a keeps the SLO where b does not more often than the other
-    way round (McNemar's test on the discordant pairs, normal approximation; 1.0 without)."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    return _normal_sf((only_a - only_b) / math.sqrt(n))
-
-
 def _quantile(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def judge_paired(pairs: list[ProbePair], opts: TrialOptions, *, final: bool = False) -> Verdict:
-    """The verdict on ``opts.goal`` from the probe's pairs (the failed ones left out): the
-    Wilcoxon signed-rank test on each pair's difference (goodput: McNemar's test), and the
-    effect as :func:`judge` reads it, on the pairs' figures."""
-    goal, threshold = opts.goal, opts.alpha / LOOKS
+def judge_paired(pairs: list[ProbePair], opts: TrialOptions) -> Verdict:
+    """The verdict on ``opts.goal`` from the probe's requests (the failed pairs left out):
+    each request's own figure, so a percentile's interval narrows with the count (no bucket
+    holds it back); the arms' samples compared as independent (valid, if cautious: the
+    pairing is not used)."""
+    goal = opts.goal
     good = [p for p in pairs if p.ok]
     n = len(good)
-    open_ = "no difference" if final else "undecided"
-    v = Verdict(open_, goal, "", None, threshold, None, None, None, n, n, "")
     if n < opts.min_requests:
-        why = f"{n} probe pairs measured; {opts.min_requests} are needed"
-        return dataclasses.replace(v, outcome="undecided", reason=why)
+        return too_few(goal, n, n, opts, "probe pairs")
+    source = f"the probe's {n} pairs (per-request figures)"
     if goal == "goodput":
-        keep_i = [p.incumbent.within(opts.slo) for p in good]
-        keep_c = [p.candidate.within(opts.slo) for p in good]
-        only_c = sum(1 for i, c in zip(keep_i, keep_c, strict=True) if c and not i)
-        only_i = sum(1 for i, c in zip(keep_i, keep_c, strict=True) if i and not c)
-        p_better, p_worse = mcnemar(only_c, only_i), mcnemar(only_i, only_c)
-        si, sc = sum(keep_i) / n, sum(keep_c) / n
-        fig_i: float | None = round(100 * si, 2)
-        fig_c: float | None = round(100 * sc, 2)
-        effect: float | None = round(100 * (sc - si), 2)
-        better_effect, worse_effect = sc - si >= opts.margin, si - sc >= opts.margin
-        v = dataclasses.replace(v, test="McNemar (paired probe)")
-    else:
-        vi = [p.incumbent.value(goal) for p in good]
-        vc = [p.candidate.value(goal) for p in good]
-        p_better, p_worse = wilcoxon_signed_rank([c - i for i, c in zip(vi, vc, strict=True)])
-        v = dataclasses.replace(v, test="Wilcoxon signed-rank (paired probe)")
-        if goal == "throughput":
-            mi, mc = _quantile(vi, 0.5), _quantile(vc, 0.5)
-            fig_i = round(1 / mi, 2) if mi > 0 else None
-            fig_c = round(1 / mc, 2) if mc > 0 else None
-            ratio = fig_c / fig_i if fig_i and fig_c else None
-            better_effect = ratio is not None and ratio >= 1 + opts.margin
-            worse_effect = ratio is not None and ratio <= 1 - opts.margin
-        else:
-            q = 0.99 if n >= TAIL_REQUESTS else 0.9
-            fig_i = round(1000 * _quantile(vi, q), 3)
-            fig_c = round(1000 * _quantile(vc, q), 3)
-            ratio = fig_c / fig_i if fig_i and fig_c is not None else None
-            better_effect = ratio is not None and ratio <= 1 - opts.margin
-            worse_effect = ratio is not None and ratio >= 1 + opts.margin
-        effect = None if ratio is None else round(ratio, 4)
-    v = dataclasses.replace(v, effect=effect, incumbent=fig_i, candidate=fig_c)
-    return _settle(v, opts, (p_better, better_effect), (p_worse, worse_effect))
+        keep_i = sum(p.incumbent.within(opts.slo) for p in good)
+        keep_c = sum(p.candidate.within(opts.slo) for p in good)
+        half = opts.alpha / 2
+        effect = difference(share(keep_c, n, half), share(keep_i, n, half))
+        figures: tuple[float | None, float | None] = (
+            round(100 * keep_i / n, 2),
+            round(100 * keep_c / n, 2),
+        )
+        return _verdict(goal, effect, figures, (n, n), opts, source)
+    vi = [p.incumbent.value(goal) for p in good]
+    vc = [p.candidate.value(goal) for p in good]
+    if goal == "throughput":  # decode speed: tokens a second, each request's
+        half = opts.alpha / 2
+        si = mean([1 / v for v in vi if v > 0], half)
+        sc = mean([1 / v for v in vc if v > 0], half)
+        effect = ratio(sc, si)
+        figures = (_fig(si), _fig(sc))
+        return _verdict(goal, effect, figures, (n, n), opts, source)
+    q, why = read_at(goal, n, opts)
+    effect = quantile_effect(vc, vi, q, opts.alpha)
+    figures = (round(1000 * _quantile(vi, q), 3), round(1000 * _quantile(vc, q), 3))
+    return _verdict(goal, effect, figures, (n, n), opts, source, why, q)
 
 
 def probe_figures(pairs: list[ProbePair], why: str = "") -> ProbeFigures:
@@ -544,11 +503,6 @@ def probe_figures(pairs: list[ProbePair], why: str = "") -> ProbeFigures:
         for key in ("ttft_s", "itl_s", "e2e_s")
     }
     return ProbeFigures(len(good), len(pairs) - len(good), **medians, why=why)
-
-
-def next_look(n: int, opts: TrialOptions) -> int:
-    """The smaller arm's request count at which the look after one at ``n`` is due."""
-    return max(n + 1, math.ceil(max(n, opts.min_requests) * GROWTH))
 
 
 def breach(candidate: ArmSpan, opts: TrialOptions) -> str | None:

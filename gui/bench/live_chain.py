@@ -128,10 +128,7 @@ class LiveChain:
             case TrialEvent(phase="started"):
                 self._say(f"{head}: the candidate is ready; warming up, routing…")
             case TrialEvent(phase="measuring", verdict=Verdict() as v):
-                self._say(
-                    f"{head}: measuring · {v.outcome} · requests "
-                    f"{v.n_incumbent} / {v.n_candidate} · {v.reason}"
-                )
+                self._say(f"{head}: measuring · {v.describe()}")
             case TrialEvent(phase="decided", decision=decision, reason=why):
                 self._say(f"{head}: decided: {decision} ({why}); carrying it out…")
             case TrialEvent(phase=phase, reason=why):

@@ -77,7 +77,8 @@ def test_tune_live_promotes_the_better_value_without_a_failed_request(
             f"TTFT p99 incumbent {arms['incumbent']['ttft_p99_ms']} ms "
             f"({arms['incumbent']['requests']} requests) vs candidate "
             f"{arms['candidate']['ttft_p99_ms']} ms ({arms['candidate']['requests']}); "
-            f"p = {decided['verdict']['p_value']:.2g}"
+            f"verdict {decided['verdict']['figure']} ×{decided['verdict']['effect']} "
+            f"[{decided['verdict']['lo']}–{decided['verdict']['hi']}]"
         )
 
 

@@ -314,15 +314,19 @@ def test_a_trials_and_a_kv_events_payloads_are_the_cores_dataclasses_both_ways()
     verdict = Verdict(
         "better",
         "ttft_p99",
-        "Mann-Whitney U (binned)",
-        0.001,
-        0.0125,
+        "TTFT p99",
+        "the probe's 40 pairs (per-request figures)",
         0.4,
+        0.3,
+        0.55,
+        "ratio",
         300.0,
         120.0,
         40,
         38,
-        "ttft_p99: better",
+        0.1,
+        None,
+        "",
     )
     arms = TrialArms(
         ArmFigures(requests=40, ttft_p99_ms=300.0),
@@ -333,7 +337,7 @@ def test_a_trials_and_a_kv_events_payloads_are_the_cores_dataclasses_both_ways()
         "a", TrialEvent("measuring", "http://c", {}, "ttft_p99", verdict=verdict, arms=arms, t=1.0)
     )
     js = json.loads(json.dumps(ev.to_json()))
-    assert js["verdict"]["confidence"] == 0.999 and js["verdict"]["n_candidate"] == 38
+    assert js["verdict"]["hi"] == 0.55 and js["verdict"]["n_candidate"] == 38
     assert list(js["arms"]) == ["incumbent", "candidate", "probe"]
     assert js["arms"]["probe"]["why"] == "asked for (--probe)"
     back = from_json(js)

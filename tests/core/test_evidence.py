@@ -156,3 +156,11 @@ def test_the_asymptotic_ratio_waits_for_the_tail_then_is_calibrated() -> None:
 
 def test_outcome_words_are_the_ones_the_module_names() -> None:
     assert evidence.OUTCOMES == (BETTER, WORSE, EQUIVALENT, INCONCLUSIVE)
+
+
+def test_a_share_of_all_or_none_is_bounded_away_from_the_other_end() -> None:
+    """Every request good (or none): (b + n) − k once rounded to 0 and the log of 0's gamma
+    failed; the interval reaches the end it sits at and stops short of the other."""
+    all_good, none_good = share(300, 300, 0.025), share(0, 300, 0.025)
+    assert all_good.value == 1.0 and 0.95 < all_good.lo < 1.0 and all_good.hi == pytest.approx(1)
+    assert none_good.value == 0.0 and none_good.lo == pytest.approx(0) and none_good.hi < 0.05
