@@ -160,6 +160,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         environment,
         parse_space,
         save_run,
+        text_of,
         write_result,
     )
     from quantdeck.core.runtime import EngineEnv
@@ -198,7 +199,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     if not best:
         print("no point completed", file=sys.stderr)
         return stops.exit_code(1)
-    vals = " ".join(f"{k}={v}" for k, v in best.values.items())
+    vals = " ".join(f"{k}={text_of(v)}" for k, v in best.values.items())
     print(
         f"best: {vals}: goodput {best.goodput or 0:.2f} req/s, p99 TTFT "
         f"{best.p99_ttft_ms or 0:.0f} ms, p99 TPOT {best.p99_tpot_ms or 0:.1f} ms "
@@ -445,9 +446,14 @@ def register(add: AddCommand) -> None:
     sp.add_argument(
         "--space",
         nargs="+",
+        action="extend",
         metavar="KNOB=V1,V2",
-        help="candidate values, e.g. max_num_seqs=4,8,16 performance_mode=balanced,throughput "
-        "speculative=none,ngram:3 (default: sized to the load and device)",
+        help="candidate values, e.g. max_num_seqs=4,8,16 enforce_eager=true,false "
+        "performance_mode=balanced,throughput speculative=none,ngram:3; any knob that changes "
+        "how the engine serves (cache, scheduler, performance, compilation, parallel; dtype, "
+        "max_model_len), or vllm:NAME=V1,V2 for another option of the engine, read as "
+        "--vllm-arg NAME=VALUE reads it. Repeat --space to add knobs; a knob named twice is "
+        "refused (default: sized to the load and device)",
     )
     sp.add_argument("--strategy", default="coordinate", choices=["coordinate", "grid"])
     sp.add_argument("--max-points", type=int)

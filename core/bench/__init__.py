@@ -42,15 +42,17 @@ if TYPE_CHECKING:
     from quantdeck.core.bench.ab import ABRun, Arm, check_arms, knob_diff, parse_arm
     from quantdeck.core.bench.client import Bench
     from quantdeck.core.bench.live_tune import LiveSearch, LiveTuner, TrialOutcome
+    from quantdeck.core.bench.space import apply_point, parse_space, text_of, tunable_knobs
     from quantdeck.core.bench.stats import summary_lines
-    from quantdeck.core.bench.tune import Tuner, apply_point, parse_space, point_outcome
+    from quantdeck.core.bench.tune import Tuner, point_outcome
 
 _JOBS = {
     "ab": ("ABRun", "Arm", "check_arms", "knob_diff", "parse_arm"),
     "client": ("Bench",),
     "live_tune": ("LiveSearch", "LiveTuner", "TrialOutcome"),
+    "space": ("apply_point", "parse_space", "text_of", "tunable_knobs"),
     "stats": ("summary_lines",),
-    "tune": ("Tuner", "apply_point", "parse_space", "point_outcome"),
+    "tune": ("Tuner", "point_outcome"),
 }
 
 __all__ = [
@@ -90,7 +92,9 @@ __all__ = [
     "slo_from_options",
     "SloLimits",
     "summary_lines",
+    "text_of",
     "TrialOutcome",
+    "tunable_knobs",
     "Tuner",
     "write_result",
 ]

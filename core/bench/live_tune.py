@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quantdeck.core.bench.results import LiveTuneResult
-from quantdeck.core.bench.tune import KNOBS, apply_point
+from quantdeck.core.bench.space import apply_point, check_key, space_value
 from quantdeck.core.errors import ConfigError, QuantdeckError
 from quantdeck.core.events import ABSENT, Event, LiveTuneEvent, Publisher, TrialEvent
 from quantdeck.core.launch import LaunchConfig, to_dict
@@ -144,15 +144,14 @@ def walks(current: Any, candidates: list[Any]) -> tuple[str, list[list[Any]]]:
 
 class LiveSearch:
     """The coordinate walk of a live tuning chain over ``space`` (``{knob: [values]}``, as
-    :func:`~quantdeck.core.bench.tune.parse_space` reads it) from the running values ``start``
+    :func:`~quantdeck.core.bench.space.parse_space` reads it) from the running values ``start``
     (``{knob: value}`` of every knob of the space). :meth:`next` gives the next candidate (the
     best so far with one knob changed), :meth:`tell` what became of it; None: the space is
     exhausted."""
 
     def __init__(self, space: dict[str, list[Any]], start: dict[str, Any]) -> None:
         for knob, values in space.items():
-            if knob not in KNOBS:
-                raise ConfigError(f"tune: '{knob}' is not a tunable knob ({', '.join(KNOBS)})")
+            check_key(knob)
             if not values:
                 raise ConfigError(f"tune: no candidate values for {knob}")
             if knob not in start:
@@ -267,8 +266,7 @@ class LiveTuner:
         if not space:
             raise ConfigError("tune --live: an empty space (give --space KNOB=V1,V2)")
         for knob, values in space.items():
-            if knob not in KNOBS:
-                raise ConfigError(f"tune: '{knob}' is not a tunable knob ({', '.join(KNOBS)})")
+            check_key(knob)
             if not values:
                 raise ConfigError(f"tune: no candidate values for {knob}")
         if budget is not None and budget < 1:
@@ -294,12 +292,9 @@ class LiveTuner:
 
     @staticmethod
     def values(cfg: LaunchConfig, space: dict[str, list[Any]]) -> dict[str, Any]:
-        """The running values of the space's knobs in ``cfg``."""
-        out = {}
-        for knob in space:
-            group, attr = KNOBS[knob]
-            out[knob] = getattr(getattr(cfg, group), attr)
-        return out
+        """The running values of the space's knobs in ``cfg`` (an engine option it does not set:
+        None)."""
+        return {knob: space_value(cfg, knob) for knob in space}
 
     def run(self, launch: LaunchFn, trial: TrialFn) -> LiveTuneResult:
         """The chain, until the space is exhausted, the budget, the goal, a cancel or a failed

@@ -1,13 +1,15 @@
 """Auto-tune: the launch knobs that give the most goodput under latency targets.
 
 Search space: max_num_seqs, max_num_batched_tokens, chunked prefill, block size and (on a GPU)
-gpu_memory_utilization by default; performance mode, speculative decoding (``ngram:K``, or
-``none`` for off) and the optimization level when ``--space`` names them; every point is a
-fresh server start with one knob set changed and the same load. Objective: request goodput
-(requests/s whose TTFT <= ``ttft_ms`` and TPOT <= ``tpot_ms``, as ``vllm bench serve --goodput``
-counts them); a point *meets* the targets when its p99 TTFT and p99 TPOT are within them too.
+gpu_memory_utilization by default; with ``--space``, any knob that changes how the engine serves
+(eager mode, the performance mode, speculative decoding, CUDA-graph mode, ...) and any other
+option of the engine (``vllm:NAME``), as :mod:`quantdeck.core.bench.space` reads them; every
+point is a fresh server start with one knob set changed and the same load. Objective: request
+goodput (requests/s whose TTFT <= ``ttft_ms`` and TPOT <= ``tpot_ms``, as ``vllm bench serve
+--goodput`` counts them); a point *meets* the targets when its p99 TTFT and p99 TPOT are within
+them too.
 
-Strategy (``coordinate``): start from the base config; for each knob in order of its usual effect,
+Strategy (``coordinate``): start from the base config; for each knob in the space's order,
 try its candidate values with the others at the best so far, walking outward from the current value
 and turning back when goodput drops (down only when the first step up gained nothing); keep the
 best. A point is dropped early once it has more SLO-missing or failed requests than the best point
@@ -27,6 +29,13 @@ from typing import Any
 from quantdeck.core.bench.ab import ABRun, Arm
 from quantdeck.core.bench.client import LoadSpec, RequestRecord
 from quantdeck.core.bench.results import BenchResult, PointFigures, TuneResult
+from quantdeck.core.bench.space import (
+    apply_point,
+    check_key,
+    default_space,
+    parse_space,
+    space_value,
+)
 from quantdeck.core.errors import ConfigError
 from quantdeck.core.events import (
     ArmEvent,
@@ -36,86 +45,12 @@ from quantdeck.core.events import (
     PointEvent,
     Publisher,
 )
-from quantdeck.core.launch import (
-    DeviceFacts,
-    LaunchConfig,
-    check_value,
-    parse_text,
-    to_dict,
-    validate,
-)
-from quantdeck.core.launch.knobs import knob_by_name
+from quantdeck.core.launch import LaunchConfig, to_dict
 from quantdeck.core.runtime import EngineEnv
 
 EventFn = Callable[[Event], None]
 
-# knob -> (config group, attribute); order = search order (largest usual effect first)
-KNOBS: dict[str, tuple[str, str]] = {
-    "max_num_seqs": ("scheduler", "max_num_seqs"),
-    "max_num_batched_tokens": ("scheduler", "max_num_batched_tokens"),
-    "enable_chunked_prefill": ("scheduler", "enable_chunked_prefill"),
-    "block_size": ("cache", "block_size"),
-    "gpu_memory_utilization": ("cache", "gpu_memory_utilization"),
-    "performance_mode": ("performance", "performance_mode"),
-    "speculative": ("performance", "speculative"),
-    "optimization_level": ("performance", "optimization_level"),
-}
-
-
-def default_space(device: DeviceFacts, concurrency: int | None) -> dict[str, list[Any]]:
-    """Candidate values sized to the load: max_num_seqs around the offered concurrency."""
-    c = concurrency or 64
-    seqs = sorted({max(1, c // 4), max(1, c // 2), c, c * 2} | ({256} if device.is_cuda else set()))
-    space: dict[str, list[Any]] = {
-        "max_num_seqs": seqs,
-        "max_num_batched_tokens": [2048, 8192] if device.is_cuda else [512, 2048],
-        "enable_chunked_prefill": [True, False],
-    }
-    if device.is_cuda:
-        space["block_size"] = [16, 32]
-        space["gpu_memory_utilization"] = [0.85, 0.92]
-    return space
-
-
-def parse_space(
-    items: list[str] | None, device: DeviceFacts, concurrency: int | None
-) -> dict[str, list[Any]]:
-    """``KNOB=V1,V2`` items, each value read as the knob reads it on the command line
-    (numbers, true/false, a choice, ``auto`` or ``none`` for unset, ``ngram:K``); none:
-    :func:`default_space`."""
-    if not items:
-        return default_space(device, concurrency)
-    space: dict[str, list[Any]] = {}
-    for item in items:
-        knob, sep, values = item.partition("=")
-        knob = knob.strip().replace("-", "_")
-        if not sep or knob not in KNOBS:
-            raise ConfigError(
-                f"--space {item!r}: expected KNOB=V1,V2 with KNOB one of " + ", ".join(KNOBS)
-            )
-        k = knob_by_name(knob)
-        out: list[Any] = []
-        for v in (v.strip() for v in values.split(",")):
-            try:
-                value = parse_text(k, v)
-                check_value(k, value)
-                if k.to_vllm is not None and value is not None:
-                    k.to_vllm(value)
-            except ConfigError as e:
-                raise ConfigError(f"--space {knob}: {e}") from None
-            out.append(value)
-        space[knob] = out
-    return space
-
-
-def apply_point(base: LaunchConfig, point: dict[str, Any]) -> LaunchConfig:
-    cfg = base.copy()
-    for knob, value in point.items():
-        if knob not in KNOBS:
-            raise ConfigError(f"tune: '{knob}' is not a tunable knob ({', '.join(KNOBS)})")
-        group, attr = KNOBS[knob]
-        setattr(getattr(cfg, group), attr, value)
-    return validate(cfg)
+__all__ = ["Point", "Tuner", "apply_point", "default_space", "parse_space", "point_outcome"]
 
 
 def point_outcome(result: PointFigures | Mapping[str, Any]) -> str:
@@ -151,8 +86,9 @@ class Point:
     seconds: float = 0.0
     result: BenchResult | None = field(default=None, repr=False)
 
-    def key(self) -> tuple[tuple[str, Any], ...]:
-        return tuple(sorted(self.values.items()))
+    def key(self) -> tuple[tuple[str, str], ...]:
+        # by each value's repr: an engine option's JSON object is no dict key
+        return tuple(sorted((k, repr(v)) for k, v in self.values.items()))
 
     def to_json(self) -> dict[str, Any]:
         r = self.result or BenchResult()
@@ -191,8 +127,7 @@ class Tuner:
         if strategy not in ("coordinate", "grid"):
             raise ConfigError(f"--strategy: '{strategy}' is not one of coordinate, grid")
         for knob, values in space.items():
-            if knob not in KNOBS:
-                raise ConfigError(f"tune: '{knob}' is not a tunable knob ({', '.join(KNOBS)})")
+            check_key(knob)
             if not values:
                 raise ConfigError(f"tune: no candidate values for {knob}")
         spec.check()
@@ -203,7 +138,7 @@ class Tuner:
         self._events: Publisher[Event] = Publisher("tuner")
         if on_event is not None:
             self._events.subscribe(on_event)
-        self.points: dict[tuple[tuple[str, Any], ...], Point] = {}
+        self.points: dict[tuple[tuple[str, str], ...], Point] = {}
         self.best: Point | None = None
         self._cancel = threading.Event()
         self._run: ABRun | None = None
@@ -338,8 +273,7 @@ class Tuner:
         """Each knob's candidate nearest the base config's value (middle if unset)."""
         values = {}
         for knob, cands in self.space.items():
-            group, attr = KNOBS[knob]
-            cur = getattr(getattr(self.base, group), attr)
+            cur = space_value(self.base, knob)
             if cur in cands:
                 values[knob] = cur
             elif (

@@ -46,6 +46,13 @@ class TunePage(QWidget):
         )
         self.space = QPlainTextEdit()
         self.space.setPlainText("max_num_seqs = 2,4,8,16\nenable_chunked_prefill = true,false")
+        self.space.setToolTip(
+            "One knob a line, its candidates after '=': any knob that changes how the engine "
+            "serves (enforce_eager = true,false; performance_mode = balanced,throughput; "
+            "speculative = none,ngram:3; cudagraph_mode = PIECEWISE,FULL), or vllm:NAME = V1,V2 "
+            "for another option of the engine, as --vllm-arg NAME=VALUE reads it. A knob on "
+            "two lines is refused."
+        )
         self.tune_ttft = QDoubleSpinBox()
         self.tune_tpot = QDoubleSpinBox()
         for w, v in ((self.tune_ttft, 2000.0), (self.tune_tpot, 200.0)):
