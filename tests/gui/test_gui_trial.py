@@ -427,7 +427,7 @@ def test_a_better_candidate_is_promoted_in_the_trial_view(
             assert tv.promote_button.isEnabled()
         qtbot.waitUntil(lambda: tv.result is not None, timeout=400_000)
         assert tv.result == "promoted", (tv.result_label.text(), tv.reason_label.text())
-        assert tv.verdict_label.text().startswith("verdict: better")
+        assert "better (beyond the" in tv.verdict_label.text(), tv.verdict_label.text()
         tv.redraw()
         for arm in ("incumbent", "candidate"):
             assert len(tv.curves[(TTFT, arm)].getData()[1]) > 0, arm
