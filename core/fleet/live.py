@@ -25,6 +25,7 @@ from quantdeck.core.errors import QuantdeckError, ServerError
 from quantdeck.core.events import Event, InstanceEvent, MarkerEvent, StateEvent, TrialEvent
 from quantdeck.core.evidence import BETTER, EQUIVALENT, INCONCLUSIVE
 from quantdeck.core.fleet.liveness import HUNG, Liveness, look_at, read_pressure
+from quantdeck.core.fleet.spec import CPU_BIND_ENV
 from quantdeck.core.fleet.trial import (
     CANDIDATE,
     ArmSpan,
@@ -80,10 +81,13 @@ class LiveTrial:
         startup_timeout: float | None = None,
         undo: str | None = None,
         asleep: ServerProcess | None = None,
+        cpus: str | None = None,
     ) -> None:
         """``undo``: this "trial" undoes the instance's last promotion (the reason says which):
         no comparison, the launch from before is promoted as soon as it serves, from
-        ``asleep`` (its retired server, woken up) when it sleeps, else started again."""
+        ``asleep`` (its retired server, woken up) when it sleeps, else started again.
+        ``cpus``: the cores the candidate's CPU engine binds to (the ones the incumbent's is
+        not bound to, where the instance names none)."""
         assert inst.cfg is not None  # trials are of local instances
         self.inst, self.opts, self._emit, self._promote = inst, opts, emit, promote
         self.routed_now = routed_now  # whether the router has a worker, as the fleet told it
@@ -105,7 +109,7 @@ class LiveTrial:
         self.server = asleep or ServerProcess(
             self.cfg,
             engine=EngineEnv(inst.engine) if inst.engine else None,
-            extra_env=inst.env(),
+            extra_env={**inst.env(), CPU_BIND_ENV: cpus} if cpus else inst.env(),
             nice=nice,
             startup_timeout=startup_timeout,
         )

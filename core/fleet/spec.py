@@ -402,6 +402,30 @@ def machine_cpus() -> set[int]:
     return set(range(os.cpu_count() or 1))
 
 
+def spare_cpus(pid: int | None, have: set[int] | None = None) -> str | None:
+    """The CPUs of ``have`` (this machine's) that no process under ``pid`` is bound to, as
+    ``VLLM_CPU_OMP_THREADS_BIND`` reads them: vLLM's CPU engine binds its worker's threads to
+    cores of its own choosing ("auto": the first of them), the same for every server started
+    alike, so a trial's candidate beside a busy incumbent got the incumbent's core and waited
+    there (a start of over 10 minutes here, the incumbent's worker taking the core). None
+    where nothing under ``pid`` is bound (a GPU engine) or no core is spare."""
+    have = machine_cpus() if have is None else have
+    try:
+        procs = psutil.Process(pid).children(recursive=True) if pid else []
+    except psutil.Error:
+        return None
+    bound: set[int] = set()
+    for proc in procs:
+        try:
+            cores = set(proc.cpu_affinity())
+        except (psutil.Error, AttributeError):
+            continue
+        if cores and cores < have:  # bound to some cores, not free to run anywhere
+            bound |= cores
+    spare = have - bound
+    return _ranges(spare) if bound and spare else None
+
+
 def _ranges(numbers: set[int]) -> str:
     """``{0, 1, 2, 5}`` as ``0-2,5``."""
     out: list[str] = []

@@ -6,6 +6,7 @@ stopped, its launch kept) or rolled back; ``fleet undo``. A part of
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,14 @@ from quantdeck.core.fleet.liveness import (
     tree_pids,
 )
 from quantdeck.core.fleet.rows import launch_knobs
-from quantdeck.core.fleet.spec import FleetSpec, InstanceSpec, admit_candidate, is_fleet_of_one
+from quantdeck.core.fleet.spec import (
+    CPU_BIND_ENV,
+    FleetSpec,
+    InstanceSpec,
+    admit_candidate,
+    is_fleet_of_one,
+    spare_cpus,
+)
 from quantdeck.core.fleet.tending import _Tended
 from quantdeck.core.fleet.trial import TrialOptions
 from quantdeck.core.launch import LaunchConfig, validate
@@ -105,6 +113,9 @@ class FleetTrials:
     def _trial(
         self, inst: InstanceSpec, cfg: LaunchConfig, opts: TrialOptions, **kw: Any
     ) -> LiveTrial:
+        if inst.cpus is None and inst.gpus is None and CPU_BIND_ENV not in os.environ:
+            # the candidate's CPU engine on the cores the incumbent's is not bound to
+            kw.setdefault("cpus", spare_cpus(self.servers[inst.name].pid))
         trial = LiveTrial(
             inst,
             cfg,

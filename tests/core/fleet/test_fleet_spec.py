@@ -460,3 +460,38 @@ def test_the_check_says_the_warning_and_the_fleet_news_shows_it(
     )
     assert event_line(news) == f"router: warning: {warning}"
     assert check_fleet(load_fleet(write_fleet(tmp_path, two(model), "apart.yaml"))) == []
+
+
+def test_a_trial_candidate_gets_the_cores_the_incumbents_engine_is_not_bound_to() -> None:
+    """vLLM's CPU engine binds its worker to the same first core for every server started
+    alike: a candidate beside a busy incumbent waited there for over 10 minutes. A real
+    process bound to CPU 0 under ``pid``: the other cores are spare; one free to run anywhere
+    binds nothing (a GPU engine's), and nothing is said."""
+    import os
+    import subprocess
+    import sys
+
+    from quantdeck.core.fleet.spec import cpu_numbers, machine_cpus, spare_cpus
+
+    have = machine_cpus()
+    if len(have) < 2:
+        pytest.skip("one CPU: no core to spare")
+    first = min(have)
+    code = f"import os, sys, time; os.sched_setaffinity(0, {{{first}}}); print(1, flush=True); "
+    bound = subprocess.Popen(
+        [sys.executable, "-c", code + "time.sleep(60)"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert bound.stdout is not None and bound.stdout.readline().strip() == "1"
+        spare = spare_cpus(os.getpid(), have)
+        assert spare is not None and set(cpu_numbers(spare)) == have - {first}
+    finally:
+        bound.kill()
+        bound.wait()
+    free = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert spare_cpus(os.getpid(), have) is None
+    finally:
+        free.kill()
+        free.wait()
+    assert spare_cpus(None, have) is None
