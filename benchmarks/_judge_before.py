@@ -9,7 +9,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from quantdeck.core.fleet.trial import ArmSpan, TrialOptions, _ms
+from quantdeck.core.fleet.trial import ArmSpan, TrialOptions, _ms, queueing_caveat
 
 
 @dataclass(frozen=True)
@@ -176,31 +176,6 @@ def _settle(
     else:
         why = f"p = {p:.3g} is not under {v.threshold:.3g}"
     return dataclasses.replace(v, p_value=p, reason=why)
-
-
-QUEUED_SHARE = 0.5  # a slower arm's TTFT that is more than this share queueing: a caveat
-
-
-def queueing_caveat(slower: ArmSpan, faster: ArmSpan, goal: str) -> str:
-    """When most of the slower arm's time to first token (or end to end) was spent waiting in
-    its queue: a caveat. Under a fixed number of clients that keep every seat busy, the
-    router's alternate split lets the arms' queues drift apart even for the same config (A/A
-    trials here: 8 of 10 called a difference), so the difference may be the split's, not the
-    config's. A config with more seats also shows as less queueing: the caveat does not
-    change the verdict, it says what to check (an open load, a repeat)."""
-    if goal not in ("ttft_p99", "e2e_p99"):
-        return ""
-    key = "ttft" if goal == "ttft_p99" else "e2e"
-    queue, latency = slower.mean_s("queue"), slower.mean_s(key)
-    if queue is None or not latency or queue / latency <= QUEUED_SHARE:
-        return ""
-    other = faster.mean_s("queue")
-    theirs = f" against {1000 * other:.0f} ms" if other is not None else ""
-    return (
-        f"; caveat: {100 * queue / latency:.0f} % of the slower arm's {key.upper()} was queueing "
-        f"(mean {1000 * queue:.0f} ms{theirs}): with every seat busy, the router's split of the "
-        "queue can make such a difference by itself: confirm under an open load or repeat"
-    )
 
 
 def _why(v: Verdict, opts: TrialOptions) -> str:
