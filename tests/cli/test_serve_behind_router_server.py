@@ -64,7 +64,7 @@ def test_serve_behind_the_router_takes_a_live_trial_on_one_url(
         out = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
         assert code == 0, out[-5:]
         decided = [e for e in out if e.get("phase") == "decided"]
-        assert decided and decided[-1]["verdict"]["test"].endswith("(paired probe)"), decided
+        assert decided and decided[-1]["verdict"]["source"].startswith("the probe's "), decided
         body = {"model": model, "prompt": "Hello", "max_tokens": 4}
         r = httpx.post(url + "/v1/completions", json=body, timeout=60)
         assert r.status_code == 200  # the same URL, whatever the trial decided

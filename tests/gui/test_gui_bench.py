@@ -51,7 +51,7 @@ def test_run_fills_plot_table_history(qtbot, tab: BenchTab) -> None:
     assert results.column_names == ["metric", "value"]
     cells = {results.text(i, "metric"): results.text(i, "value") for i in range(results.rowCount())}
     assert cells["completed"] == "6"
-    assert float(cells["output tok/s"]) == pytest.approx(result["output_throughput"], rel=1e-3)
+    assert float(cells["output tok/s"]) == pytest.approx(result.output_throughput, rel=1e-3)
     assert len(list_runs()) == before + 1
     assert tab.runs_model.rowCount() == before + 1
     # a second run, on vllm bench's random prompts, compared with the first from the history
@@ -144,7 +144,7 @@ def test_tune_on_real_servers_marks_the_best_and_applies_it(
     assert marked == [f"{i} ★ best" if i == index else str(i) for i in (1, 2)]
     assert [list(a) for a in tab.best_marker.getData()] == [[index], [best.goodput]]
     assert "Saved as profile 'gui-tuned'" in tab.tune_summary.text()
-    seqs = best["values"]["max_num_seqs"]
+    seqs = best.values["max_num_seqs"]
     assert profiles.load_profile("gui-tuned").scheduler.max_num_seqs == seqs
     qtbot.waitUntil(
         lambda: (
