@@ -494,7 +494,7 @@ def add_trial_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
         type=positive_seconds,
         default=300.0,
         metavar="S",
-        help="measuring; then the last look decides (no difference: rollback) [300]",
+        help="measuring; an inconclusive trial then rolls back, saying so [300]",
     )
     p.add_argument(
         "--margin",
@@ -515,7 +515,7 @@ def add_trial_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
         "--probe",
         action="store_true",
         help="a paired probe load: the same prompt sent to both arms, one right after the other, "
-        "beside the live traffic; its pairs decide (Wilcoxon signed-rank), so the router's "
+        "beside the live traffic; its pairs decide (each request's own figures), so the router's "
         "split cannot sway the verdict. Without it the probe starts by itself when the live "
         "traffic is too thin",
     )
