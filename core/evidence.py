@@ -34,6 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from statistics import NormalDist
 
 BETTER, WORSE, EQUIVALENT, INCONCLUSIVE = "better", "worse", "equivalent", "inconclusive"
 OUTCOMES = (BETTER, WORSE, EQUIVALENT, INCONCLUSIVE)
@@ -97,6 +98,15 @@ class Estimate:
         return self.value is not None and math.isfinite(self.hi) and self.lo > 0
 
 
+def sample_quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` as every estimate here reads it: the ⌈q n⌉-th smallest."""
+    return _order_statistic(sorted(values), q)
+
+
+def _order_statistic(s: Sequence[float], q: float) -> float:
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
 def quantile(values: Sequence[float], q: float, alpha: float) -> Estimate:
     """The ``q`` quantile of ``values`` (per-request figures) and the order statistics that
     hold the true one at every look with probability ``1 - alpha``."""
@@ -109,7 +119,7 @@ def quantile(values: Sequence[float], q: float, alpha: float) -> Estimate:
     # least the lo_k-th observation, and below the (hi_k + 1)-th
     lo = s[lo_k - 1] if lo_k >= 1 else 0.0
     hi = s[hi_k] if hi_k < n else math.inf
-    return Estimate(s[min(n - 1, max(0, math.ceil(q * n) - 1))], lo, hi, n)
+    return Estimate(_order_statistic(s, q), lo, hi, n)
 
 
 def binned_quantile(buckets: Sequence[tuple[float, float]], q: float, alpha: float) -> Estimate:
@@ -297,24 +307,12 @@ def _bounded(n: int, q: float, alpha: float) -> bool:
     return lo_k >= 1 and hi_k < n
 
 
-def _normal_quantile(p: float) -> float:
-    """Φ⁻¹(p) by bisection on erf (exact enough for bandwidths and tests)."""
-    lo, hi = -10.0, 10.0
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        if 0.5 * math.erfc(-mid / math.sqrt(2)) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
 def _log_quantile_var(s: list[float], q: float) -> float | None:
     """The asymptotic variance (per observation) of log of the sample ``q`` quantile of the
     sorted ``s``: q(1 − q) / (f(Q) Q)², the density read off the order statistics' spacing
     (Siddiqui's estimator, Hall–Sheather's bandwidth)."""
     n = len(s)
-    z = _normal_quantile(q)
+    z = NormalDist().inv_cdf(q)
     phi = math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
     h = n ** (-1 / 3) * 1.96 ** (2 / 3) * (1.5 * phi * phi / (2 * z * z + 1)) ** (1 / 3)
     h = min(h, (1 - q) * 0.9, q * 0.9)
@@ -322,7 +320,7 @@ def _log_quantile_var(s: list[float], q: float) -> float | None:
     i_hi = min(n - 1, math.ceil(n * (q + h)) - 1)
     spread = s[i_hi] - s[i_lo]
     width = (i_hi - i_lo) / n
-    value = s[min(n - 1, max(0, math.ceil(q * n) - 1))]
+    value = _order_statistic(s, q)
     if spread <= 0 or width <= 0 or value <= 0:
         return None
     inv_f = spread / width
@@ -340,8 +338,7 @@ def quantile_ratio(
         return Effect(None, 0.0, math.inf)
     sc, si = sorted(candidate), sorted(incumbent)
     vc, vi = _log_quantile_var(sc, q), _log_quantile_var(si, q)
-    qc = sc[min(nc - 1, max(0, math.ceil(q * nc) - 1))]
-    qi = si[min(ni - 1, max(0, math.ceil(q * ni) - 1))]
+    qc, qi = _order_statistic(sc, q), _order_statistic(si, q)
     if vc is None or vi is None or qc <= 0 or qi <= 0:
         return Effect(None, 0.0, math.inf)
     n = min(nc, ni)

@@ -37,6 +37,7 @@ from quantdeck.core.evidence import (
     quantile_effect,
     ratio,
     requests_to_settle,
+    sample_quantile,
     share,
 )
 from quantdeck.core.monitor.metrics import (
@@ -447,11 +448,6 @@ class ProbePair:
         return self.incumbent.error is None and self.candidate.error is None
 
 
-def _quantile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
 def judge_paired(pairs: list[ProbePair], opts: TrialOptions) -> Verdict:
     """The verdict on ``opts.goal`` from the probe's requests (the failed pairs left out):
     each request's own figure, so a percentile's interval narrows with the count (no bucket
@@ -484,7 +480,7 @@ def judge_paired(pairs: list[ProbePair], opts: TrialOptions) -> Verdict:
         return _verdict(goal, effect, figures, (n, n), opts, source)
     q, why = read_at(goal, n, opts)
     effect = quantile_effect(vc, vi, q, opts.alpha)
-    figures = (round(1000 * _quantile(vi, q), 3), round(1000 * _quantile(vc, q), 3))
+    figures = (round(1000 * sample_quantile(vi, q), 3), round(1000 * sample_quantile(vc, q), 3))
     return _verdict(goal, effect, figures, (n, n), opts, source, why, q)
 
 
@@ -495,7 +491,7 @@ def probe_figures(pairs: list[ProbePair], why: str = "") -> ProbeFigures:
 
     def med(arm: str, key: str) -> float | None:
         values = [getattr(getattr(p, arm), key) for p in good]
-        return round(1000 * _quantile(values, 0.5), 2) if values else None
+        return round(1000 * sample_quantile(values, 0.5), 2) if values else None
 
     medians = {
         f"{arm}_{key[:-2]}_p50_ms": med(arm, key)
